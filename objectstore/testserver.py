@@ -1,0 +1,133 @@
+"""A real S3 HTTP server (moto) on 127.0.0.1 that records every request it serves.
+
+Used by the test-suite and by tools that must cross-check client-side request counts
+against what the server actually saw. moto is imported lazily: it is a dev/extra
+dependency, not a runtime one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class ServedRequest:
+    """One request as the server received it."""
+
+    method: str
+    path: str
+    query: str
+    range: str | None
+
+    @property
+    def operation(self) -> str:
+        """S3 operation name derived from method + query (GET, PUT, UploadPart, ...)."""
+        q = self.query
+        if self.method == "GET":
+            if self.path.count("/") <= 1 or "list-type" in q or q.startswith("prefix"):
+                # GET on a bucket (path "/bucket" or "/bucket/") is a LIST.
+                if self.path.rstrip("/").count("/") <= 1:
+                    return "LIST"
+            return "GET"
+        if self.method == "PUT":
+            if "partNumber=" in q and "uploadId=" in q:
+                return "UploadPart"
+            if self.path.rstrip("/").count("/") <= 1:
+                return "CreateBucket"
+            return "PUT"
+        if self.method == "POST":
+            if "uploads" in q.split("&") or q == "uploads" or q.startswith("uploads="):
+                return "CreateMultipartUpload"
+            if "uploadId=" in q:
+                return "CompleteMultipartUpload"
+            if "delete" in q:
+                return "DELETE"
+            return "POST"
+        if self.method == "DELETE":
+            return "AbortMultipartUpload" if "uploadId=" in q else "DELETE"
+        return self.method
+
+
+class RecordingMotoServer:
+    """moto's S3 server behind a middleware that logs each request before serving it."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._host = host
+        self._port = port
+        self._lock = threading.Lock()
+        self._requests: list[ServedRequest] = []
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    def _wrap(self, app: WSGIApp) -> WSGIApp:
+        def recording_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+            path = str(environ.get("PATH_INFO", ""))
+            if not path.startswith("/moto-api"):
+                req = ServedRequest(
+                    method=str(environ.get("REQUEST_METHOD", "")),
+                    path=path,
+                    query=str(environ.get("QUERY_STRING", "")),
+                    range=environ.get("HTTP_RANGE"),
+                )
+                with self._lock:
+                    self._requests.append(req)
+            return app(environ, start_response)
+
+        return recording_app
+
+    def start(self) -> RecordingMotoServer:
+        """Start serving in a daemon thread; returns self."""
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            MotoRequestHandler,
+            create_backend_app,
+        )
+        from werkzeug.serving import make_server
+
+        app = self._wrap(DomainDispatcherApplication(create_backend_app))
+        self._server = make_server(
+            self._host, self._port, app, threaded=True, request_handler=MotoRequestHandler
+        )
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    @property
+    def endpoint_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+
+    def reset(self) -> None:
+        """Forget all buckets/objects (moto reset API) and the request log."""
+        import urllib.request
+
+        urllib.request.urlopen(
+            urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
+        ).read()
+        self.clear_log()
+
+    def clear_log(self) -> None:
+        with self._lock:
+            self._requests.clear()
+
+    @property
+    def requests(self) -> list[ServedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    def counts(self) -> Counter[str]:
+        """Requests served so far, by S3 operation."""
+        return Counter(r.operation for r in self.requests)
