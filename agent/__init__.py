@@ -1,0 +1,29 @@
+"""Produce (the `Agent`: one object per flush) and consume (`Reader`) paths."""
+
+from .config import AgentConfig
+from .errors import (
+    AgentClosedError,
+    AgentError,
+    BufferFullError,
+    FlushError,
+    FlushOutcomeUnknownError,
+    InvalidRecordError,
+    RecordTooLargeError,
+)
+from .producer import Agent, FlushReport
+from .reader import ConsumedRecord, Reader
+
+__all__ = [
+    "Agent",
+    "AgentClosedError",
+    "AgentConfig",
+    "AgentError",
+    "BufferFullError",
+    "ConsumedRecord",
+    "FlushError",
+    "FlushOutcomeUnknownError",
+    "FlushReport",
+    "InvalidRecordError",
+    "Reader",
+    "RecordTooLargeError",
+]

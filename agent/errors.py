@@ -1,0 +1,37 @@
+"""Errors raised by the agent (produce) and reader (consume) paths."""
+
+from __future__ import annotations
+
+
+class AgentError(Exception):
+    """Base class of agent errors."""
+
+    retriable = False
+
+
+class AgentClosedError(AgentError):
+    """The agent was closed; no more records are accepted."""
+
+
+class BufferFullError(AgentError):
+    """The buffer stayed full for longer than max_block_ms; the record was not accepted."""
+
+    retriable = True
+
+
+class InvalidRecordError(AgentError):
+    """The record breaks a topic rule (null key on a compacted topic, bad partition...)."""
+
+
+class RecordTooLargeError(InvalidRecordError):
+    """The record is larger than the topic's max.message.bytes."""
+
+
+class FlushError(AgentError):
+    """The flush holding this record failed; none of its records became visible."""
+
+    retriable = True
+
+
+class FlushOutcomeUnknownError(AgentError):
+    """The metadata commit's outcome is unknown: the records may or may not be visible."""

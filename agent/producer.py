@@ -1,0 +1,365 @@
+"""The agent: buffers records for many topic-partitions and writes ONE object per flush.
+
+A flush happens when `linger_ms` has passed since the first buffered record or when
+`flush_bytes` are buffered, whichever comes first. A produce future resolves to the
+record's offset only after both the object PUT and the metadata commit succeeded.
+
+What a crash at each step of a flush leaves behind:
+1. `register_pending_file` — a `pending` file row, no object: GC drops the row.
+2. object PUT (one PUT, or a multipart upload for large flushes) — a `pending` row and an
+   object nobody can read: GC deletes both. A crash mid-multipart leaves no object.
+3. `commit_file` — one transaction assigns offsets and makes every chunk visible at once;
+   before it commits, as step 2; after it, the records are visible even if the acks are
+   lost (a retrying producer then writes duplicates, as Kafka without idempotence does).
+On an error (not a crash) the pending file is marked `abandoned` and every future of the
+flush fails with `FlushError`; if the commit's outcome is unknown the file is left as it
+is and the futures fail with `FlushOutcomeUnknownError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from fileformat import ChunkBuilder, ChunkIndex, FileWriter, KeyHasher
+from metadata import ChunkMeta, MetadataStore, TopicInfo
+from metadata.errors import CommitUnknownError
+from objectstore import ObjectStore
+
+from .config import OBJECT_PREFIX, AgentConfig
+from .errors import (
+    AgentClosedError,
+    BufferFullError,
+    FlushError,
+    FlushOutcomeUnknownError,
+    InvalidRecordError,
+    RecordTooLargeError,
+)
+
+log = logging.getLogger(__name__)
+
+Headers = Sequence[tuple[str, bytes | None]]
+# Per-record overhead in the buffer accounting (varints, attributes, headers framing).
+RECORD_OVERHEAD = 24
+
+
+def new_object_key() -> str:
+    """A unique, time-ordered object key (so listings sort by age)."""
+    return f"{OBJECT_PREFIX}{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.silt"
+
+
+def chunk_meta(c: ChunkIndex) -> ChunkMeta:
+    """What the metadata store records of one chunk of a written object."""
+    return ChunkMeta(
+        topic=c.topic,
+        partition=c.partition,
+        record_count=c.record_count,
+        offset_span=c.offset_span,
+        data_pos=c.data_pos,
+        data_len=c.data_len,
+        hash_pos=c.hash_pos,
+        hash_count=c.hash_count,
+        batch_count=c.batch_count,
+        min_timestamp=c.min_timestamp,
+        max_timestamp=c.max_timestamp,
+        tombstone_count=len(c.tombstones),
+    )
+
+
+@dataclass(slots=True)
+class _PartitionBuffer:
+    builder: ChunkBuilder
+    compacted: bool
+    # (relative offset or first relative offset of a batch, future)
+    waiters: list[tuple[int, Future[int]]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Buffer:
+    partitions: dict[tuple[str, int], _PartitionBuffer] = field(default_factory=dict)
+    nbytes: int = 0
+    records: int = 0
+    first_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class FlushReport:
+    """What one flush wrote."""
+
+    object_key: str
+    partitions: int
+    records: int
+    bytes: int
+
+
+class Agent:
+    """Accepts records for any topic-partitions and writes one object per flush.
+
+    Thread-safe: any number of threads may call `produce`. One background thread flushes.
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        metadata: MetadataStore,
+        config: AgentConfig | None = None,
+        *,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        self._store = store
+        self._metadata = metadata
+        self._config = config or AgentConfig()
+        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self._hasher = KeyHasher(metadata.cluster_secret())
+        self._topics: dict[str, TopicInfo] = {}
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._buffer = _Buffer()
+        self._in_flight_bytes = 0  # buffered + being flushed: what buffer.memory bounds
+        self._flush_requested = 0
+        self._flushes_done = 0
+        self._closed = False
+        self._error: BaseException | None = None
+        self.reports: list[FlushReport] = []
+        self._thread = threading.Thread(target=self._run, name="silt-agent-flusher", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ produce
+
+    def topic(self, name: str) -> TopicInfo:
+        """The topic's metadata (cached: partition counts and configs don't change here)."""
+        info = self._topics.get(name)
+        if info is None:
+            info = self._metadata.get_topic(name)
+            self._topics[name] = info
+        return info
+
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers = (),
+        timestamp: int | None = None,
+    ) -> Future[int]:
+        """Buffer one record; the future resolves to its offset once it is durable and visible."""
+        info = self.topic(topic)
+        self._check_partition(info, partition)
+        if key is None and info.config.compacted:
+            raise InvalidRecordError(
+                f"topic {topic!r} is compacted: records must have a key (Kafka rejects null keys)"
+            )
+        size = (
+            RECORD_OVERHEAD
+            + (len(key) if key else 0)
+            + (len(value) if value else 0)
+            + sum(len(k) + (len(v) if v else 0) + 8 for k, v in headers)
+        )
+        if size > info.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"record of {size} bytes exceeds max.message.bytes={info.config.max_message_bytes}"
+                f" of topic {topic!r}"
+            )
+        ts = self._clock() if timestamp is None else timestamp
+        fut: Future[int] = Future()
+        with self._cond:
+            self._reserve(size)
+            pb = self._partition_buffer(info, partition)
+            rel = pb.builder.append(ts, key, value, headers)
+            pb.waiters.append((rel, fut))
+            self._account(size)
+        return fut
+
+    def produce_batch(self, topic: str, partition: int, raw_batch: bytes) -> Future[int]:
+        """Buffer a ready-made Kafka RecordBatch v2 (stored byte for byte).
+
+        The future resolves to the batch's first offset.
+        """
+        info = self.topic(topic)
+        self._check_partition(info, partition)
+        if len(raw_batch) > info.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch of {len(raw_batch)} bytes exceeds max.message.bytes="
+                f"{info.config.max_message_bytes} of topic {topic!r}"
+            )
+        fut: Future[int] = Future()
+        with self._cond:
+            self._reserve(len(raw_batch))
+            pb = self._partition_buffer(info, partition)
+            first, _count = pb.builder.append_batch(raw_batch)
+            pb.waiters.append((first, fut))
+            self._account(len(raw_batch))
+        return fut
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Block until every record buffered before this call has been flushed (or failed)."""
+        with self._cond:
+            if self._buffer.records == 0 and self._flushes_done >= self._flush_requested:
+                return
+            self._flush_requested += 1
+            target = self._flush_requested
+            self._cond.notify_all()
+            if not self._cond.wait_for(lambda: self._flushes_done >= target, timeout):
+                raise TimeoutError("agent flush did not finish in time")
+
+    def close(self) -> None:
+        """Flush what is buffered, then stop the flusher thread. Idempotent."""
+        with self._cond:
+            if self._closed:
+                return
+        self.flush()
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _check_partition(self, info: TopicInfo, partition: int) -> None:
+        if self._closed:
+            raise AgentClosedError("agent is closed")
+        if not 0 <= partition < info.partitions:
+            raise InvalidRecordError(
+                f"partition {partition} out of range for topic {info.name!r}"
+                f" (0..{info.partitions - 1})"
+            )
+
+    def _partition_buffer(self, info: TopicInfo, partition: int) -> _PartitionBuffer:
+        tp = (info.name, partition)
+        pb = self._buffer.partitions.get(tp)
+        if pb is None:
+            builder = ChunkBuilder(
+                info.name,
+                partition,
+                hasher=self._hasher if info.config.compacted else None,
+                compression=self._config.compression,
+            )
+            pb = self._buffer.partitions[tp] = _PartitionBuffer(builder, info.config.compacted)
+        return pb
+
+    def _reserve(self, size: int) -> None:
+        """Wait (holding the condition) until `size` more bytes fit in buffer.memory."""
+        limit = self._config.buffer_memory
+        if size > limit:
+            raise RecordTooLargeError(f"record of {size} bytes exceeds buffer.memory={limit}")
+        deadline = time.monotonic() + self._config.max_block_ms / 1000
+        while self._in_flight_bytes + size > limit:
+            if self._closed:
+                raise AgentClosedError("agent is closed")
+            self._cond.notify_all()  # make sure the flusher runs
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._cond.wait(remaining):
+                if self._in_flight_bytes + size > limit:
+                    raise BufferFullError(
+                        f"buffer.memory={limit} bytes stayed full for max.block.ms="
+                        f"{self._config.max_block_ms}"
+                    )
+
+    def _account(self, size: int) -> None:
+        buf = self._buffer
+        if buf.records == 0:
+            buf.first_at = time.monotonic()
+        buf.records += 1
+        buf.nbytes += size
+        self._in_flight_bytes += size
+        if buf.nbytes >= self._config.flush_bytes:
+            self._cond.notify_all()
+
+    def _due(self) -> bool:
+        buf = self._buffer
+        if buf.records == 0:
+            return False
+        if buf.nbytes >= self._config.flush_bytes or self._flush_requested > self._flushes_done:
+            return True
+        return time.monotonic() - buf.first_at >= self._config.linger_ms / 1000
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._due():
+                    if self._closed:
+                        return
+                    if self._flush_requested > self._flushes_done and self._buffer.records == 0:
+                        self._flushes_done = self._flush_requested
+                        self._cond.notify_all()
+                    timeout = None
+                    if self._buffer.records:
+                        timeout = max(
+                            0.0,
+                            self._buffer.first_at + self._config.linger_ms / 1000 - time.monotonic(),
+                        )
+                    self._cond.wait(timeout if timeout is not None else 0.5)
+                buf, self._buffer = self._buffer, _Buffer()
+                requested = self._flush_requested
+            try:
+                self._flush(buf)
+            except BaseException as exc:  # pragma: no cover - _flush fails futures itself
+                log.exception("agent flush crashed: %s", exc)
+            with self._cond:
+                self._in_flight_bytes -= buf.nbytes
+                # A flush of everything buffered satisfies all requests made before the swap.
+                self._flushes_done = max(self._flushes_done, requested)
+                self._cond.notify_all()
+
+    def _flush(self, buf: _Buffer) -> None:
+        items = sorted(buf.partitions.items())
+        key = new_object_key()
+        try:
+            file_id = self._metadata.register_pending_file(
+                key, level=0, holds_compacted=any(pb.compacted for _, pb in items)
+            )
+        except Exception as exc:
+            self._fail(items, FlushError(f"could not register object {key}: {exc}"), exc)
+            return
+        try:
+            with self._store.put_stream(key) as out:
+                writer = FileWriter(out.write)
+                for _, pb in items:
+                    writer.add(pb.builder.finish())
+                layout = writer.finish()
+            bases = self._metadata.commit_file(
+                file_id,
+                size=layout.size,
+                data_offset=layout.data_offset,
+                data_length=layout.data_length,
+                meta_offset=layout.meta_offset,
+                meta_length=layout.meta_length,
+                chunks=[chunk_meta(c) for c in layout.chunks],
+            )
+        except CommitUnknownError as exc:
+            self._fail(items, FlushOutcomeUnknownError(f"commit of {key} has unknown outcome: {exc}"), exc)
+            return
+        except Exception as exc:
+            try:
+                self._metadata.abandon_file(file_id)
+            except Exception:  # the row stays pending; GC treats it the same way
+                log.warning("could not mark %s abandoned", key, exc_info=True)
+            self._fail(items, FlushError(f"flush of {key} failed, nothing committed: {exc}"), exc)
+            return
+        for tp, pb in items:
+            base = bases[tp]
+            for rel, fut in pb.waiters:
+                fut.set_result(base + rel)
+        self.reports.append(FlushReport(key, len(items), buf.records, layout.size))
+
+    @staticmethod
+    def _fail(
+        items: list[tuple[tuple[str, int], _PartitionBuffer]], error: Exception, cause: Exception
+    ) -> None:
+        error.__cause__ = cause
+        log.error("%s", error)
+        for _, pb in items:
+            for _, fut in pb.waiters:
+                fut.set_exception(error)

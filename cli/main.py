@@ -1,0 +1,346 @@
+"""The `silt` command.
+
+Errors are one line on stderr with exit 1; usage errors exit 2 (click's convention).
+Every command a script may read has `--json`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import IO, Any, ParamSpec, TypeVar
+
+import click
+
+from agent import Agent, AgentConfig, AgentError, Reader
+from agent.config import DEFAULT_FLUSH_BYTES, DEFAULT_LINGER_MS
+from agent.partitioner import DefaultPartitioner
+from fileformat.errors import FormatError
+from metadata import MetadataStore
+from metadata.errors import MetadataError
+from objectstore import ObjectStore, open_store
+from objectstore.errors import ObjectStoreError
+
+from .jsonlines import LineError, consumed_to_json, parse_produce_line
+
+ENV_STORE = "SILT_STORE"
+ENV_METADATA = "SILT_METADATA"
+DEFAULT_STORE = "file://./silt-data/objects"
+DEFAULT_METADATA = "sqlite:///./silt-data/metadata.db"
+
+KNOWN_ERRORS: tuple[type[BaseException], ...] = (
+    AgentError,
+    MetadataError,
+    ObjectStoreError,
+    FormatError,
+    FileNotFoundError,
+    PermissionError,
+    ValueError,
+)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turn the project's known errors into `silt: <message>` and exit code 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except KNOWN_ERRORS as exc:
+            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            click.echo(f"silt: {message}", err=True)
+            sys.exit(1)
+
+    return wrapper
+
+
+@dataclass
+class Context:
+    """The store and metadata URLs chosen by global options; opened lazily."""
+
+    store_url: str
+    metadata_url: str
+    _store: ObjectStore | None = None
+    _metadata: MetadataStore | None = None
+
+    @property
+    def store(self) -> ObjectStore:
+        if self._store is None:
+            self._store = open_store(self.store_url)
+        return self._store
+
+    @property
+    def metadata(self) -> MetadataStore:
+        if self._metadata is None:
+            self._metadata = MetadataStore.open(self.metadata_url)
+        return self._metadata
+
+    def close(self) -> None:
+        if self._metadata is not None:
+            self._metadata.close()
+
+
+pass_ctx = click.make_pass_decorator(Context)
+
+
+def _interactive() -> bool:
+    return sys.stderr.isatty()
+
+
+@contextmanager
+def progress(description: str, total: int | None = None) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on a terminal; silent when stderr is piped."""
+    if not _interactive():
+        yield lambda n: None
+        return
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--store", envvar=ENV_STORE, default=DEFAULT_STORE, show_default=True,
+              help=f"Object store URL (file://, memory://, s3://bucket/prefix). Env: {ENV_STORE}.")
+@click.option("--metadata", envvar=ENV_METADATA, default=DEFAULT_METADATA, show_default=True,
+              help=f"Metadata URL (sqlite:///path, postgresql://...). Env: {ENV_METADATA}.")
+@click.pass_context
+def cli(ctx: click.Context, store: str, metadata: str) -> None:
+    """siltstream: a log on object storage with key-deduplicating compaction."""
+    obj = Context(store, metadata)
+    ctx.obj = obj
+    ctx.call_on_close(obj.close)
+
+
+# ---------------------------------------------------------------------------- topics
+
+
+@cli.group()
+def topics() -> None:
+    """Create, list and describe topics."""
+
+
+def _parse_configs(pairs: tuple[str, ...]) -> dict[str, str]:
+    configs: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not key=value", param_hint="--config")
+        configs[key.strip()] = value.strip()
+    return configs
+
+
+@topics.command("create")
+@click.argument("name")
+@click.option("--partitions", type=click.IntRange(min=1), required=True)
+@click.option("--config", "configs", multiple=True, metavar="KEY=VALUE",
+              help="Kafka topic config, e.g. cleanup.policy=compact. Repeatable.")
+@pass_ctx
+@one_line_errors
+def topics_create(ctx: Context, name: str, partitions: int, configs: tuple[str, ...]) -> None:
+    """Create a topic with N partitions."""
+    info = ctx.metadata.create_topic(name, partitions, _parse_configs(configs))
+    click.echo(f"created topic {info.name} with {info.partitions} partitions")
+
+
+def _topic_json(ctx: Context, name: str, detail: bool) -> dict[str, Any]:
+    info = ctx.metadata.get_topic(name)
+    out: dict[str, Any] = {"name": info.name, "partitions": info.partitions,
+                           "configs": dict(info.configs)}
+    if detail:
+        parts = []
+        for p in ctx.metadata.partitions(name):
+            segs = ctx.metadata.find_segments(name, p.partition, p.log_start_offset)
+            parts.append({
+                "partition": p.partition,
+                "log_start_offset": p.log_start_offset,
+                "next_offset": p.next_offset,
+                "segments": len(segs),
+                "bytes": sum(s.data_len for s in segs),
+                "records": sum(s.record_count for s in segs),
+            })
+        out["partition_detail"] = parts
+    return out
+
+
+@topics.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+@one_line_errors
+def topics_list(ctx: Context, as_json: bool) -> None:
+    """List topics."""
+    rows = [_topic_json(ctx, t.name, False) for t in ctx.metadata.list_topics()]
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    for row in rows:
+        policy = row["configs"].get("cleanup.policy", "delete")
+        click.echo(f"{row['name']}\tpartitions={row['partitions']}\tcleanup.policy={policy}")
+
+
+@topics.command("describe")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+@one_line_errors
+def topics_describe(ctx: Context, name: str, as_json: bool) -> None:
+    """Show a topic's configs and, per partition, log start, next offset, segments, bytes."""
+    row = _topic_json(ctx, name, True)
+    if as_json:
+        click.echo(json.dumps(row))
+        return
+    click.echo(f"topic {row['name']}  partitions={row['partitions']}")
+    for key, value in sorted(row["configs"].items()):
+        click.echo(f"  {key}={value}")
+    click.echo("  partition  log_start  next_offset  segments  records  bytes")
+    for p in row["partition_detail"]:
+        click.echo(f"  {p['partition']:>9}  {p['log_start_offset']:>9}  {p['next_offset']:>11}"
+                   f"  {p['segments']:>8}  {p['records']:>7}  {p['bytes']}")
+
+
+# ---------------------------------------------------------------------------- produce
+
+
+def _print_acks(pending: deque[tuple[int, Future[int]]], *, wait: bool) -> int:
+    """Print `{"partition", "offset"}` for acknowledged records, in input order."""
+    printed = 0
+    while pending and (wait or pending[0][1].done()):
+        partition, fut = pending.popleft()
+        offset = fut.result()
+        click.echo(json.dumps({"partition": partition, "offset": offset}))
+        printed += 1
+    return printed
+
+
+@cli.command()
+@click.argument("topic")
+@click.option("--file", "source", type=click.File("r"), default="-",
+              help="JSON lines to produce (default: stdin).")
+@click.option("--linger-ms", type=click.IntRange(min=0), default=DEFAULT_LINGER_MS,
+              show_default=True, help="Flush at the latest this long after the first record.")
+@click.option("--flush-bytes", type=click.IntRange(min=1), default=DEFAULT_FLUSH_BYTES,
+              show_default=True, help="Flush once this many bytes are buffered.")
+@pass_ctx
+@one_line_errors
+def produce(ctx: Context, topic: str, source: IO[str], linger_ms: int, flush_bytes: int) -> None:
+    """Produce JSON lines {"partition"?, "key", "value", "headers"?} to TOPIC.
+
+    Prints one {"partition", "offset"} line per record once it is committed. A malformed
+    line stops the run: records before it are committed, nothing after it is produced.
+    """
+    info = ctx.metadata.get_topic(topic)
+    config = AgentConfig(linger_ms=linger_ms, flush_bytes=flush_bytes,
+                         buffer_memory=max(flush_bytes * 8, AgentConfig().buffer_memory))
+    partitioner = DefaultPartitioner()
+    pending: deque[tuple[int, Future[int]]] = deque()
+    bad: tuple[int, str] | None = None
+    acked = 0
+    with progress("producing") as advance, Agent(ctx.store, ctx.metadata, config) as agent:
+        for lineno, line in enumerate(source, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = parse_produce_line(line)
+                partition = rec.partition
+                if partition is None:
+                    partition = partitioner.partition(rec.key, info.partitions)
+                fut = agent.produce(topic, partition, rec.key, rec.value, rec.headers)
+            except (LineError, AgentError) as exc:
+                bad = (lineno, str(exc))
+                break
+            pending.append((partition, fut))
+            n = _print_acks(pending, wait=False)
+            acked += n
+            advance(1)
+    acked += _print_acks(pending, wait=True)
+    if bad is not None:
+        lineno, message = bad
+        click.echo(
+            f"silt: line {lineno}: {message}; the {acked} record(s) before it were committed"
+            f" (printed above), nothing from line {lineno} on was produced",
+            err=True,
+        )
+        sys.exit(1)
+
+
+# ---------------------------------------------------------------------------- consume
+
+
+@cli.command()
+@click.argument("topic")
+@click.option("--partition", type=click.IntRange(min=0), default=None,
+              help="Only this partition (default: all, one after the other).")
+@click.option("--from-offset", type=click.IntRange(min=0), default=None,
+              help="First offset to read (default: each partition's log start).")
+@click.option("--max-records", type=click.IntRange(min=0), default=None,
+              help="Stop after this many records in total.")
+@pass_ctx
+@one_line_errors
+def consume(ctx: Context, topic: str, partition: int | None, from_offset: int | None,
+            max_records: int | None) -> None:
+    """Print records of TOPIC as JSON lines, in offset order per partition."""
+    parts = ctx.metadata.partitions(topic)
+    if partition is not None:
+        if partition >= len(parts):
+            raise ValueError(f"partition {partition} out of range for topic {topic!r}"
+                             f" (0..{len(parts) - 1})")
+        parts = [parts[partition]]
+    reader = Reader(ctx.store, ctx.metadata)
+    remaining = max_records
+    out = sys.stdout
+    for p in parts:
+        start = p.log_start_offset if from_offset is None else from_offset
+        for rec in reader.read(topic, p.partition, start, remaining):
+            out.write(consumed_to_json(rec) + "\n")
+            if remaining is not None:
+                remaining -= 1
+        if remaining is not None and remaining <= 0:
+            break
+    out.flush()
+
+
+# ---------------------------------------------------------------------------- stats
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+@one_line_errors
+def stats(ctx: Context, as_json: bool) -> None:
+    """Files, bytes and segments per level."""
+    st = ctx.metadata.stats()
+    data = st.as_dict()
+    if as_json:
+        click.echo(json.dumps(data))
+        return
+    click.echo("level  files  bytes  segments")
+    for row in data["levels"]:
+        click.echo(f"{row['level']:>5}  {row['files']:>5}  {row['bytes']:>5}  {row['segments']:>8}")
+
+
+@cli.command()
+@click.option("--records", type=click.IntRange(min=1), default=100_000, show_default=True)
+@click.option("--partitions", type=click.IntRange(min=1), default=1_000, show_default=True)
+@pass_ctx
+@one_line_errors
+def demo(ctx: Context, records: int, partitions: int) -> None:
+    """Run an end-to-end demo on the configured store and metadata and explain it."""
+    from .demo import run_demo
+
+    run_demo(ctx.store, ctx.metadata, ctx.store_url, ctx.metadata_url,
+             records=records, partitions=partitions, echo=click.echo)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="silt")

@@ -1,0 +1,147 @@
+"""The produce/consume path on every backend: one object per flush, exact round trip."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import pytest
+
+from agent import (
+    Agent,
+    AgentConfig,
+    BufferFullError,
+    FlushError,
+    InvalidRecordError,
+    Reader,
+    RecordTooLargeError,
+)
+from metadata import MetadataStore
+from metadata.errors import OffsetOutOfRangeError
+from objectstore import ObjectStore, open_store
+
+
+@dataclass
+class Env:
+    store: ObjectStore
+    metadata: MetadataStore
+
+
+@pytest.fixture(params=["memory+sqlite", "file+sqlite", "s3+postgres"])
+def env(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[Env]:
+    if request.param == "memory+sqlite":
+        store_url, md_url = f"memory://agent-{id(request)}", f"sqlite:///{tmp_path}/md.db"
+    elif request.param == "file+sqlite":
+        store_url, md_url = f"file://{tmp_path}/objects", f"sqlite:///{tmp_path}/md.db"
+    else:
+        store_url = request.getfixturevalue("s3_url")
+        md_url = request.getfixturevalue("postgres_url")
+    md = MetadataStore.open(md_url)
+    yield Env(open_store(store_url), md)
+    md.close()
+
+
+def test_one_object_per_flush_many_partitions_exact_round_trip(env: Env) -> None:
+    env.metadata.create_topic("events", 50)
+    produced: dict[int, list[tuple[bytes, bytes, tuple[tuple[str, bytes | None], ...]]]] = {}
+    futures: list[tuple[int, int, Future[int]]] = []
+    with Agent(env.store, env.metadata, AgentConfig(linger_ms=10_000, flush_bytes=64 * 1024)) as a:
+        for i in range(3000):
+            p = (i * 7) % 50
+            key, value = b"key-%d" % i, b"value-%d" % i * 10
+            headers = (("h", b"%d" % i),) if i % 3 == 0 else ()
+            produced.setdefault(p, []).append((key, value, headers))
+            futures.append((p, len(produced[p]) - 1, a.produce("events", p, key, value, headers)))
+    for p, idx, fut in futures:
+        assert fut.result() == idx  # offsets 0..n-1 per partition, in produce order
+    objects = list(env.store.list("data/"))
+    assert len(objects) == len(a.reports) >= 2
+    assert all(r.partitions == 50 for r in a.reports[:-1])  # each object holds many partitions
+    reader = Reader(env.store, env.metadata)
+    for p, recs in produced.items():
+        got = list(reader.read("events", p, 0))
+        assert [r.offset for r in got] == list(range(len(recs)))
+        assert [(r.key, r.value, r.headers) for r in got] == recs
+    assert [r.offset for r in reader.read("events", 3, 5, max_records=2)] == [5, 6]
+    assert list(reader.read("events", 3, 10_000)) == []
+
+
+def test_linger_flushes_without_close(env: Env) -> None:
+    env.metadata.create_topic("t", 2)
+    with Agent(env.store, env.metadata, AgentConfig(linger_ms=20)) as agent:
+        fut = agent.produce("t", 1, b"k", b"v")
+        assert fut.result(timeout=10) == 0
+        assert len(agent.reports) == 1
+
+
+def test_compacted_topic_rejects_null_key_and_large_records(env: Env) -> None:
+    env.metadata.create_topic("state", 1, {"cleanup.policy": "compact", "max.message.bytes": "1000"})
+    with Agent(env.store, env.metadata) as agent:
+        with pytest.raises(InvalidRecordError, match="null key|must have a key"):
+            agent.produce("state", 0, None, b"v")
+        with pytest.raises(RecordTooLargeError, match="max.message.bytes"):
+            agent.produce("state", 0, b"k", b"x" * 2000)
+        with pytest.raises(InvalidRecordError, match="partition 5 out of range"):
+            agent.produce("state", 5, b"k", b"v")
+        assert agent.produce("state", 0, b"k", None).result() == 0  # tombstones are fine
+
+
+def test_below_log_start_is_an_error(env: Env) -> None:
+    env.metadata.create_topic("t", 1)
+    with pytest.raises(OffsetOutOfRangeError):
+        list(Reader(env.store, env.metadata).read("t", 0, -1))
+
+
+class FailingPutStore:
+    """Wraps a store; every object upload fails."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    def put_stream(self, key: str) -> object:
+        raise OSError("injected upload failure")
+
+
+def test_failed_flush_fails_every_future_and_shows_nothing(tmp_path: object) -> None:
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
+    md.create_topic("t", 3)
+    store = open_store("memory://failing")
+    agent = Agent(FailingPutStore(store), md, AgentConfig(linger_ms=10_000))  # type: ignore[arg-type]
+    futs = [agent.produce("t", i % 3, b"k", b"v") for i in range(10)]
+    agent.close()
+    for fut in futs:
+        with pytest.raises(FlushError, match="injected upload failure"):
+            fut.result()
+    assert all(p.next_offset == 0 for p in md.partitions("t"))
+    assert [f.state for f in md.files_to_gc(older_than_ms=2**62)] == ["abandoned"]
+    md.close()
+
+
+class BlockingPutStore(FailingPutStore):
+    def __init__(self, inner: ObjectStore, gate: threading.Event) -> None:
+        super().__init__(inner)
+        self._gate = gate
+
+    def put_stream(self, key: str) -> object:
+        self._gate.wait()
+        return self._inner.put_stream(key)
+
+
+def test_full_buffer_blocks_then_fails_clearly(tmp_path: object) -> None:
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
+    md.create_topic("t", 1)
+    gate = threading.Event()
+    store = BlockingPutStore(open_store("memory://blocking"), gate)
+    cfg = AgentConfig(linger_ms=0, flush_bytes=1024, buffer_memory=4096, max_block_ms=200)
+    agent = Agent(store, md, cfg)  # type: ignore[arg-type]
+    with pytest.raises(BufferFullError, match="buffer.memory=4096"):
+        for _ in range(100):
+            agent.produce("t", 0, b"k", b"x" * 500)
+    gate.set()
+    agent.close()
+    md.close()

@@ -1,0 +1,134 @@
+"""`silt` end to end: topics, produce with defaults, consume, bad input."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cli.main import cli
+from objectstore import open_store
+
+
+def run(args: list[str], env: dict[str, str], input: str | None = None) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, args, env=env, input=input, catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def local_env(tmp_path: Path) -> dict[str, str]:
+    return {"SILT_STORE": f"file://{tmp_path}/objects",
+            "SILT_METADATA": f"sqlite:///{tmp_path}/md.db"}
+
+
+def _workload(n: int, partitions: int) -> tuple[str, list[dict[str, object]]]:
+    rng = random.Random(7)
+    rows: list[dict[str, object]] = []
+    for i in range(n):
+        row: dict[str, object] = {"partition": i % partitions, "key": f"k{rng.randrange(10**6)}",
+                                  "value": f"value-{i}"}
+        if i % 10 == 0:
+            row["headers"] = {"trace": str(i)}
+        rows.append(row)
+    return "".join(json.dumps(r) + "\n" for r in rows), rows
+
+
+def _produce_consume_100k(env: dict[str, str], tmp_path: Path) -> None:
+    assert run(["topics", "create", "big", "--partitions", "1000"], env)[0] == 0
+    text, rows = _workload(100_000, 1000)
+    src = tmp_path / "in.jsonl"
+    src.write_text(text)
+    code, out, err = run(["produce", "big", "--file", str(src)], env)
+    assert code == 0, err
+    acks = [json.loads(line) for line in out.splitlines()]
+    assert len(acks) == 100_000
+    # The number of objects equals the number of flushes, far fewer than partitions.
+    objects = list(open_store(env["SILT_STORE"]).list("data/"))
+    assert 1 <= len(objects) < 100
+    code, out, err = run(["consume", "big"], env)
+    assert code == 0, err
+    got = [json.loads(line) for line in out.splitlines()]
+    assert len(got) == 100_000
+    by_part: dict[int, list[dict[str, object]]] = {}
+    for row in rows:
+        by_part.setdefault(int(row["partition"]), []).append(row)  # type: ignore[call-overload]
+    i = 0
+    for p in range(1000):
+        for offset, row in enumerate(by_part[p]):
+            rec = got[i]
+            i += 1
+            assert (rec["partition"], rec["offset"]) == (p, offset)
+            assert (rec["key"], rec["value"]) == (row["key"], row["value"])
+            assert rec["headers"] == row.get("headers", {})
+    stats = json.loads(run(["stats", "--json"], env)[1])
+    assert stats["levels"][0]["files"] == len(objects)
+
+
+@pytest.mark.slow
+def test_100k_records_1000_partitions_file_sqlite(local_env: dict[str, str], tmp_path: Path) -> None:
+    _produce_consume_100k(local_env, tmp_path)
+
+
+@pytest.mark.slow
+def test_100k_records_1000_partitions_s3_postgres(
+    s3_url: str, postgres_url: str, tmp_path: Path
+) -> None:
+    _produce_consume_100k({"SILT_STORE": s3_url, "SILT_METADATA": postgres_url}, tmp_path)
+
+
+def test_bad_line_exits_nonzero_and_commits_nothing_after_it(local_env: dict[str, str]) -> None:
+    run(["topics", "create", "t", "--partitions", "2"], local_env)
+    lines = ['{"key": "a", "value": "1"}', '{"key": "b", "value": "2", "partition": 1}',
+             '{"key": "c", "value": ', '{"key": "d", "value": "4"}']
+    code, out, err = run(["produce", "t"], local_env, input="\n".join(lines) + "\n")
+    assert code == 1
+    assert "line 3" in err and "2 record(s) before it were committed" in err
+    assert len(err.strip().splitlines()) == 1
+    assert len(out.splitlines()) == 2
+    code, out, _ = run(["consume", "t"], local_env)
+    assert sorted(json.loads(x)["key"] for x in out.splitlines()) == ["a", "b"]
+
+
+@pytest.mark.parametrize("line,message", [
+    ('[1]', "JSON object"),
+    ('{"key": 1}', "key must be a string"),
+    ('{"partition": -1}', "non-negative"),
+    ('{"partition": 9, "key": "k"}', "out of range"),
+    ('{"colour": "red"}', "unknown field"),
+    ('{"value_b64": "!!"}', "base64"),
+])
+def test_bad_input_messages(local_env: dict[str, str], line: str, message: str) -> None:
+    run(["topics", "create", "t", "--partitions", "2"], local_env)
+    code, out, err = run(["produce", "t"], local_env, input=line + "\n")
+    assert code == 1 and message in err and out == ""
+
+
+def test_usage_and_known_errors(local_env: dict[str, str]) -> None:
+    assert run(["topics", "create", "t"], local_env)[0] == 2  # missing --partitions
+    code, _, err = run(["topics", "create", "t", "--partitions", "1", "--config", "bogus=1"],
+                       local_env)
+    assert code == 1 and "bogus" in err
+    code, _, err = run(["consume", "missing"], local_env)
+    assert code == 1 and "missing" in err
+
+
+def test_binary_and_tombstones_round_trip(local_env: dict[str, str]) -> None:
+    run(["topics", "create", "s", "--partitions", "1", "--config", "cleanup.policy=compact"],
+        local_env)
+    lines = ['{"key_b64": "AP8=", "value_b64": "/wA="}', '{"key": "k", "value": null}']
+    assert run(["produce", "s"], local_env, input="\n".join(lines))[0] == 0
+    out = [json.loads(x) for x in run(["consume", "s"], local_env)[1].splitlines()]
+    assert out[0]["key_b64"] == "AP8=" and out[0]["value_b64"] == "/wA="
+    assert out[1]["key"] == "k" and out[1]["value"] is None
+
+
+def test_topics_describe_json(local_env: dict[str, str]) -> None:
+    run(["topics", "create", "t", "--partitions", "2"], local_env)
+    run(["produce", "t"], local_env, input='{"partition": 1, "key": "a", "value": "b"}\n')
+    desc = json.loads(run(["topics", "describe", "t", "--json"], local_env)[1])
+    assert desc["partition_detail"][1]["next_offset"] == 1
+    assert desc["partition_detail"][1]["segments"] == 1
+    assert desc["configs"] == {}
