@@ -1,0 +1,30 @@
+"""Metadata store of siltstream: topics and configs, partitions' offsets, objects and segments,
+on SQLite (embedded default) or PostgreSQL, behind one API (`MetadataStore`)."""
+
+from .models import (
+    ChunkMeta,
+    FileInfo,
+    LevelStats,
+    PartitionInfo,
+    SegmentInfo,
+    Snapshot,
+    StoreStats,
+    TopicInfo,
+)
+from .store import DEFAULT_URL, MetadataStore, wall_clock_ms
+from .topicconfig import TopicConfig
+
+__all__ = [
+    "DEFAULT_URL",
+    "ChunkMeta",
+    "FileInfo",
+    "LevelStats",
+    "MetadataStore",
+    "PartitionInfo",
+    "SegmentInfo",
+    "Snapshot",
+    "StoreStats",
+    "TopicConfig",
+    "TopicInfo",
+    "wall_clock_ms",
+]

@@ -1,0 +1,70 @@
+"""Errors of the metadata store: one class per condition, flat, each saying whether a retry
+of the same call may succeed (`retriable`)."""
+
+from __future__ import annotations
+
+
+class MetadataError(Exception):
+    """Base class of every metadata-store error."""
+
+    retriable: bool = False
+
+
+class UnsupportedUrlError(MetadataError):
+    """The metadata URL names a backend this store does not support."""
+
+
+class SchemaVersionError(MetadataError):
+    """The database schema is newer than this code understands."""
+
+
+class InvalidTopicError(MetadataError):
+    """The topic name is not a legal Kafka topic name."""
+
+
+class InvalidPartitionsError(MetadataError):
+    """The partition count is not a positive integer."""
+
+
+class UnknownTopicError(MetadataError):
+    """No topic has this name."""
+
+
+class TopicExistsError(MetadataError):
+    """A topic with this name already exists."""
+
+
+class InvalidConfigError(MetadataError):
+    """A topic config key is unknown or its value is not allowed."""
+
+
+class UnknownPartitionError(MetadataError):
+    """The topic exists but has no partition with this number."""
+
+
+class OffsetOutOfRangeError(MetadataError):
+    """The requested offset is below the partition's log start offset."""
+
+
+class InvalidCommitError(MetadataError):
+    """The chunks handed to a commit are malformed (empty, duplicated, negative spans)."""
+
+
+class UnknownFileError(MetadataError):
+    """No file row has this id."""
+
+
+class FileStateError(MetadataError):
+    """The file is not in the state the operation needs (e.g. committing a non-pending file)."""
+
+
+class CommitConflictError(MetadataError):
+    """The commit was definitely not applied (lock timeout, deadlock, lost connection before
+    COMMIT); retrying it is safe."""
+
+    retriable = True
+
+
+class CommitUnknownError(MetadataError):
+    """The commit may or may not have been applied (the connection failed during COMMIT and
+    the outcome could not be read back); do not delete the object."""

@@ -1,0 +1,147 @@
+"""Plain frozen values the metadata store takes and returns (no database handles inside)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .topicconfig import TopicConfig
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """A topic: its id, name, partition count, effective config and the stored overrides."""
+
+    id: int
+    name: str
+    partitions: int
+    config: TopicConfig
+    configs: Mapping[str, str]
+    created_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One partition's offsets: readable from log_start_offset, next append at next_offset."""
+
+    topic: str
+    partition: int
+    log_start_offset: int
+    next_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkMeta:
+    """What a commit records of one chunk (one topic-partition's records in an object).
+
+    offset_span is how many offsets the chunk consumes (>= record_count once compacted away
+    records leave gaps; equal for fresh data); positions are byte offsets in the object.
+    """
+
+    topic: str
+    partition: int
+    record_count: int
+    offset_span: int
+    data_pos: int
+    data_len: int
+    hash_pos: int
+    hash_count: int
+    batch_count: int
+    min_timestamp: int
+    max_timestamp: int
+    tombstone_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    """One object's row; the layout fields are None until the file is committed."""
+
+    id: int
+    object_key: str
+    size: int | None
+    data_offset: int | None
+    data_length: int | None
+    meta_offset: int | None
+    meta_length: int | None
+    level: int
+    state: str
+    holds_compacted: bool
+    created_at_ms: int
+    state_changed_at_ms: int
+    job_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    """One segment (a chunk's place in a partition's log) plus its object's key and size."""
+
+    id: int
+    file_id: int
+    topic_id: int
+    topic: str
+    partition: int
+    base_offset: int
+    last_offset: int  # inclusive: the last offset the segment covers
+    record_count: int
+    data_pos: int
+    data_len: int
+    hash_pos: int
+    hash_count: int
+    batch_count: int
+    min_timestamp: int
+    max_timestamp: int
+    tombstone_count: int
+    live: bool
+    created_at_ms: int
+    cleaned_at_ms: int | None
+    object_key: str
+    file_size: int | None
+
+    @property
+    def offset_span(self) -> int:
+        """How many offsets the segment covers (records plus compacted-away gaps)."""
+        return self.last_offset - self.base_offset + 1
+
+
+@dataclass(frozen=True, slots=True)
+class LevelStats:
+    """Live files, their bytes and live segments at one compaction level."""
+
+    level: int
+    files: int
+    bytes: int
+    segments: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """Counts for operators: live data per level, files and bytes per state."""
+
+    levels: tuple[LevelStats, ...]
+    files_by_state: Mapping[str, int] = field(default_factory=dict)
+    bytes_by_state: Mapping[str, int] = field(default_factory=dict)
+    topics: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (used by `silt stats --json`)."""
+        return {
+            "topics": self.topics,
+            "levels": [
+                {"level": lv.level, "files": lv.files, "bytes": lv.bytes, "segments": lv.segments}
+                for lv in self.levels
+            ],
+            "files_by_state": dict(self.files_by_state),
+            "bytes_by_state": dict(self.bytes_by_state),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A consistent view for the compaction planner: topics, partitions, live files+segments."""
+
+    taken_at_ms: int
+    topics: tuple[TopicInfo, ...]
+    partitions: tuple[PartitionInfo, ...]
+    files: tuple[FileInfo, ...]
+    segments: tuple[SegmentInfo, ...]

@@ -1,0 +1,151 @@
+"""Tables and the ordered list of schema migrations.
+
+Schema (version 1):
+
+- `schema_version(version PK, applied_at_ms)` — one row per applied migration.
+- `cluster(id=1, secret, created_at_ms)` — the per-cluster 32-byte secret for keyed key hashes.
+- `topics(id, name UNIQUE, partitions, configs JSON text, created_at_ms)`.
+- `partitions(topic_id, partition, log_start_offset, next_offset)`, PK (topic_id, partition).
+- `files(id, object_key UNIQUE, size, data_offset, data_length, meta_offset, meta_length, level,
+  state, holds_compacted, created_at_ms, state_changed_at_ms, job_id)`; the layout columns are
+  NULL while the file is pending. States: pending → live → deleting → deleted, and
+  pending → abandoned → deleting → deleted (GC may also take pending → deleting).
+- `segments(id, file_id FK, topic_id, partition, base_offset, last_offset (inclusive), record_count,
+  data_pos, data_len, hash_pos, hash_count, batch_count, min_timestamp, max_timestamp,
+  tombstone_count, live, created_at_ms, cleaned_at_ms)`; the partial index
+  `(topic_id, partition, last_offset) WHERE live` serves reads by offset in one range scan.
+  Live segments of one partition never overlap, so last_offset order is base_offset order.
+
+A migration is a function of a connection inside the transaction that also records its
+version; `MIGRATIONS[i]` brings the schema from version i to i + 1. Migrations are frozen once
+released: a later change to a table is a new migration, and `_v1` then gets its own copy of
+the old table definitions.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import sqlalchemy as sa
+
+FILE_PENDING = "pending"
+FILE_LIVE = "live"
+FILE_DELETING = "deleting"
+FILE_DELETED = "deleted"
+FILE_ABANDONED = "abandoned"
+FILE_STATES = (FILE_PENDING, FILE_LIVE, FILE_DELETING, FILE_DELETED, FILE_ABANDONED)
+
+# Auto-incrementing 64-bit ids; SQLite only auto-increments an INTEGER PRIMARY KEY.
+Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+md = sa.MetaData()
+
+schema_version = sa.Table(
+    "schema_version",
+    md,
+    sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("applied_at_ms", sa.BigInteger, nullable=False),
+)
+
+cluster = sa.Table(
+    "cluster",
+    md,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("secret", sa.LargeBinary(32), nullable=False),
+    sa.Column("created_at_ms", sa.BigInteger, nullable=False),
+    sa.CheckConstraint("id = 1", name="cluster_singleton"),
+)
+
+topics = sa.Table(
+    "topics",
+    md,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("name", sa.String(249), nullable=False, unique=True),
+    sa.Column("partitions", sa.Integer, nullable=False),
+    sa.Column("configs", sa.Text, nullable=False),
+    sa.Column("created_at_ms", sa.BigInteger, nullable=False),
+    sa.CheckConstraint("partitions >= 1", name="topics_partitions_positive"),
+)
+
+partitions = sa.Table(
+    "partitions",
+    md,
+    sa.Column("topic_id", sa.BigInteger, sa.ForeignKey("topics.id"), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("log_start_offset", sa.BigInteger, nullable=False),
+    sa.Column("next_offset", sa.BigInteger, nullable=False),
+    sa.CheckConstraint("0 <= log_start_offset AND log_start_offset <= next_offset",
+                       name="partitions_offsets"),
+)
+
+files = sa.Table(
+    "files",
+    md,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("object_key", sa.String(1024), nullable=False, unique=True),
+    sa.Column("size", sa.BigInteger),
+    sa.Column("data_offset", sa.BigInteger),
+    sa.Column("data_length", sa.BigInteger),
+    sa.Column("meta_offset", sa.BigInteger),
+    sa.Column("meta_length", sa.BigInteger),
+    sa.Column("level", sa.Integer, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("holds_compacted", sa.Boolean, nullable=False),
+    sa.Column("created_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("state_changed_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("job_id", sa.BigInteger),  # the compaction job holding the file (next issue)
+    sa.CheckConstraint(
+        "state IN (" + ", ".join(f"'{s}'" for s in FILE_STATES) + ")", name="files_state"
+    ),
+    sa.Index("files_state_changed", "state", "state_changed_at_ms"),
+)
+
+segments = sa.Table(
+    "segments",
+    md,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("file_id", sa.BigInteger, sa.ForeignKey("files.id"), nullable=False),
+    sa.Column("topic_id", sa.BigInteger, nullable=False),
+    sa.Column("partition", sa.Integer, nullable=False),
+    sa.Column("base_offset", sa.BigInteger, nullable=False),
+    sa.Column("last_offset", sa.BigInteger, nullable=False),
+    sa.Column("record_count", sa.BigInteger, nullable=False),
+    sa.Column("data_pos", sa.BigInteger, nullable=False),
+    sa.Column("data_len", sa.BigInteger, nullable=False),
+    sa.Column("hash_pos", sa.BigInteger, nullable=False),
+    sa.Column("hash_count", sa.BigInteger, nullable=False),
+    sa.Column("batch_count", sa.Integer, nullable=False),
+    sa.Column("min_timestamp", sa.BigInteger, nullable=False),
+    sa.Column("max_timestamp", sa.BigInteger, nullable=False),
+    sa.Column("tombstone_count", sa.BigInteger, nullable=False),
+    sa.Column("live", sa.Boolean, nullable=False),
+    sa.Column("created_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("cleaned_at_ms", sa.BigInteger),  # first time its tombstones were compacted
+    sa.ForeignKeyConstraint(
+        ["topic_id", "partition"], ["partitions.topic_id", "partitions.partition"]
+    ),
+    sa.CheckConstraint("base_offset <= last_offset", name="segments_offsets"),
+    sa.Index("segments_file", "file_id"),
+)
+LIVE = segments.c.live == sa.true()  # queries must use this exact predicate to hit the index
+# The read path: live segments of one partition from an offset on, in offset order.
+sa.Index(
+    "segments_live_by_offset",
+    segments.c.topic_id,
+    segments.c.partition,
+    segments.c.last_offset,
+    postgresql_where=segments.c.live == sa.true(),
+    sqlite_where=segments.c.live == sa.true(),
+)
+
+
+def _v1(conn: sa.Connection, now_ms: int) -> None:
+    """Create every table and the cluster secret."""
+    md.create_all(conn, tables=[cluster, topics, partitions, files, segments])
+    conn.execute(cluster.insert().values(id=1, secret=os.urandom(32), created_at_ms=now_ms))
+
+
+Migration = Callable[[sa.Connection, int], None]
+MIGRATIONS: list[Migration] = [_v1]
+LATEST_VERSION = len(MIGRATIONS)

@@ -1,0 +1,734 @@
+"""`MetadataStore`: topics, partitions, files and segments on SQLite or PostgreSQL.
+
+Concurrency model. Every write is one transaction. On SQLite writes start with
+`BEGIN IMMEDIATE`, so concurrent writers (threads or processes) queue on the database write
+lock (busy timeout 30 s) instead of failing with "database is locked" on a lock upgrade; WAL
+lets readers run alongside. On PostgreSQL (READ COMMITTED) `commit_file` locks the file row and
+then the partition rows in sorted (topic_id, partition) order with `SELECT … FOR UPDATE`, so
+committers touching overlapping partitions serialize per partition and cannot deadlock.
+
+Failure model of a commit: an error before COMMIT is sent means nothing was applied
+(`CommitConflictError`, retriable); an error during COMMIT is resolved by reading the file's
+state back (its id is the commit's stable identity) and becomes `CommitUnknownError` only if
+that read fails too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+
+from . import schema as s
+from .errors import (
+    CommitConflictError,
+    CommitUnknownError,
+    FileStateError,
+    InvalidCommitError,
+    InvalidPartitionsError,
+    InvalidTopicError,
+    MetadataError,
+    OffsetOutOfRangeError,
+    SchemaVersionError,
+    TopicExistsError,
+    UnknownFileError,
+    UnknownPartitionError,
+    UnknownTopicError,
+    UnsupportedUrlError,
+)
+from .models import (
+    ChunkMeta,
+    FileInfo,
+    LevelStats,
+    PartitionInfo,
+    SegmentInfo,
+    Snapshot,
+    StoreStats,
+    TopicInfo,
+)
+from .topicconfig import TopicConfig, validate_configs
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], int]
+DEFAULT_URL = "sqlite:///./silt-data/metadata.db"
+SQLITE_BUSY_TIMEOUT_S = 30.0
+# pg_advisory_xact_lock key serializing schema migrations across processes ("silt").
+MIGRATION_LOCK_KEY = 0x73696C74
+COMMIT_ATTEMPTS = 3
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the Unix epoch."""
+    return time.time_ns() // 1_000_000
+
+
+def engine_url(url: str) -> str:
+    """Map user-facing URLs to SQLAlchemy ones (`postgresql://` → `postgresql+psycopg://`)."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    if url.startswith(("postgresql+psycopg://", "sqlite:///")):
+        return url
+    raise UnsupportedUrlError(
+        f"unsupported metadata URL {url!r}: use sqlite:///path/to/file.db or postgresql://..."
+    )
+
+
+def _make_engine(url: str) -> sa.Engine:
+    target = engine_url(url)
+    if target.startswith("postgresql"):
+        return sa.create_engine(target, pool_pre_ping=True)
+    path = sa.make_url(target).database
+    if not path or path == ":memory:" or path.startswith("file:"):
+        raise UnsupportedUrlError(
+            f"metadata URL {url!r} must name a database file (in-memory SQLite is per connection)"
+        )
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    engine = sa.create_engine(target, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let us issue BEGIN ourselves (the driver's implicit BEGIN is always DEFERRED).
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        write = conn.get_execution_options().get("silt_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+def _topic_info(row: sa.Row[Any]) -> TopicInfo:
+    configs: dict[str, str] = json.loads(row.configs)
+    return TopicInfo(
+        id=row.id,
+        name=row.name,
+        partitions=row.partitions,
+        config=TopicConfig.from_map(configs),
+        configs=configs,
+        created_at_ms=row.created_at_ms,
+    )
+
+
+def _file_info(row: sa.Row[Any]) -> FileInfo:
+    f = s.files.c
+    return FileInfo(**{c.name: row._mapping[c] for c in f})
+
+
+_SEGMENT_COLUMNS = [
+    *s.segments.c,
+    s.topics.c.name.label("topic"),
+    s.files.c.object_key,
+    s.files.c.size.label("file_size"),
+]
+
+
+def _segment_info(row: sa.Row[Any]) -> SegmentInfo:
+    m = row._mapping
+    return SegmentInfo(
+        **{c.name: m[c] for c in s.segments.c},
+        topic=m["topic"],
+        object_key=m["object_key"],
+        file_size=m["file_size"],
+    )
+
+
+def _validate_chunks(chunks: Sequence[ChunkMeta]) -> None:
+    if not chunks:
+        raise InvalidCommitError("a committed file must hold at least one chunk")
+    seen: set[tuple[str, int]] = set()
+    for c in chunks:
+        tp = (c.topic, c.partition)
+        if tp in seen:
+            raise InvalidCommitError(f"two chunks for {c.topic}/{c.partition} in one file")
+        seen.add(tp)
+        if c.offset_span < 1 or not 0 <= c.record_count <= c.offset_span:
+            raise InvalidCommitError(
+                f"chunk {c.topic}/{c.partition}: need 0 <= record_count={c.record_count}"
+                f" <= offset_span={c.offset_span} and offset_span >= 1"
+            )
+        if min(c.data_pos, c.data_len, c.hash_pos, c.hash_count, c.batch_count,
+               c.tombstone_count) < 0:
+            raise InvalidCommitError(f"chunk {c.topic}/{c.partition}: negative position or count")
+
+
+class MetadataStore:
+    """The cluster's metadata: topics and configs, partitions' offsets, objects and segments.
+
+    Thread-safe: one handle may be shared by threads (each call checks out its own
+    connection). Open with `MetadataStore.open(url)`.
+    """
+
+    def __init__(self, engine: sa.Engine, url: str, clock: Clock) -> None:
+        self._engine = engine
+        self._url = url
+        self._clock = clock
+        self._pg = engine.dialect.name == "postgresql"
+        self._secret: bytes | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @classmethod
+    def open(cls, url: str = DEFAULT_URL, *, clock: Clock | None = None) -> MetadataStore:
+        """Connect, then create or migrate the schema (idempotent; concurrent opens are safe).
+
+        Each migration runs in its own transaction that re-reads the version under a lock
+        (PostgreSQL advisory lock / SQLite write lock), so two processes opening a fresh
+        database apply each migration exactly once. A crash mid-migration rolls it back.
+        """
+        store = cls(_make_engine(url), url, clock or wall_clock_ms)
+        try:
+            store._migrate()
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    def close(self) -> None:
+        """Release all connections."""
+        self._engine.dispose()
+
+    def __enter__(self) -> MetadataStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        """The URL the store was opened with."""
+        return self._url
+
+    @property
+    def dialect(self) -> str:
+        """`sqlite` or `postgresql`."""
+        return self._engine.dialect.name
+
+    def schema_version(self) -> int:
+        """The applied schema version."""
+        with self._read() as conn:
+            return self._version(conn)
+
+    def _version(self, conn: sa.Connection) -> int:
+        if not sa.inspect(conn).has_table(s.schema_version.name):
+            return 0
+        v = conn.execute(sa.select(sa.func.max(s.schema_version.c.version))).scalar()
+        return int(v or 0)
+
+    def _migrate(self) -> None:
+        while True:
+            with self._write() as conn:
+                if self._pg:
+                    conn.execute(sa.select(sa.func.pg_advisory_xact_lock(MIGRATION_LOCK_KEY)))
+                s.md.create_all(conn, tables=[s.schema_version])
+                version = self._version(conn)
+                if version > s.LATEST_VERSION:
+                    raise SchemaVersionError(
+                        f"metadata schema version {version} is newer than this code"
+                        f" (knows up to {s.LATEST_VERSION}); upgrade siltstream"
+                    )
+                if version == s.LATEST_VERSION:
+                    return
+                now = self._clock()
+                s.MIGRATIONS[version](conn, now)
+                conn.execute(s.schema_version.insert().values(
+                    version=version + 1, applied_at_ms=now))
+                log.info("metadata schema migrated to version %d", version + 1)
+
+    @contextmanager
+    def _read(self) -> Iterator[sa.Connection]:
+        """A read transaction (SQLite: deferred, a consistent snapshot once it reads)."""
+        with self._engine.connect() as conn, conn.begin():
+            yield conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sa.Connection]:
+        """A write transaction (SQLite: BEGIN IMMEDIATE, i.e. the database write lock)."""
+        with self._engine.connect() as conn:
+            conn.execution_options(silt_write=True)
+            with conn.begin():
+                yield conn
+
+    def cluster_secret(self) -> bytes:
+        """The cluster's 32 random bytes, created with the schema (key for BLAKE2b key hashes)."""
+        if self._secret is None:
+            with self._read() as conn:
+                secret = conn.execute(
+                    sa.select(s.cluster.c.secret).where(s.cluster.c.id == 1)
+                ).scalar_one()
+            self._secret = bytes(secret)
+        return self._secret
+
+    # ------------------------------------------------------------------ topics
+
+    def create_topic(
+        self, name: str, partitions: int, configs: Mapping[str, str] | None = None
+    ) -> TopicInfo:
+        """Create a topic with `partitions` empty partitions, in one transaction.
+
+        Crash before COMMIT: no topic. After: the topic and all its partitions exist.
+        """
+        if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name) or name in (".", ".."):
+            raise InvalidTopicError(
+                f"invalid topic name {name!r}: 1-249 characters of [a-zA-Z0-9._-], not '.' or '..'"
+            )
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise InvalidPartitionsError(f"partition count must be >= 1, got {partitions!r}")
+        stored = validate_configs(dict(configs or {}))
+        now = self._clock()
+        try:
+            with self._write() as conn:
+                exists = conn.execute(
+                    sa.select(s.topics.c.id).where(s.topics.c.name == name)
+                ).first()
+                if exists is not None:
+                    raise TopicExistsError(f"topic {name!r} already exists")
+                topic_id = conn.execute(
+                    s.topics.insert().values(
+                        name=name, partitions=partitions,
+                        configs=json.dumps(stored, sort_keys=True), created_at_ms=now,
+                    ).returning(s.topics.c.id)
+                ).scalar_one()
+                conn.execute(s.partitions.insert(), [
+                    {"topic_id": topic_id, "partition": p, "log_start_offset": 0,
+                     "next_offset": 0}
+                    for p in range(partitions)
+                ])
+        except sa.exc.IntegrityError as exc:  # a concurrent creator won the unique name
+            raise TopicExistsError(f"topic {name!r} already exists") from exc
+        return TopicInfo(topic_id, name, partitions, TopicConfig.from_map(stored), stored, now)
+
+    def get_topic(self, name: str) -> TopicInfo:
+        """The topic called `name`; UnknownTopicError if there is none."""
+        with self._read() as conn:
+            row = conn.execute(sa.select(s.topics).where(s.topics.c.name == name)).first()
+        if row is None:
+            raise UnknownTopicError(f"unknown topic {name!r}")
+        return _topic_info(row)
+
+    def list_topics(self) -> list[TopicInfo]:
+        """All topics, by name."""
+        with self._read() as conn:
+            rows = conn.execute(sa.select(s.topics).order_by(s.topics.c.name)).all()
+        return [_topic_info(r) for r in rows]
+
+    def partitions(self, topic: str) -> list[PartitionInfo]:
+        """The topic's partitions in order, with their log start and next offsets."""
+        t, p = s.topics.c, s.partitions.c
+        with self._read() as conn:
+            topic_id = conn.execute(sa.select(t.id).where(t.name == topic)).scalar()
+            if topic_id is None:
+                raise UnknownTopicError(f"unknown topic {topic!r}")
+            rows = conn.execute(
+                sa.select(p.partition, p.log_start_offset, p.next_offset)
+                .where(p.topic_id == topic_id).order_by(p.partition)
+            ).all()
+        return [PartitionInfo(topic, r.partition, r.log_start_offset, r.next_offset) for r in rows]
+
+    # ------------------------------------------------------------------ files
+
+    def register_pending_file(
+        self, object_key: str, *, level: int = 0, holds_compacted: bool = False
+    ) -> int:
+        """Record that `object_key` may be uploaded; returns the file id for `commit_file`.
+
+        Call before the upload. Crash before COMMIT: no row and (the caller not having
+        uploaded yet) no object. After: a pending row that GC removes, with its object if any,
+        once it is older than the GC grace period.
+        """
+        now = self._clock()
+        with self._write() as conn:
+            return int(conn.execute(
+                s.files.insert().values(
+                    object_key=object_key, level=level, state=s.FILE_PENDING,
+                    holds_compacted=holds_compacted, created_at_ms=now, state_changed_at_ms=now,
+                ).returning(s.files.c.id)
+            ).scalar_one())
+
+    def commit_file(
+        self,
+        file_id: int,
+        *,
+        size: int,
+        data_offset: int,
+        data_length: int,
+        meta_offset: int,
+        meta_length: int,
+        chunks: Sequence[ChunkMeta],
+    ) -> dict[tuple[str, int], int]:
+        """Make an uploaded object's chunks visible, assigning offsets; returns their bases.
+
+        One transaction: flip the file pending → live (locking its row), lock the partitions
+        in sorted order, give each chunk the base offset `next_offset` and advance it by
+        `offset_span`, insert the segments. Validation failures (FileStateError,
+        UnknownTopicError, UnknownPartitionError, InvalidCommitError) commit nothing.
+
+        Crash before COMMIT: the file stays pending (GC deletes it); after: everything visible.
+        If COMMIT itself fails the file's state is read back: live means it was applied (the
+        assigned bases are returned), pending means it was not (retried). Transient database
+        errors are retried up to COMMIT_ATTEMPTS times, then raise CommitConflictError.
+        """
+        _validate_chunks(chunks)
+        layout = {"size": size, "data_offset": data_offset, "data_length": data_length,
+                  "meta_offset": meta_offset, "meta_length": meta_length}
+        last_exc: Exception | None = None
+        for attempt in range(COMMIT_ATTEMPTS):
+            if attempt:
+                time.sleep(0.05 * attempt)
+            try:
+                return self._commit_once(file_id, layout, chunks)
+            except _NotApplied as exc:
+                last_exc = exc.cause
+                log.warning("commit of file %d not applied (attempt %d): %s",
+                            file_id, attempt + 1, exc.cause)
+            except _OutcomeUnknown as exc:
+                bases = self._resolve_commit(file_id, exc.cause)
+                if bases is not None:
+                    return bases
+                last_exc = exc.cause
+        raise CommitConflictError(
+            f"commit of file {file_id} not applied after {COMMIT_ATTEMPTS} attempts: {last_exc}"
+        ) from last_exc
+
+    def _commit_once(
+        self, file_id: int, layout: Mapping[str, int], chunks: Sequence[ChunkMeta]
+    ) -> dict[tuple[str, int], int]:
+        f, t, p, seg = s.files.c, s.topics.c, s.partitions.c, s.segments
+        now = self._clock()
+        conn = self._engine.connect()
+        try:
+            conn.execution_options(silt_write=True)
+            trans = conn.begin()
+            try:
+                # 1. pending → live, taking the file row lock (a concurrent abandon/GC waits).
+                flipped = conn.execute(
+                    s.files.update()
+                    .where(f.id == file_id, f.state == s.FILE_PENDING)
+                    .values(state=s.FILE_LIVE, state_changed_at_ms=now, **layout)
+                ).rowcount
+                if flipped != 1:
+                    state = conn.execute(sa.select(f.state).where(f.id == file_id)).scalar()
+                    if state is None:
+                        raise UnknownFileError(f"no file with id {file_id}")
+                    raise FileStateError(f"file {file_id} is {state}, not pending: cannot commit")
+                # 2. resolve topic names.
+                names = sorted({c.topic for c in chunks})
+                ids = {r.name: r.id for r in conn.execute(
+                    sa.select(t.id, t.name).where(t.name.in_(names)))}
+                for name in names:
+                    if name not in ids:
+                        raise UnknownTopicError(f"unknown topic {name!r}")
+                # 3. lock the partition rows in sorted (topic_id, partition) order.
+                wanted = sorted({(ids[c.topic], c.partition) for c in chunks})
+                rows = conn.execute(
+                    sa.select(p.topic_id, p.partition, p.next_offset)
+                    .where(sa.tuple_(p.topic_id, p.partition).in_(wanted))
+                    .order_by(p.topic_id, p.partition)
+                    .with_for_update()
+                ).all()
+                next_offset = {(r.topic_id, r.partition): int(r.next_offset) for r in rows}
+                for c in chunks:
+                    if (ids[c.topic], c.partition) not in next_offset:
+                        raise UnknownPartitionError(
+                            f"topic {c.topic!r} has no partition {c.partition}")
+                # 4. assign offsets and insert segments.
+                bases: dict[tuple[str, int], int] = {}
+                seg_rows = []
+                for c in chunks:
+                    key = (ids[c.topic], c.partition)
+                    base = next_offset[key]
+                    next_offset[key] = base + c.offset_span
+                    bases[(c.topic, c.partition)] = base
+                    seg_rows.append({
+                        "file_id": file_id, "topic_id": key[0], "partition": c.partition,
+                        "base_offset": base, "last_offset": base + c.offset_span - 1,
+                        "record_count": c.record_count, "data_pos": c.data_pos,
+                        "data_len": c.data_len, "hash_pos": c.hash_pos,
+                        "hash_count": c.hash_count, "batch_count": c.batch_count,
+                        "min_timestamp": c.min_timestamp, "max_timestamp": c.max_timestamp,
+                        "tombstone_count": c.tombstone_count, "live": True,
+                        "created_at_ms": now, "cleaned_at_ms": None,
+                    })
+                conn.execute(seg.insert(), seg_rows)
+                conn.execute(
+                    s.partitions.update()
+                    .where(p.topic_id == sa.bindparam("k_topic"),
+                           p.partition == sa.bindparam("k_partition"))
+                    .values(next_offset=sa.bindparam("k_next")),
+                    [{"k_topic": k[0], "k_partition": k[1], "k_next": v}
+                     for k, v in sorted(next_offset.items())],
+                )
+            except MetadataError:
+                trans.rollback()
+                raise
+            except sa.exc.DBAPIError as exc:
+                _rollback_quietly(trans)
+                raise _NotApplied(exc) from exc
+            # 5. COMMIT: a failure here leaves the outcome unknown until read back.
+            try:
+                trans.commit()
+            except sa.exc.DBAPIError as exc:
+                raise _OutcomeUnknown(exc) from exc
+            return bases
+        finally:
+            _close_quietly(conn)
+
+    def _resolve_commit(
+        self, file_id: int, cause: Exception
+    ) -> dict[tuple[str, int], int] | None:
+        """After a failed COMMIT: the bases if the commit was applied, None if it was not."""
+        try:
+            with self._read() as conn:
+                state = conn.execute(
+                    sa.select(s.files.c.state).where(s.files.c.id == file_id)).scalar()
+                if state == s.FILE_LIVE:
+                    rows = conn.execute(
+                        sa.select(s.topics.c.name, s.segments.c.partition,
+                                  s.segments.c.base_offset)
+                        .join(s.topics, s.topics.c.id == s.segments.c.topic_id)
+                        .where(s.segments.c.file_id == file_id)
+                    ).all()
+                    return {(r.name, r.partition): r.base_offset for r in rows}
+        except sa.exc.DBAPIError as exc:
+            raise CommitUnknownError(
+                f"commit of file {file_id} failed during COMMIT ({cause}) and its outcome"
+                f" could not be read back: {exc}"
+            ) from exc
+        if state == s.FILE_PENDING:
+            return None
+        raise CommitUnknownError(
+            f"commit of file {file_id} failed during COMMIT ({cause}); file is now {state}"
+        )
+
+    def abandon_file(self, file_id: int) -> None:
+        """Mark a pending file abandoned: its commit will not happen; GC deletes the object.
+
+        Idempotent for files already abandoned, deleting or deleted; FileStateError if live.
+        Crash before COMMIT: the file stays pending, which GC treats the same way.
+        """
+        f = s.files.c
+        with self._write() as conn:
+            state = conn.execute(sa.select(f.state).where(f.id == file_id)).scalar()
+            if state is None:
+                raise UnknownFileError(f"no file with id {file_id}")
+            if state == s.FILE_LIVE:
+                raise FileStateError(f"file {file_id} is live: cannot abandon a committed file")
+            if state == s.FILE_PENDING:
+                conn.execute(s.files.update().where(f.id == file_id, f.state == s.FILE_PENDING)
+                             .values(state=s.FILE_ABANDONED, state_changed_at_ms=self._clock()))
+
+    def get_file(self, file_id: int) -> FileInfo:
+        """One file's row; UnknownFileError if missing."""
+        with self._read() as conn:
+            row = conn.execute(sa.select(s.files).where(s.files.c.id == file_id)).first()
+        if row is None:
+            raise UnknownFileError(f"no file with id {file_id}")
+        return _file_info(row)
+
+    def files_to_gc(self, older_than_ms: int) -> list[FileInfo]:
+        """Pending, abandoned and deleting files whose state changed before `older_than_ms`.
+
+        Pass `now - grace` so that pending files still being uploaded are left alone.
+        """
+        f = s.files.c
+        gc_states = (s.FILE_PENDING, s.FILE_ABANDONED, s.FILE_DELETING)
+        with self._read() as conn:
+            rows = conn.execute(
+                sa.select(s.files)
+                .where(f.state.in_(gc_states), f.state_changed_at_ms < older_than_ms)
+                .order_by(f.id)
+            ).all()
+        return [_file_info(r) for r in rows]
+
+    def mark_deleting(self, file_ids: Iterable[int]) -> list[int]:
+        """GC step 1: pending/abandoned → deleting (a late `commit_file` then fails cleanly).
+
+        Returns the ids that are now deleting; delete only their objects. Crash before COMMIT:
+        nothing changed; after: the files are listed by `files_to_gc` until `mark_deleted`.
+        """
+        return self._transition(file_ids, (s.FILE_PENDING, s.FILE_ABANDONED, s.FILE_DELETING),
+                                s.FILE_DELETING)
+
+    def mark_deleted(self, file_ids: Iterable[int]) -> list[int]:
+        """GC step 3, after the objects are gone: deleting/abandoned/pending → deleted.
+
+        Returns the ids changed (live files are never touched). Crash before COMMIT: the files
+        are listed again and their (already deleted) objects deleted again, harmlessly.
+        """
+        return self._transition(file_ids, (s.FILE_PENDING, s.FILE_ABANDONED, s.FILE_DELETING),
+                                s.FILE_DELETED)
+
+    def _transition(self, file_ids: Iterable[int], from_states: Sequence[str],
+                    to_state: str) -> list[int]:
+        ids = sorted(set(file_ids))
+        if not ids:
+            return []
+        f = s.files.c
+        with self._write() as conn:
+            changed = conn.execute(
+                s.files.update()
+                .where(f.id.in_(ids), f.state.in_(from_states))
+                .values(state=to_state, state_changed_at_ms=self._clock())
+                .returning(f.id)
+            ).scalars().all()
+        return sorted(int(i) for i in changed)
+
+    # ------------------------------------------------------------------ reads
+
+    def find_segments(
+        self, topic: str, partition: int, from_offset: int, *, limit: int | None = None
+    ) -> list[SegmentInfo]:
+        """Live segments of a partition with last_offset >= from_offset, in offset order.
+
+        One query: the partition row LEFT JOINed to its live segments through the index
+        (topic_id, partition, last_offset) WHERE live. OffsetOutOfRangeError if from_offset
+        is below the log start; an offset at or past next_offset gives [].
+        """
+        t, p, sg, f = s.topics, s.partitions, s.segments, s.files
+        on = sa.and_(
+            sg.c.topic_id == p.c.topic_id,
+            sg.c.partition == p.c.partition,
+            s.LIVE,
+            sg.c.last_offset >= from_offset,
+        )
+        query = (
+            sa.select(p.c.log_start_offset, *_SEGMENT_COLUMNS)
+            .select_from(
+                t.join(p, p.c.topic_id == t.c.id)
+                .outerjoin(sg.join(f, f.c.id == sg.c.file_id), on)
+            )
+            .where(t.c.name == topic, p.c.partition == partition)
+            .order_by(sg.c.last_offset)
+        )
+        if limit is not None:
+            query = query.limit(max(limit, 1))
+        with self._read() as conn:
+            rows = conn.execute(query).all()
+            if not rows:
+                self._raise_unknown(conn, topic, partition)
+        log_start = rows[0].log_start_offset
+        if from_offset < log_start:
+            raise OffsetOutOfRangeError(
+                f"offset {from_offset} of {topic}/{partition} is below log start {log_start}"
+            )
+        return [_segment_info(r) for r in rows if r.id is not None]
+
+    def _raise_unknown(self, conn: sa.Connection, topic: str, partition: int) -> None:
+        n = conn.execute(sa.select(s.topics.c.partitions).where(s.topics.c.name == topic)).scalar()
+        if n is None:
+            raise UnknownTopicError(f"unknown topic {topic!r}")
+        raise UnknownPartitionError(f"topic {topic!r} has no partition {partition} (has {n})")
+
+    def stats(self) -> StoreStats:
+        """Live files, bytes and live segments per level; files and bytes per state."""
+        f, sg = s.files.c, s.segments.c
+        with self._read() as conn:
+            by_state = conn.execute(
+                sa.select(f.state, sa.func.count(), sa.func.coalesce(sa.func.sum(f.size), 0))
+                .group_by(f.state)
+            ).all()
+            level_files = conn.execute(
+                sa.select(f.level, sa.func.count(), sa.func.coalesce(sa.func.sum(f.size), 0))
+                .where(f.state == s.FILE_LIVE).group_by(f.level)
+            ).all()
+            level_segs: dict[int, int] = {
+                int(lv): int(n) for lv, n in conn.execute(
+                    sa.select(f.level, sa.func.count())
+                    .select_from(s.segments.join(s.files, f.id == sg.file_id))
+                    .where(s.LIVE).group_by(f.level)
+                )
+            }
+            n_topics = conn.execute(sa.select(sa.func.count()).select_from(s.topics)).scalar()
+        levels = tuple(
+            LevelStats(int(lv), int(n), int(b), int(level_segs.get(lv, 0)))
+            for lv, n, b in sorted(level_files)
+        )
+        return StoreStats(
+            levels=levels,
+            files_by_state={st: int(n) for st, n, _ in by_state},
+            bytes_by_state={st: int(b) for st, _, b in by_state},
+            topics=int(n_topics or 0),
+        )
+
+    def snapshot(self) -> Snapshot:
+        """Topics, partitions, live files and live segments, read in one consistent snapshot
+        (PostgreSQL: REPEATABLE READ; SQLite: one read transaction)."""
+        t, f, sg = s.topics, s.files, s.segments
+        with self._engine.connect() as conn:
+            if self._pg:
+                conn.execution_options(isolation_level="REPEATABLE READ")
+            with conn.begin():
+                now = self._clock()
+                topic_rows = conn.execute(sa.select(t).order_by(t.c.name)).all()
+                names = {r.id: r.name for r in topic_rows}
+                part_rows = conn.execute(
+                    sa.select(s.partitions).order_by(s.partitions.c.topic_id,
+                                                     s.partitions.c.partition)
+                ).all()
+                file_rows = conn.execute(
+                    sa.select(f).where(f.c.state == s.FILE_LIVE).order_by(f.c.id)
+                ).all()
+                seg_rows = conn.execute(
+                    sa.select(*_SEGMENT_COLUMNS)
+                    .select_from(sg.join(f, f.c.id == sg.c.file_id)
+                                 .join(t, t.c.id == sg.c.topic_id))
+                    .where(s.LIVE)
+                    .order_by(sg.c.topic_id, sg.c.partition, sg.c.last_offset)
+                ).all()
+        return Snapshot(
+            taken_at_ms=now,
+            topics=tuple(_topic_info(r) for r in topic_rows),
+            partitions=tuple(
+                PartitionInfo(names[r.topic_id], r.partition, r.log_start_offset, r.next_offset)
+                for r in part_rows
+            ),
+            files=tuple(_file_info(r) for r in file_rows),
+            segments=tuple(_segment_info(r) for r in seg_rows),
+        )
+
+
+class _NotApplied(Exception):
+    """Internal: the transaction failed before COMMIT and was rolled back."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class _OutcomeUnknown(Exception):
+    """Internal: COMMIT was sent but its result was lost."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _rollback_quietly(trans: sa.RootTransaction) -> None:
+    try:
+        trans.rollback()
+    except sa.exc.DBAPIError:  # connection already broken: the server rolls back itself
+        log.debug("rollback failed", exc_info=True)
+
+
+def _close_quietly(conn: sa.Connection) -> None:
+    try:
+        conn.close()
+    except sa.exc.DBAPIError:
+        log.debug("close failed", exc_info=True)
