@@ -612,7 +612,8 @@ class MetadataStore:
             sa.select(p.c.log_start_offset, *_SEGMENT_COLUMNS)
             .select_from(
                 t.join(p, p.c.topic_id == t.c.id)
-                .outerjoin(sg.join(f, f.c.id == sg.c.file_id), on)
+                .outerjoin(sg, on)
+                .outerjoin(f, f.c.id == sg.c.file_id)
             )
             .where(t.c.name == topic, p.c.partition == partition)
             .order_by(sg.c.last_offset)

@@ -1,0 +1,37 @@
+"""Shared helpers for the metadata tests: a controllable clock and chunk builders."""
+
+from __future__ import annotations
+
+from metadata import ChunkMeta, MetadataStore
+
+
+class FakeClock:
+    """A millisecond clock that moves only when told to."""
+
+    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+    def advance(self, ms: int) -> None:
+        self.now_ms += ms
+
+
+def chunk(topic: str, partition: int, span: int = 1, records: int | None = None) -> ChunkMeta:
+    """A chunk of `span` offsets (all present unless `records` says fewer)."""
+    return ChunkMeta(
+        topic=topic, partition=partition,
+        record_count=span if records is None else records, offset_span=span,
+        data_pos=100 * partition, data_len=100, hash_pos=0, hash_count=span, batch_count=1,
+        min_timestamp=1, max_timestamp=2, tombstone_count=0,
+    )
+
+
+def commit(store: MetadataStore, key: str, chunks: list[ChunkMeta]) -> dict[tuple[str, int], int]:
+    """Register and commit one object holding `chunks`."""
+    fid = store.register_pending_file(key)
+    return store.commit_file(
+        fid, size=1000, data_offset=8, data_length=900, meta_offset=908, meta_length=92,
+        chunks=chunks,
+    )

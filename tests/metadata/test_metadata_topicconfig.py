@@ -1,0 +1,87 @@
+"""Topic config parsing and validation (pure, no database)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from metadata import TopicConfig
+from metadata.errors import InvalidConfigError
+from metadata.topicconfig import DEFAULTS, KNOWN_KEYS, LONG_MAX, validate_configs
+
+
+def test_defaults_match_kafka() -> None:
+    cfg = TopicConfig.from_map({})
+    assert cfg == TopicConfig()
+    assert cfg.cleanup_policy == "delete" and cfg.deletes and not cfg.compacted
+    assert cfg.retention_ms == 604_800_000
+    assert cfg.retention_bytes == -1
+    assert cfg.delete_retention_ms == 86_400_000
+    assert cfg.min_cleanable_dirty_ratio == 0.5
+    assert cfg.min_compaction_lag_ms == 0
+    assert cfg.max_compaction_lag_ms == LONG_MAX
+    assert cfg.max_message_bytes == 1_048_588
+    assert cfg.segment_bytes == 1_073_741_824
+    assert TopicConfig.from_map(DEFAULTS) == cfg
+
+
+@pytest.mark.parametrize(
+    ("policy", "compacted", "deletes"),
+    [("delete", False, True), ("compact", True, False), ("compact,delete", True, True),
+     ("delete,compact", True, True), (" compact , delete ", True, True)],
+)
+def test_policies(policy: str, compacted: bool, deletes: bool) -> None:
+    stored = validate_configs({"cleanup.policy": policy})
+    cfg = TopicConfig.from_map(stored)
+    assert (cfg.compacted, cfg.deletes) == (compacted, deletes)
+    assert stored["cleanup.policy"] in ("delete", "compact", "compact,delete")
+
+
+def test_values_parse() -> None:
+    cfg = TopicConfig.from_map(validate_configs({
+        "retention.ms": "-1", "retention.bytes": "1000", "delete.retention.ms": "0",
+        "min.cleanable.dirty.ratio": "0.1", "min.compaction.lag.ms": "5",
+        "max.compaction.lag.ms": "10", "max.message.bytes": "1000", "segment.bytes": "14",
+    }))
+    assert (cfg.retention_ms, cfg.retention_bytes, cfg.delete_retention_ms) == (-1, 1000, 0)
+    assert cfg.min_cleanable_dirty_ratio == 0.1
+    assert (cfg.min_compaction_lag_ms, cfg.max_compaction_lag_ms) == (5, 10)
+    assert (cfg.max_message_bytes, cfg.segment_bytes) == (1000, 14)
+
+
+BAD = [
+    ("cleanup.policy", ""), ("cleanup.policy", "compacted"), ("cleanup.policy", "delete,nope"),
+    ("retention.ms", "-2"), ("retention.ms", "1.5"), ("retention.ms", "abc"),
+    ("retention.ms", str(LONG_MAX + 1)), ("retention.bytes", "-5"),
+    ("delete.retention.ms", "-1"), ("min.cleanable.dirty.ratio", "1.01"),
+    ("min.cleanable.dirty.ratio", "-0.1"), ("min.cleanable.dirty.ratio", "nan"),
+    ("min.cleanable.dirty.ratio", "x"), ("min.compaction.lag.ms", "-1"),
+    ("max.compaction.lag.ms", "0"), ("max.message.bytes", "-1"),
+    ("max.message.bytes", "2147483648"), ("segment.bytes", "13"), ("segment.bytes", ""),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), BAD)
+def test_bad_values_name_the_key(key: str, value: str) -> None:
+    with pytest.raises(InvalidConfigError) as err:
+        validate_configs({key: value})
+    msg = str(err.value)
+    assert repr(key) in msg and "\n" not in msg
+    assert not err.value.retriable
+
+
+def test_unknown_key_lists_allowed_keys() -> None:
+    with pytest.raises(InvalidConfigError, match=re.escape("unknown topic config 'retention.mss'")) as err:
+        validate_configs({"retention.mss": "1"})
+    assert all(k in str(err.value) for k in KNOWN_KEYS)
+
+
+def test_non_string_value_rejected() -> None:
+    with pytest.raises(InvalidConfigError, match=re.escape("'retention.ms'")):
+        validate_configs({"retention.ms": 5})  # type: ignore[dict-item]
+
+
+def test_min_lag_above_max_lag_rejected() -> None:
+    with pytest.raises(InvalidConfigError, match=re.escape("min.compaction.lag.ms")):
+        validate_configs({"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"})
