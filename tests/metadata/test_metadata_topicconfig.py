@@ -72,7 +72,8 @@ def test_bad_values_name_the_key(key: str, value: str) -> None:
 
 
 def test_unknown_key_lists_allowed_keys() -> None:
-    with pytest.raises(InvalidConfigError, match=re.escape("unknown topic config 'retention.mss'")) as err:
+    msg = re.escape("unknown topic config 'retention.mss'")
+    with pytest.raises(InvalidConfigError, match=msg) as err:
         validate_configs({"retention.mss": "1"})
     assert all(k in str(err.value) for k in KNOWN_KEYS)
 
