@@ -143,7 +143,7 @@ _SEGMENT_COLUMNS = [
 def _segment_info(row: sa.Row[Any]) -> SegmentInfo:
     m = row._mapping
     return SegmentInfo(
-        **{c.name: m[c] for c in s.segments.c},
+        **{c.name: m[c.name] for c in s.segments.c},
         topic=m["topic"],
         object_key=m["object_key"],
         file_size=m["file_size"],
@@ -597,29 +597,35 @@ class MetadataStore:
     ) -> list[SegmentInfo]:
         """Live segments of a partition with last_offset >= from_offset, in offset order.
 
-        One query: the partition row LEFT JOINed to its live segments through the index
-        (topic_id, partition, last_offset) WHERE live. OffsetOutOfRangeError if from_offset
-        is below the log start; an offset at or past next_offset gives [].
+        One statement: the partition row (for the log start check) LEFT JOINed on true to a
+        derived table of its live segments — a range scan of the index (topic_id, partition,
+        last_offset) WHERE live with its own ORDER BY … LIMIT, so a read stops after `limit`
+        index entries instead of sorting every later segment (both planners would otherwise
+        sort them all). OffsetOutOfRangeError if from_offset is below the log start; an
+        offset at or past next_offset gives [].
         """
         t, p, sg, f = s.topics, s.partitions, s.segments, s.files
-        on = sa.and_(
-            sg.c.topic_id == p.c.topic_id,
-            sg.c.partition == p.c.partition,
-            s.LIVE,
-            sg.c.last_offset >= from_offset,
-        )
-        query = (
-            sa.select(p.c.log_start_offset, *_SEGMENT_COLUMNS)
-            .select_from(
-                t.join(p, p.c.topic_id == t.c.id)
-                .outerjoin(sg, on)
-                .outerjoin(f, f.c.id == sg.c.file_id)
+        topic_id = sa.select(t.c.id).where(t.c.name == topic).scalar_subquery()
+        inner = (
+            sa.select(*sg.c, f.c.object_key, f.c.size.label("file_size"))
+            .select_from(sg.join(f, f.c.id == sg.c.file_id))
+            .where(
+                sg.c.topic_id == topic_id,
+                sg.c.partition == partition,
+                s.LIVE,
+                sg.c.last_offset >= from_offset,
             )
-            .where(t.c.name == topic, p.c.partition == partition)
             .order_by(sg.c.last_offset)
         )
         if limit is not None:
-            query = query.limit(max(limit, 1))
+            inner = inner.limit(max(limit, 1))
+        seg = inner.subquery("seg")
+        query = (
+            sa.select(p.c.log_start_offset, t.c.name.label("topic"), *seg.c)
+            .select_from(t.join(p, p.c.topic_id == t.c.id).outerjoin(seg, sa.true()))
+            .where(t.c.name == topic, p.c.partition == partition)
+            .order_by(seg.c.last_offset)
+        )
         with self._read() as conn:
             rows = conn.execute(query).all()
             if not rows:
