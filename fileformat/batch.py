@@ -1,0 +1,375 @@
+"""Kafka RecordBatch v2 (magic 2): build, verify, decode, re-base.
+
+Record sections are encoded and decoded by aiokafka's C-accelerated builder/reader, always
+UNCOMPRESSED; compression is done here around it (zstd via `zstandard`, gzip via stdlib,
+lz4/snappy decode only when `cramjam` is importable) so the codec set does not depend on
+aiokafka's optional extras.
+
+Byte layout (big-endian; `pos` relative to the batch start)::
+
+    pos  size  field                  covered by CRC
+    0    8     baseOffset   int64      no  (patched when a batch is stored / re-based)
+    8    4     length       int32      no  (bytes after this field: total - 12)
+    12   4     leaderEpoch  int32      no  (unused by siltstream, kept as written)
+    16   1     magic        int8       no  (must be 2)
+    17   4     crc          uint32     -   (CRC32C of bytes 21..end)
+    21   2     attributes   int16      yes (bits 0-2 codec, 3 timestamp type,
+                                            4 transactional, 5 control)
+    23   4     lastOffsetDelta int32   yes
+    27   8     firstTimestamp int64    yes
+    35   8     maxTimestamp int64      yes
+    43   8     producerId   int64      yes
+    51   2     producerEpoch int16     yes
+    53   4     baseSequence int32      yes
+    57   4     recordCount  int32      yes
+    61   ...   records (compressed as one blob after byte 61 when codec != 0)
+
+The four fields before the CRC are not checksummed by Kafka; the object format covers them
+with a per-chunk "frame CRC" in the index (see `fileformat.objectfile`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+import crc32c
+import zstandard
+from aiokafka.errors import CorruptRecordException
+from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from fileformat.errors import CorruptDataError, TruncatedError, UnsupportedError
+
+HEADER = struct.Struct(
+    ">"
+    "q"  # baseOffset: offset of the record with delta 0
+    "i"  # length: bytes following this field
+    "i"  # partitionLeaderEpoch: not checksummed, unused here
+    "b"  # magic: 2
+    "I"  # crc: CRC32C over attributes..end
+    "h"  # attributes: codec | timestamp type | transactional | control
+    "i"  # lastOffsetDelta: delta of the last record
+    "q"  # firstTimestamp: timestamp of the first record
+    "q"  # maxTimestamp: largest record timestamp
+    "q"  # producerId: -1 when not idempotent
+    "h"  # producerEpoch
+    "i"  # baseSequence
+    "i"  # recordCount: records in the batch
+)
+HEADER_SIZE = HEADER.size  # 61
+BASE_OFFSET_POS = 0
+LENGTH_POS = struct.calcsize(">q")
+LEADER_EPOCH_POS = struct.calcsize(">qi")
+MAGIC_POS = struct.calcsize(">qii")
+CRC_POS = struct.calcsize(">qiib")
+ATTRIBUTES_POS = struct.calcsize(">qiibI")
+RECORD_COUNT_POS = struct.calcsize(">qiibIhiqqqhi")
+LOG_OVERHEAD = LENGTH_POS + struct.calcsize(">i")  # bytes not counted by `length`: 12
+FRAME_SIZE = CRC_POS  # bytes before the CRC (not covered by it): 17
+MAGIC = 2
+MIN_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+
+CODEC_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+
+_BASE_OFFSET = struct.Struct(">q")
+_LENGTH = struct.Struct(">i")
+_CRC = struct.Struct(">I")
+_ATTRIBUTES = struct.Struct(">h")
+_MAX_BATCH_SIZE = 2**31 - 1
+
+
+class Compression(IntEnum):
+    """Kafka codec ids as stored in attribute bits 0-2."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One decoded record with its absolute offset."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The 61-byte header of a batch; `length` is the TOTAL batch size in bytes."""
+
+    base_offset: int
+    length: int
+    leader_epoch: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def compression(self) -> Compression:
+        """The codec; raises UnsupportedError for ids 5-7."""
+        codec = self.attributes & CODEC_MASK
+        try:
+            return Compression(codec)
+        except ValueError:
+            raise UnsupportedError(f"unknown compression codec {codec}") from None
+
+    @property
+    def is_control(self) -> bool:
+        """Whether this is a transaction marker batch."""
+        return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def is_transactional(self) -> bool:
+        """Whether the producer wrote it inside a transaction."""
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after the batch's last offset."""
+        return self.base_offset + self.last_offset_delta + 1
+
+
+RecordTuple = tuple[int, int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]
+"""(offset_delta, timestamp, key, value, headers) as accepted by `build_batch`."""
+
+
+def read_header(buf: Any, pos: int = 0) -> BatchHeader:
+    """Parse the header at `pos` and check framing (magic, length fits `buf`); no CRC check."""
+    end = len(buf)
+    if pos + HEADER_SIZE > end:
+        raise TruncatedError(f"batch header at {pos} needs {HEADER_SIZE} bytes, {end - pos} left")
+    (base, length, epoch, magic, crc, attrs, lod, first_ts, max_ts, pid, pep, bseq, count) = (
+        HEADER.unpack_from(buf, pos)
+    )
+    if magic != MAGIC:
+        raise CorruptDataError(f"batch at {pos}: magic {magic}, expected {MAGIC}")
+    if length < MIN_LENGTH:
+        raise CorruptDataError(f"batch at {pos}: length {length} below minimum {MIN_LENGTH}")
+    total = length + LOG_OVERHEAD
+    if pos + total > end:
+        raise TruncatedError(f"batch at {pos}: {total} bytes declared, {end - pos} available")
+    if count < 0 or lod < 0:
+        raise CorruptDataError(f"batch at {pos}: negative record count or last offset delta")
+    return BatchHeader(base, total, epoch, crc, attrs, lod, first_ts, max_ts, pid, pep, bseq, count)
+
+
+def _check_crc(view: memoryview, header: BatchHeader, pos: int) -> None:
+    actual = crc32c.crc32c(view[pos + ATTRIBUTES_POS : pos + header.length])
+    if actual != header.crc:
+        raise CorruptDataError(
+            f"batch at {pos}: CRC32C {actual:#010x} != stored {header.crc:#010x}"
+        )
+
+
+def verify_batch(buf: Any, pos: int = 0) -> BatchHeader:
+    """Check framing and CRC of the batch at `pos`; return its header."""
+    view = memoryview(buf)
+    header = read_header(view, pos)
+    _check_crc(view, header, pos)
+    header.compression  # noqa: B018 - raises UnsupportedError on a bad codec (CRC is fine)
+    return header
+
+
+def iter_batches(buf: Any) -> Iterator[tuple[BatchHeader, memoryview]]:
+    """Split a concatenation of batches, verifying each; yields views (no copies)."""
+    view = memoryview(buf)
+    pos = 0
+    end = len(view)
+    while pos < end:
+        header = verify_batch(view, pos)
+        yield header, view[pos : pos + header.length]
+        pos += header.length
+
+
+def with_base_offset(batch: Any, base_offset: int) -> bytes:
+    """Copy `batch` with baseOffset replaced (baseOffset is outside the CRC range)."""
+    out = bytearray(batch)
+    _BASE_OFFSET.pack_into(out, BASE_OFFSET_POS, base_offset)
+    return bytes(out)
+
+
+# ---------------------------------------------------------------------------------------
+# compression
+
+
+def compress(data: Any, compression: Compression) -> bytes:
+    """Compress a records section with `compression` (zstd or gzip)."""
+    if compression == Compression.ZSTD:
+        return zstandard.ZstdCompressor(level=3).compress(data)
+    if compression == Compression.GZIP:
+        return gzip.compress(data, compresslevel=6, mtime=0)
+    raise UnsupportedError(f"cannot compress with {compression.name}")
+
+
+def decompress(data: Any, compression: Compression) -> bytes:
+    """Decompress a records section; CorruptDataError if the codec rejects it."""
+    try:
+        if compression == Compression.ZSTD:
+            return zstandard.ZstdDecompressor().decompressobj().decompress(bytes(data))
+        if compression == Compression.GZIP:
+            return gzip.decompress(data)
+        if compression in (Compression.SNAPPY, Compression.LZ4):
+            return _cramjam_decompress(data, compression)
+    except (zstandard.ZstdError, OSError, EOFError, zlib.error) as exc:
+        raise CorruptDataError(f"{compression.name} records do not decompress: {exc}") from exc
+    raise UnsupportedError(f"unknown compression {compression}")
+
+
+def _cramjam_decompress(data: Any, compression: Compression) -> bytes:
+    # aiokafka's lz4 (frame) and snappy (raw or xerial-framed) decoders need cramjam.
+    if importlib.util.find_spec("cramjam") is None:
+        raise UnsupportedError(f"{compression.name} batches need the cramjam package")
+    from aiokafka import codec
+
+    try:
+        if compression == Compression.SNAPPY:
+            return bytes(codec.snappy_decode(bytes(data)))
+        return bytes(codec.lz4_decode(bytes(data)))
+    except Exception as exc:  # cramjam raises its own DecompressionError
+        raise CorruptDataError(f"{compression.name} records do not decompress: {exc}") from exc
+
+
+# ---------------------------------------------------------------------------------------
+# building
+
+
+def new_builder() -> Any:
+    """A fresh aiokafka builder for one uncompressed, non-transactional batch."""
+    return DefaultRecordBatchBuilder(
+        magic=MAGIC,
+        compression_type=0,
+        is_transactional=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=_MAX_BATCH_SIZE,
+    )
+
+
+def seal_batch(built: Any, base_offset: int, compression: Compression) -> bytes:
+    """Finish an uncompressed batch from `new_builder().build()`: set base, compress, re-CRC."""
+    if compression == Compression.NONE:
+        out = bytearray(built)
+        _BASE_OFFSET.pack_into(out, BASE_OFFSET_POS, base_offset)
+        return bytes(out)
+    view = memoryview(built)
+    body = compress(view[HEADER_SIZE:], compression)
+    out = bytearray(HEADER_SIZE + len(body))
+    out[:HEADER_SIZE] = view[:HEADER_SIZE]
+    out[HEADER_SIZE:] = body
+    _BASE_OFFSET.pack_into(out, BASE_OFFSET_POS, base_offset)
+    _LENGTH.pack_into(out, LENGTH_POS, len(out) - LOG_OVERHEAD)
+    (attrs,) = _ATTRIBUTES.unpack_from(out, ATTRIBUTES_POS)
+    _ATTRIBUTES.pack_into(out, ATTRIBUTES_POS, (attrs & ~CODEC_MASK) | int(compression))
+    _CRC.pack_into(out, CRC_POS, crc32c.crc32c(memoryview(out)[ATTRIBUTES_POS:]))
+    return bytes(out)
+
+
+def build_batch(
+    records: Sequence[RecordTuple],
+    *,
+    base_offset: int = 0,
+    compression: Compression = Compression.NONE,
+) -> bytes:
+    """Encode (offset_delta, timestamp, key, value, headers) tuples as one batch.
+
+    Deltas must be strictly increasing but may have gaps (compaction keeps original offsets).
+    """
+    if not records:
+        raise ValueError("a batch needs at least one record")
+    builder = new_builder()
+    last = -1
+    for delta, timestamp, key, value, headers in records:
+        if delta <= last:
+            raise ValueError(f"offset deltas must increase: {delta} after {last}")
+        last = delta
+        builder.append(delta, timestamp=timestamp, key=key, value=value, headers=list(headers))
+    return seal_batch(builder.build(), base_offset, compression)
+
+
+# ---------------------------------------------------------------------------------------
+# decoding
+
+
+def uncompressed_view(view: memoryview, header: BatchHeader) -> memoryview:
+    """The batch itself if uncompressed, else a reassembled uncompressed copy (CRC unchanged)."""
+    codec = header.compression
+    if codec == Compression.NONE:
+        return view
+    body = decompress(view[HEADER_SIZE:], codec)
+    out = bytearray(HEADER_SIZE + len(body))
+    out[:HEADER_SIZE] = view[:HEADER_SIZE]
+    out[HEADER_SIZE:] = body
+    _LENGTH.pack_into(out, LENGTH_POS, len(out) - LOG_OVERHEAD)
+    _ATTRIBUTES.pack_into(out, ATTRIBUTES_POS, header.attributes & ~CODEC_MASK)
+    return memoryview(out)
+
+
+def iter_records(view: memoryview, header: BatchHeader, offset_shift: int = 0) -> Iterator[Record]:
+    """Decode a VERIFIED batch; record offset = baseOffset + delta + `offset_shift`."""
+    plain = uncompressed_view(view, header)
+    count = 0
+    last = -1
+    try:
+        for rec in DefaultRecordBatch(plain):
+            offset = rec.offset
+            if offset <= last:
+                raise CorruptDataError(f"batch at offset {header.base_offset}: offsets not rising")
+            last = offset
+            count += 1
+            yield Record(
+                offset + offset_shift, rec.timestamp, rec.key, rec.value, tuple(rec.headers)
+            )
+    except (CorruptRecordException, UnicodeDecodeError, ValueError) as exc:
+        raise CorruptDataError(f"batch at offset {header.base_offset}: {exc}") from exc
+    if count != header.record_count:
+        raise CorruptDataError(
+            f"batch at offset {header.base_offset}: {count} records, header says "
+            f"{header.record_count}"
+        )
+    if count and last != header.base_offset + header.last_offset_delta:
+        raise CorruptDataError(
+            f"batch at offset {header.base_offset}: last record offset {last} does not match "
+            f"lastOffsetDelta {header.last_offset_delta}"
+        )
+
+
+def decode_batch(buf: Any) -> list[Record]:
+    """Verify and decode one batch; offsets are absolute (baseOffset + delta)."""
+    view = memoryview(buf)
+    header = verify_batch(view)
+    if header.length != len(view):
+        raise CorruptDataError(f"batch is {header.length} bytes but buffer holds {len(view)}")
+    return list(iter_records(view, header))
+
+
+def batch_offsets(
+    view: memoryview, header: BatchHeader
+) -> list[tuple[int, int, bool, bytes | None]]:
+    """(delta, timestamp, is_tombstone, key) per record of a VERIFIED batch, for indexing."""
+    base = header.base_offset
+    return [
+        (rec.offset - base, rec.timestamp, rec.value is None, rec.key)
+        for rec in iter_records(view, header)
+    ]

@@ -1,0 +1,978 @@
+"""The multi-partition object: chunks of Kafka batches for many topic-partitions.
+
+Byte layout (big-endian; see docs/format.md for the field tables)::
+
+    HEADER   magic "SILT" (4) | version u16 | flags u16 (0)                         8 bytes
+    DATA     chunk 0 batches | chunk 1 batches | ...     (ordered by (topic, partition))
+    META     entry 0 | hashes 0 | crc 0 | entry 1 | hashes 1 | crc 1 | ... | TRAILER
+             entry   = ENTRY struct | topic utf-8 | offsets bitmap | tombstone bitmap
+             hashes  = hash_count x 16-byte keyed key hashes, in offset order
+             crc     = CRC32C(entry + hashes)                                         4 bytes
+             TRAILER = chunk_count u32 | CRC32C(all entry bytes before the trailer)   8 bytes
+    FOOTER   meta_offset u64 | meta_length u64 | data_offset u64 | data_length u64 |
+             meta_crc u32 (CRC32C of the whole META section) | chunk_count u32 |
+             version u16 | reserved u16 (0) | footer_crc u32 (bytes 0..40) | magic "SILT"
+                                                                                     48 bytes
+
+Each chunk's batches carry baseOffsets RELATIVE to the chunk's base offset. Kafka's batch CRC
+skips the first 17 bytes of a batch (baseOffset, length, leaderEpoch, magic); the entry's
+`frame_crc` is CRC32C over those 17-byte prefixes of all the chunk's batches in order, so every
+byte of an object is covered by some checksum, and readers additionally require the batches to
+tile `data_len` exactly with increasing base offsets inside `offset_span`.
+
+Readers are forward-only: `iter_meta` reads the META section as one sequential stream and
+`DataReader` reads the DATA section chunk by chunk; neither seeks.
+"""
+
+from __future__ import annotations
+
+import array
+import io
+import struct
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import crc32c
+import numpy as np
+from pyroaring import BitMap
+
+from fileformat.batch import (
+    FRAME_SIZE,
+    MAGIC,
+    BatchHeader,
+    Compression,
+    Record,
+    batch_offsets,
+    iter_records,
+    new_builder,
+    read_header,
+    seal_batch,
+    verify_batch,
+    with_base_offset,
+)
+from fileformat.errors import CorruptDataError, TruncatedError, UnsupportedError
+from fileformat.keyhash import KEY_HASH_SIZE, KeyHasher
+
+OBJECT_MAGIC = b"SILT"
+FORMAT_VERSION = 1
+
+OBJECT_HEADER = struct.Struct(
+    ">"
+    "4s"  # magic: b"SILT"
+    "H"  # version: FORMAT_VERSION
+    "H"  # flags: reserved, 0
+)
+OBJECT_HEADER_SIZE = OBJECT_HEADER.size
+
+ENTRY = struct.Struct(
+    ">"
+    "I"  # entry_size: bytes of this entry from here through its trailing CRC (incl. hashes)
+    "i"  # partition
+    "q"  # base_offset: absolute base, or -1 = assigned at commit
+    "Q"  # data_pos: absolute position of the chunk's first batch in the object
+    "Q"  # data_len: bytes of the chunk's batches
+    "Q"  # hash_rel: position of the key hashes relative to the META section start
+    "Q"  # hash_count: number of 16-byte key hashes (0 unless FLAG_KEYED)
+    "I"  # batch_count
+    "Q"  # record_count: records present (= cardinality of the offsets bitmap)
+    "Q"  # offset_span: last relative offset + 1 (gaps allowed)
+    "q"  # min_timestamp: -1 when empty
+    "q"  # max_timestamp: -1 when empty
+    "I"  # frame_crc: CRC32C over the 17-byte prefixes of all batches
+    "I"  # flags: FLAG_KEYED; other bits 0
+    "H"  # topic_len: bytes of the utf-8 topic name
+    "I"  # offsets_len: bytes of the serialized offsets bitmap
+    "I"  # tombstones_len: bytes of the serialized tombstone bitmap
+)
+ENTRY_SIZE_FIELD = struct.Struct(">I")
+ENTRY_CRC = struct.Struct(">I")
+TRAILER = struct.Struct(
+    ">"
+    "I"  # chunk_count
+    "I"  # entries_crc: CRC32C of every META byte before the trailer
+)
+FOOTER = struct.Struct(
+    ">"
+    "Q"  # meta_offset
+    "Q"  # meta_length: includes the trailer
+    "Q"  # data_offset: always OBJECT_HEADER_SIZE
+    "Q"  # data_length
+    "I"  # meta_crc: CRC32C of the whole META section
+    "I"  # chunk_count
+    "H"  # version
+    "H"  # reserved: 0
+    "I"  # footer_crc: CRC32C of the footer bytes before this field
+    "4s"  # magic: b"SILT"
+)
+FOOTER_SIZE = FOOTER.size
+FOOTER_CRC_POS = struct.calcsize(">QQQQIIHH")
+
+FLAG_KEYED = 0x1
+"""The chunk carries one key hash per record and a tombstone bitmap (compacted topics)."""
+_KNOWN_FLAGS = FLAG_KEYED
+MAX_OFFSET_SPAN = 2**32  # relative offsets live in 32-bit roaring bitmaps
+_COPY_BLOCK = 1 << 20
+
+
+class Readable(Protocol):
+    """A forward-only byte stream (e.g. an object-store range GET body)."""
+
+    def read(self, n: int, /) -> bytes: ...
+
+
+# ---------------------------------------------------------------------------------------
+# data model
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkIndex:
+    """What the META section says about one chunk (its key hashes travel separately)."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    data_pos: int
+    data_len: int
+    hash_pos: int
+    hash_count: int
+    batch_count: int
+    record_count: int
+    offset_span: int
+    min_timestamp: int
+    max_timestamp: int
+    offsets: BitMap = field(compare=False, repr=False)
+    tombstones: BitMap = field(compare=False, repr=False)
+    flags: int = 0
+    frame_crc: int = 0
+
+    @property
+    def data_end(self) -> int:
+        """Position just after the chunk's last batch."""
+        return self.data_pos + self.data_len
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the chunk carries key hashes and tombstones."""
+        return bool(self.flags & FLAG_KEYED)
+
+
+@dataclass(frozen=True, slots=True)
+class FileLayout:
+    """Where things are in a written object (what the metadata store records)."""
+
+    size: int
+    data_offset: int
+    data_length: int
+    meta_offset: int
+    meta_length: int
+    meta_crc: int
+    chunks: list[ChunkIndex]
+
+
+@dataclass(frozen=True, slots=True)
+class Footer:
+    """The fixed-size tail of an object."""
+
+    meta_offset: int
+    meta_length: int
+    data_offset: int
+    data_length: int
+    meta_crc: int
+    chunk_count: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """A finished chunk from `ChunkBuilder.finish`, ready for `FileWriter.add`."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    batches: list[bytes]
+    data_len: int
+    record_count: int
+    offset_span: int
+    min_timestamp: int
+    max_timestamp: int
+    offsets: BitMap
+    tombstones: BitMap
+    key_hashes: bytes
+    flags: int
+    frame_crc: int
+
+    @property
+    def batch_count(self) -> int:
+        """Number of batches."""
+        return len(self.batches)
+
+
+# ---------------------------------------------------------------------------------------
+# building chunks
+
+
+def _as_offsets(values: Any) -> np.ndarray[Any, np.dtype[np.int64]]:
+    arr = np.asarray(values, dtype=np.int64)
+    if arr.ndim != 1:
+        raise ValueError("offsets must be one-dimensional")
+    return arr
+
+
+def _bitmap_of(arr: np.ndarray[Any, np.dtype[np.int64]]) -> BitMap:
+    """BitMap from int64 offsets without a per-element Python loop."""
+    values = array.array("I")
+    values.frombytes(arr.astype(np.uint32).tobytes())
+    return BitMap(values)
+
+
+class ChunkBuilder:
+    """Accumulates one topic-partition's batches for one object.
+
+    Relative offsets start at 0 (the chunk base). Records from `append` are buffered into an
+    aiokafka builder and sealed into a batch once it reaches `max_batch_bytes`. Key hashes
+    and tombstones are tracked only for keyed chunks (`hasher` given or `keyed=True`).
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        base_offset: int = -1,
+        hasher: KeyHasher | None = None,
+        keyed: bool | None = None,
+        compression: Compression = Compression.NONE,
+        max_batch_bytes: int = 1 << 20,
+    ) -> None:
+        if len(topic.encode()) > 0xFFFF or not topic:
+            raise ValueError("topic must be 1..65535 utf-8 bytes")
+        if not 0 <= partition < 2**31:
+            raise ValueError(f"bad partition {partition}")
+        if compression not in (Compression.NONE, Compression.ZSTD, Compression.GZIP):
+            raise UnsupportedError(f"cannot write {Compression(compression).name} batches")
+        self.topic = topic
+        self.partition = partition
+        self.base_offset = base_offset
+        self._hasher = hasher
+        self._keyed = hasher is not None if keyed is None else keyed
+        self._compression = Compression(compression)
+        self._max_batch_bytes = max_batch_bytes
+        self._batches: list[bytes] = []
+        self._data_len = 0
+        self._frame_crc = 0
+        self._next = 0
+        self._count = 0
+        self._offsets = BitMap()
+        self._tombstones = BitMap()
+        self._hashes = bytearray()
+        self._min_ts: int | None = None
+        self._max_ts: int | None = None
+        self._open: Any = None  # aiokafka builder of the batch being filled
+        self._open_base = 0
+        self._finished = False
+
+    @property
+    def record_count(self) -> int:
+        """Records appended so far."""
+        return self._count
+
+    @property
+    def next_offset(self) -> int:
+        """The relative offset the next record gets."""
+        return self._next
+
+    def size_in_bytes(self) -> int:
+        """Approximate bytes this chunk adds to an object (for flush decisions)."""
+        open_size = self._open.size() if self._open is not None else 0
+        return self._data_len + open_size + len(self._hashes)
+
+    def _check_open(self) -> None:
+        if self._finished:
+            raise RuntimeError("chunk builder already finished")
+
+    def _need_hasher(self) -> KeyHasher | None:
+        if self._keyed and self._hasher is None:
+            raise ValueError("keyed chunk without a hasher accepts only append_compacted")
+        return self._hasher
+
+    def _timestamps(self, low: int, high: int) -> None:
+        if self._min_ts is None or low < self._min_ts:
+            self._min_ts = low
+        if self._max_ts is None or high > self._max_ts:
+            self._max_ts = high
+
+    def _store(self, batch: bytes) -> None:
+        self._batches.append(batch)
+        self._data_len += len(batch)
+        self._frame_crc = crc32c.crc32c(batch[:FRAME_SIZE], self._frame_crc)
+
+    def _seal_open(self) -> None:
+        if self._open is None:
+            return
+        built = self._open.build()
+        self._open = None
+        self._store(seal_batch(built, self._open_base, self._compression))
+        self._offsets.add_range(self._open_base, self._next)
+
+    def append(
+        self,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]] = (),
+    ) -> int:
+        """Buffer one record; returns its relative offset."""
+        self._check_open()
+        hasher = self._need_hasher()
+        rel = self._next
+        if rel + 1 > MAX_OFFSET_SPAN:
+            raise ValueError("chunk offset span exceeds 2**32")
+        if self._open is None:
+            self._open = new_builder()
+            self._open_base = rel
+        self._open.append(
+            rel - self._open_base,
+            timestamp=timestamp,
+            key=key,
+            value=value,
+            headers=list(headers) if headers else [],
+        )
+        self._next = rel + 1
+        self._count += 1
+        if hasher is not None:
+            self._hashes += hasher.hash(key)
+            if value is None:
+                self._tombstones.add(rel)
+        if self._min_ts is None or timestamp < self._min_ts:
+            self._min_ts = timestamp
+        if self._max_ts is None or timestamp > self._max_ts:
+            self._max_ts = timestamp
+        if self._open.size() >= self._max_batch_bytes:
+            self._seal_open()
+        return rel
+
+    def append_batch(self, raw: bytes) -> tuple[int, int]:
+        """Store a client-encoded batch byte-for-byte (baseOffset patched).
+
+        Returns (first relative offset, record count). The batch is decoded only when
+        the chunk is keyed (key hashes, tombstones) or its offsets are not contiguous.
+        """
+        self._check_open()
+        hasher = self._need_hasher()
+        if len(raw) > FRAME_SIZE - 1 and raw[FRAME_SIZE - 1] != MAGIC:
+            raise UnsupportedError(f"batch magic {raw[FRAME_SIZE - 1]}; only magic 2 is stored")
+        view = memoryview(raw)
+        header = verify_batch(view)
+        if header.length != len(view):
+            raise CorruptDataError(f"batch declares {header.length} bytes, got {len(view)}")
+        if header.is_control:
+            raise UnsupportedError("control batches cannot be produced")
+        if header.record_count == 0:
+            raise CorruptDataError("empty batch")
+        self._seal_open()
+        first = self._next
+        span_end = first + header.last_offset_delta + 1
+        if span_end > MAX_OFFSET_SPAN:
+            raise ValueError("chunk offset span exceeds 2**32")
+        contiguous = header.record_count == header.last_offset_delta + 1
+        if hasher is None and contiguous:
+            self._offsets.add_range(first, span_end)
+            self._timestamps(header.first_timestamp, header.max_timestamp)
+        else:
+            decoded = batch_offsets(view, header)
+            if decoded[0][0] < 0:
+                raise CorruptDataError("batch has a negative offset delta")
+            self._offsets.update([first + d for d, _, _, _ in decoded])
+            stamps = [ts for _, ts, _, _ in decoded]
+            self._timestamps(min(stamps), max(stamps))
+            if hasher is not None:
+                self._hashes += hasher.hash_many(k for _, _, _, k in decoded)
+                self._tombstones.update([first + d for d, _, tomb, _ in decoded if tomb])
+        self._store(with_base_offset(view, first))
+        self._next = span_end
+        self._count += header.record_count
+        return first, header.record_count
+
+    def append_compacted(
+        self,
+        raw: bytes,
+        *,
+        base: int,
+        offsets: Any,
+        tombstones: Any = (),
+        key_hashes: bytes = b"",
+    ) -> None:
+        """Place a compactor-made batch at relative `base`, trusting the caller's index data.
+
+        `offsets` (sorted, chunk-relative) are the records present in the batch,
+        `tombstones` the subset with null values, `key_hashes` one hash per offset (keyed
+        chunks only). The batch is CRC-checked, not decoded.
+        """
+        self._check_open()
+        view = memoryview(raw)
+        header = verify_batch(view)
+        if header.length != len(view):
+            raise CorruptDataError(f"batch declares {header.length} bytes, got {len(view)}")
+        self._seal_open()
+        if base < self._next:
+            raise ValueError(f"base {base} is below the next free offset {self._next}")
+        span_end = base + header.last_offset_delta + 1
+        if span_end > MAX_OFFSET_SPAN:
+            raise ValueError("chunk offset span exceeds 2**32")
+        offs = _as_offsets(offsets)
+        n = len(offs)
+        if n != header.record_count or n == 0:
+            raise ValueError(f"{n} offsets given for a batch of {header.record_count} records")
+        rising = n == 1 or bool(np.all(np.diff(offs) > 0))
+        if offs[0] < base or offs[-1] != span_end - 1 or not rising:
+            raise ValueError("offsets must rise strictly within the batch, ending at its last")
+        tombs = _bitmap_of(_as_offsets(tombstones))
+        present = _bitmap_of(offs)
+        if not tombs.issubset(present):
+            raise ValueError("tombstones must be a subset of offsets")
+        if self._keyed:
+            if len(key_hashes) != n * KEY_HASH_SIZE:
+                raise ValueError(f"need {n} key hashes, got {len(key_hashes)} bytes")
+            self._hashes += key_hashes
+            self._tombstones |= tombs
+        elif key_hashes or tombs:
+            raise ValueError("key hashes/tombstones given for an unkeyed chunk")
+        self._offsets |= present
+        self._timestamps(header.first_timestamp, header.max_timestamp)
+        self._store(with_base_offset(view, base))
+        self._next = span_end
+        self._count += n
+
+    def finish(self) -> Chunk:
+        """Seal the open batch and return the chunk; the builder is then unusable."""
+        self._check_open()
+        self._seal_open()
+        self._finished = True
+        return Chunk(
+            topic=self.topic,
+            partition=self.partition,
+            base_offset=self.base_offset,
+            batches=self._batches,
+            data_len=self._data_len,
+            record_count=self._count,
+            offset_span=self._next,
+            min_timestamp=-1 if self._min_ts is None else self._min_ts,
+            max_timestamp=-1 if self._max_ts is None else self._max_ts,
+            offsets=self._offsets,
+            tombstones=self._tombstones,
+            key_hashes=bytes(self._hashes),
+            flags=FLAG_KEYED if self._keyed else 0,
+            frame_crc=self._frame_crc,
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# writing objects
+
+
+def _encode_entry(chunk: Chunk, data_pos: int, entry_rel: int) -> tuple[bytes, bytes, bytes]:
+    """(entry bytes incl. variable parts, key hashes, crc) for an entry at `entry_rel` in META."""
+    topic = chunk.topic.encode()
+    offsets = chunk.offsets.serialize()
+    tombs = chunk.tombstones.serialize()
+    hashes = chunk.key_hashes
+    size = ENTRY.size + len(topic) + len(offsets) + len(tombs) + len(hashes) + ENTRY_CRC.size
+    hash_rel = entry_rel + ENTRY.size + len(topic) + len(offsets) + len(tombs)
+    fixed = ENTRY.pack(
+        size,
+        chunk.partition,
+        chunk.base_offset,
+        data_pos,
+        chunk.data_len,
+        hash_rel,
+        len(hashes) // KEY_HASH_SIZE,
+        chunk.batch_count,
+        chunk.record_count,
+        chunk.offset_span,
+        chunk.min_timestamp,
+        chunk.max_timestamp,
+        chunk.frame_crc,
+        chunk.flags,
+        len(topic),
+        len(offsets),
+        len(tombs),
+    )
+    entry = b"".join((fixed, topic, offsets, tombs))
+    crc = crc32c.crc32c(hashes, crc32c.crc32c(entry))
+    return entry, hashes, ENTRY_CRC.pack(crc)
+
+
+class FileWriter:
+    """Streams one object: chunk data goes out on `add`, META and footer on `finish`.
+
+    Memory stays bounded: index entries and key hashes are spooled to a
+    SpooledTemporaryFile (in memory up to `spool_limit`, then a local temp file).
+    """
+
+    def __init__(self, write: Callable[[bytes], Any], *, spool_limit: int = 8 << 20) -> None:
+        self._write = write
+        self._spool = tempfile.SpooledTemporaryFile(max_size=spool_limit)  # noqa: SIM115
+        self._meta_len = 0
+        self._meta_crc = 0
+        self._chunks: list[ChunkIndex] = []
+        self._last: tuple[str, int] | None = None
+        self._done = False
+        self._emit(OBJECT_HEADER.pack(OBJECT_MAGIC, FORMAT_VERSION, 0))
+        self._pos = OBJECT_HEADER_SIZE
+
+    def _emit(self, data: bytes) -> None:
+        self._write(data)
+
+    def add(self, chunk: Chunk) -> ChunkIndex:
+        """Write `chunk`'s batches now; (topic, partition) must strictly increase."""
+        if self._done:
+            raise RuntimeError("writer already finished")
+        key = (chunk.topic, chunk.partition)
+        if self._last is not None and key <= self._last:
+            raise ValueError(f"chunk {key} out of order after {self._last}")
+        self._last = key
+        data_pos = self._pos
+        for batch in chunk.batches:
+            self._emit(batch)
+        self._pos += chunk.data_len
+        entry, hashes, crc = _encode_entry(chunk, data_pos, self._meta_len)
+        hash_rel = self._meta_len + len(entry)
+        for part in (entry, hashes, crc):
+            self._spool.write(part)
+            self._meta_crc = crc32c.crc32c(part, self._meta_crc)
+        self._meta_len += len(entry) + len(hashes) + len(crc)
+        index = ChunkIndex(
+            topic=chunk.topic,
+            partition=chunk.partition,
+            base_offset=chunk.base_offset,
+            data_pos=data_pos,
+            data_len=chunk.data_len,
+            hash_pos=hash_rel,  # made absolute in finish()
+            hash_count=len(hashes) // KEY_HASH_SIZE,
+            batch_count=chunk.batch_count,
+            record_count=chunk.record_count,
+            offset_span=chunk.offset_span,
+            min_timestamp=chunk.min_timestamp,
+            max_timestamp=chunk.max_timestamp,
+            offsets=chunk.offsets,
+            tombstones=chunk.tombstones,
+            flags=chunk.flags,
+            frame_crc=chunk.frame_crc,
+        )
+        self._chunks.append(index)
+        return index
+
+    def finish(self) -> FileLayout:
+        """Write META and footer; returns the layout with absolute positions."""
+        if self._done:
+            raise RuntimeError("writer already finished")
+        self._done = True
+        meta_offset = self._pos
+        data_length = meta_offset - OBJECT_HEADER_SIZE
+        self._spool.seek(0)
+        while block := self._spool.read(_COPY_BLOCK):
+            self._emit(block)
+        self._spool.close()
+        trailer = TRAILER.pack(len(self._chunks), self._meta_crc)
+        self._emit(trailer)
+        meta_crc = crc32c.crc32c(trailer, self._meta_crc)
+        meta_length = self._meta_len + TRAILER.size
+        head = FOOTER.pack(
+            meta_offset,
+            meta_length,
+            OBJECT_HEADER_SIZE,
+            data_length,
+            meta_crc,
+            len(self._chunks),
+            FORMAT_VERSION,
+            0,
+            0,
+            OBJECT_MAGIC,
+        )[:FOOTER_CRC_POS]
+        footer = (
+            head
+            + FOOTER.pack(0, 0, 0, 0, 0, 0, 0, 0, crc32c.crc32c(head), OBJECT_MAGIC)[
+                FOOTER_CRC_POS:
+            ]
+        )
+        self._emit(footer)
+        chunks = [replace(c, hash_pos=meta_offset + c.hash_pos) for c in self._chunks]
+        return FileLayout(
+            size=meta_offset + meta_length + FOOTER_SIZE,
+            data_offset=OBJECT_HEADER_SIZE,
+            data_length=data_length,
+            meta_offset=meta_offset,
+            meta_length=meta_length,
+            meta_crc=meta_crc,
+            chunks=chunks,
+        )
+
+
+def encode_file(chunks: Iterable[Chunk]) -> tuple[bytes, FileLayout]:
+    """Encode a whole object in memory (tests, tools, small objects)."""
+    out = io.BytesIO()
+    writer = FileWriter(out.write)
+    for chunk in chunks:
+        writer.add(chunk)
+    layout = writer.finish()
+    return out.getvalue(), layout
+
+
+# ---------------------------------------------------------------------------------------
+# reading
+
+
+def _read_exact(stream: Readable, n: int, what: str) -> bytes:
+    """Read exactly n bytes or raise TruncatedError."""
+    data = stream.read(n)
+    if len(data) == n:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < n:
+        more = stream.read(n - got)
+        if not more:
+            raise TruncatedError(f"stream ended after {got} of {n} bytes of {what}")
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
+def _deserialize(raw: bytes, what: str) -> BitMap:
+    try:
+        return BitMap.deserialize(raw)
+    except Exception as exc:  # pyroaring raises ValueError/OverflowError on bad input
+        raise CorruptDataError(f"{what} bitmap does not deserialize: {exc}") from exc
+
+
+def iter_meta(
+    stream: Readable,
+    meta_offset: int,
+    meta_length: int,
+    *,
+    expected_crc: int | None = None,
+) -> Iterator[tuple[ChunkIndex, bytes]]:
+    """Yield (ChunkIndex, key_hashes) from a stream positioned at the META section.
+
+    Reads exactly `meta_length` bytes forward-only. Each entry is CRC-checked before it is
+    yielded; the trailer (chunk count + CRC of all entries) and, if given, the footer's
+    `expected_crc` of the whole section are checked at the end.
+    """
+    if meta_length < TRAILER.size:
+        raise CorruptDataError(f"meta section of {meta_length} bytes cannot hold its trailer")
+    end = meta_length - TRAILER.size
+    pos = 0
+    running = 0
+    count = 0
+    prev: tuple[str, int] | None = None
+    next_data = OBJECT_HEADER_SIZE
+    var_fixed = ENTRY.size + ENTRY_CRC.size
+    while pos < end:
+        if end - pos < var_fixed:
+            raise CorruptDataError(f"meta entry at {pos}: {end - pos} bytes left, too short")
+        fixed = _read_exact(stream, ENTRY.size, f"meta entry at {pos}")
+        (
+            size,
+            partition,
+            base,
+            data_pos,
+            data_len,
+            hash_rel,
+            hash_count,
+            batch_count,
+            record_count,
+            span,
+            min_ts,
+            max_ts,
+            frame_crc,
+            flags,
+            topic_len,
+            offsets_len,
+            tombs_len,
+        ) = ENTRY.unpack(fixed)
+        if size < var_fixed or size > end - pos:
+            raise CorruptDataError(f"meta entry at {pos}: size {size} outside the section")
+        hashes_len = size - var_fixed - topic_len - offsets_len - tombs_len
+        if hashes_len != hash_count * KEY_HASH_SIZE:
+            raise CorruptDataError(f"meta entry at {pos}: field lengths do not add up to {size}")
+        rest = _read_exact(stream, size - ENTRY.size, f"meta entry at {pos}")
+        body_end = len(rest) - ENTRY_CRC.size
+        (stored,) = ENTRY_CRC.unpack_from(rest, body_end)
+        crc = crc32c.crc32c(memoryview(rest)[:body_end], crc32c.crc32c(fixed))
+        if crc != stored:
+            raise CorruptDataError(f"meta entry at {pos}: CRC32C {crc:#010x} != {stored:#010x}")
+        running = crc32c.crc32c(rest, crc32c.crc32c(fixed, running))
+        view = memoryview(rest)
+        try:
+            topic = bytes(view[:topic_len]).decode()
+        except UnicodeDecodeError as exc:
+            raise CorruptDataError(f"meta entry at {pos}: topic is not utf-8") from exc
+        cut = topic_len + offsets_len
+        offsets = _deserialize(bytes(view[topic_len:cut]), "offsets")
+        tombstones = _deserialize(bytes(view[cut : cut + tombs_len]), "tombstones")
+        hashes = bytes(view[cut + tombs_len : body_end])
+        where = f"meta entry {count} ({topic!r}, {partition})"
+        key = (topic, partition)
+        if prev is not None and key <= prev:
+            raise CorruptDataError(f"{where}: chunks out of order after {prev}")
+        if data_pos != next_data:
+            raise CorruptDataError(f"{where}: data_pos {data_pos}, expected {next_data}")
+        if hash_rel != pos + ENTRY.size + cut + tombs_len:
+            raise CorruptDataError(f"{where}: hash position does not match the entry")
+        _check_index_semantics(
+            where,
+            flags,
+            record_count,
+            hash_count,
+            batch_count,
+            data_len,
+            span,
+            offsets,
+            tombstones,
+        )
+        prev = key
+        next_data = data_pos + data_len
+        index = ChunkIndex(
+            topic,
+            partition,
+            base,
+            data_pos,
+            data_len,
+            meta_offset + hash_rel,
+            hash_count,
+            batch_count,
+            record_count,
+            span,
+            min_ts,
+            max_ts,
+            offsets,
+            tombstones,
+            flags,
+            frame_crc,
+        )
+        pos += size
+        count += 1
+        yield index, hashes
+    if pos != end:
+        raise CorruptDataError(f"meta entries overrun the trailer by {pos - end} bytes")
+    trailer = _read_exact(stream, TRAILER.size, "meta trailer")
+    stored_count, stored_crc = TRAILER.unpack(trailer)
+    if stored_crc != running:
+        raise CorruptDataError(f"meta entries CRC32C {running:#010x} != {stored_crc:#010x}")
+    if stored_count != count:
+        raise CorruptDataError(f"meta trailer says {stored_count} chunks, read {count}")
+    if next_data != meta_offset:
+        raise CorruptDataError(f"chunks end at {next_data}, meta starts at {meta_offset}")
+    if expected_crc is not None:
+        whole = crc32c.crc32c(trailer, running)
+        if whole != expected_crc:
+            raise CorruptDataError(f"meta section CRC32C {whole:#010x} != {expected_crc:#010x}")
+
+
+def _check_index_semantics(
+    where: str,
+    flags: int,
+    record_count: int,
+    hash_count: int,
+    batch_count: int,
+    data_len: int,
+    span: int,
+    offsets: BitMap,
+    tombstones: BitMap,
+) -> None:
+    """Invariants every entry written by ChunkBuilder satisfies."""
+    if flags & ~_KNOWN_FLAGS:
+        raise CorruptDataError(f"{where}: unknown flags {flags:#x}")
+    if len(offsets) != record_count:
+        raise CorruptDataError(f"{where}: {len(offsets)} offsets for {record_count} records")
+    if (offsets and offsets.max() >= span) or span > MAX_OFFSET_SPAN:
+        raise CorruptDataError(f"{where}: offsets reach beyond offset_span {span}")
+    if not tombstones.issubset(offsets):
+        raise CorruptDataError(f"{where}: tombstones outside the present offsets")
+    if flags & FLAG_KEYED:
+        if hash_count != record_count:
+            raise CorruptDataError(f"{where}: {hash_count} key hashes for {record_count} records")
+    elif hash_count or tombstones:
+        raise CorruptDataError(f"{where}: key hashes/tombstones in an unkeyed chunk")
+    if (record_count == 0) != (batch_count == 0) or (batch_count == 0) != (data_len == 0):
+        raise CorruptDataError(f"{where}: empty/non-empty mismatch of records, batches, data")
+
+
+def _walk_chunk(
+    data: Any, offset_span: int | None, index: ChunkIndex | None
+) -> list[tuple[BatchHeader, memoryview]]:
+    """Verify every batch of a chunk and its framing; the list is safe to decode."""
+    view = memoryview(data)
+    if index is not None:
+        if len(view) != index.data_len:
+            raise CorruptDataError(f"chunk is {len(view)} bytes, index says {index.data_len}")
+        offset_span = index.offset_span
+    out: list[tuple[BatchHeader, memoryview]] = []
+    pos = 0
+    end = len(view)
+    next_rel = 0
+    records = 0
+    frame = 0
+    while pos < end:
+        header = read_header(view, pos)
+        if header.base_offset < next_rel:
+            raise CorruptDataError(
+                f"batch at {pos}: base offset {header.base_offset} below {next_rel}"
+            )
+        next_rel = header.next_offset
+        if offset_span is not None and next_rel > offset_span:
+            raise CorruptDataError(f"batch at {pos}: offsets reach {next_rel} > span {offset_span}")
+        verify_batch(view, pos)
+        frame = crc32c.crc32c(view[pos : pos + FRAME_SIZE], frame)
+        out.append((header, view[pos : pos + header.length]))
+        records += header.record_count
+        pos += header.length
+    if index is not None:
+        if frame != index.frame_crc:
+            raise CorruptDataError(
+                f"chunk ({index.topic!r}, {index.partition}): batch framing CRC32C "
+                f"{frame:#010x} != {index.frame_crc:#010x}"
+            )
+        if len(out) != index.batch_count or records != index.record_count:
+            raise CorruptDataError(
+                f"chunk ({index.topic!r}, {index.partition}): {len(out)} batches / {records} "
+                f"records, index says {index.batch_count} / {index.record_count}"
+            )
+    return out
+
+
+def verify_chunk(data: Any, index: ChunkIndex) -> None:
+    """Check a chunk's bytes against its index entry (CRCs, framing, counts)."""
+    _walk_chunk(data, None, index)
+
+
+def iter_chunk_records(
+    data: Any,
+    base_offset: int,
+    offset_span: int | None = None,
+    *,
+    index: ChunkIndex | None = None,
+) -> Iterator[Record]:
+    """Decode a chunk's records with absolute offsets (base_offset + relative).
+
+    All batches are verified before the first record is yielded. Pass `index` to also check
+    the framing CRC and counts (recommended: without it a corrupted baseOffset that stays
+    inside the span cannot be told apart from a real one).
+    """
+    for header, view in _walk_chunk(data, offset_span, index):
+        yield from iter_records(view, header, base_offset)
+
+
+class DataReader:
+    """Reads the DATA section chunk by chunk from a forward-only stream."""
+
+    def __init__(self, stream: Readable, data_offset: int = OBJECT_HEADER_SIZE) -> None:
+        self._stream = stream
+        self._pos = data_offset
+
+    @property
+    def position(self) -> int:
+        """Absolute object position of the next unread byte."""
+        return self._pos
+
+    def _discard(self, n: int) -> None:
+        while n > 0:
+            step = min(n, _COPY_BLOCK)
+            _read_exact(self._stream, step, "skipped data")
+            n -= step
+        # position updated by callers
+
+    def _advance_to(self, index: ChunkIndex) -> None:
+        if index.data_pos < self._pos:
+            raise ValueError(f"chunk at {index.data_pos} is behind the stream position {self._pos}")
+        gap = index.data_pos - self._pos
+        self._discard(gap)
+        self._pos += gap
+
+    def read_chunk(self, index: ChunkIndex) -> bytes:
+        """Read and verify one chunk's batches (skipping forward to it if needed)."""
+        self._advance_to(index)
+        data = _read_exact(self._stream, index.data_len, f"chunk {index.topic!r}")
+        self._pos += index.data_len
+        verify_chunk(data, index)
+        return data
+
+    def skip_chunk(self, index: ChunkIndex) -> None:
+        """Read past one chunk without keeping or verifying it."""
+        self._advance_to(index)
+        self._discard(index.data_len)
+        self._pos += index.data_len
+
+
+def parse_footer(tail: bytes) -> Footer:
+    """Parse the footer from the last FOOTER_SIZE (or more) bytes of an object."""
+    if len(tail) < FOOTER_SIZE:
+        raise TruncatedError(f"footer needs {FOOTER_SIZE} bytes, got {len(tail)}")
+    raw = tail[len(tail) - FOOTER_SIZE :]
+    (
+        meta_offset,
+        meta_length,
+        data_offset,
+        data_length,
+        meta_crc,
+        chunk_count,
+        version,
+        reserved,
+        footer_crc,
+        magic,
+    ) = FOOTER.unpack(raw)
+    if magic != OBJECT_MAGIC:
+        raise CorruptDataError(f"footer magic {magic!r}, expected {OBJECT_MAGIC!r}")
+    actual = crc32c.crc32c(raw[:FOOTER_CRC_POS])
+    if actual != footer_crc:
+        raise CorruptDataError(f"footer CRC32C {actual:#010x} != {footer_crc:#010x}")
+    if version != FORMAT_VERSION:
+        raise UnsupportedError(f"object format version {version}")
+    if reserved != 0 or data_offset != OBJECT_HEADER_SIZE:
+        raise CorruptDataError("footer reserved field or data offset invalid")
+    if data_offset + data_length != meta_offset:
+        raise CorruptDataError("footer: data section does not end where meta starts")
+    return Footer(
+        meta_offset, meta_length, data_offset, data_length, meta_crc, chunk_count, version
+    )
+
+
+def check_object_header(head: bytes, version: int = FORMAT_VERSION) -> None:
+    """Check the 8-byte object header (magic, version, zero flags)."""
+    if len(head) < OBJECT_HEADER_SIZE:
+        raise TruncatedError(f"object header needs {OBJECT_HEADER_SIZE} bytes")
+    magic, found, flags = OBJECT_HEADER.unpack_from(head)
+    if magic != OBJECT_MAGIC or found != version or flags != 0:
+        raise CorruptDataError(f"bad object header {bytes(head[:OBJECT_HEADER_SIZE])!r}")
+
+
+def read_object(data: bytes) -> tuple[FileLayout, list[tuple[ChunkIndex, bytes]]]:
+    """Fully verify an in-memory object; returns its layout and (index, key hashes) pairs."""
+    footer = parse_footer(data)
+    if footer.meta_offset + footer.meta_length + FOOTER_SIZE != len(data):
+        raise CorruptDataError(
+            f"footer describes {footer.meta_offset + footer.meta_length + FOOTER_SIZE} "
+            f"bytes, object has {len(data)}"
+        )
+    check_object_header(data, footer.version)
+    view = memoryview(data)
+    meta = io.BytesIO(view[footer.meta_offset : footer.meta_offset + footer.meta_length])
+    entries = list(
+        iter_meta(meta, footer.meta_offset, footer.meta_length, expected_crc=footer.meta_crc)
+    )
+    if len(entries) != footer.chunk_count:
+        raise CorruptDataError(f"footer says {footer.chunk_count} chunks, meta has {len(entries)}")
+    for index, _ in entries:  # the chunks tile the data section (checked by iter_meta)
+        verify_chunk(view[index.data_pos : index.data_end], index)
+    layout = FileLayout(
+        size=len(data),
+        data_offset=footer.data_offset,
+        data_length=footer.data_length,
+        meta_offset=footer.meta_offset,
+        meta_length=footer.meta_length,
+        meta_crc=footer.meta_crc,
+        chunks=[c for c, _ in entries],
+    )
+    return layout, entries
