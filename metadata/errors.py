@@ -50,6 +50,10 @@ class InvalidCommitError(MetadataError):
     """The chunks handed to a commit are malformed (empty, duplicated, negative spans)."""
 
 
+class ObjectKeyExistsError(MetadataError):
+    """A file row with this object key already exists (keys must be unique)."""
+
+
 class UnknownFileError(MetadataError):
     """No file row has this id."""
 

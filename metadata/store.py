@@ -36,6 +36,7 @@ from .errors import (
     InvalidPartitionsError,
     InvalidTopicError,
     MetadataError,
+    ObjectKeyExistsError,
     OffsetOutOfRangeError,
     SchemaVersionError,
     TopicExistsError,
@@ -354,13 +355,17 @@ class MetadataStore:
         once it is older than the GC grace period.
         """
         now = self._clock()
-        with self._write() as conn:
-            return int(conn.execute(
-                s.files.insert().values(
-                    object_key=object_key, level=level, state=s.FILE_PENDING,
-                    holds_compacted=holds_compacted, created_at_ms=now, state_changed_at_ms=now,
-                ).returning(s.files.c.id)
-            ).scalar_one())
+        try:
+            with self._write() as conn:
+                return int(conn.execute(
+                    s.files.insert().values(
+                        object_key=object_key, level=level, state=s.FILE_PENDING,
+                        holds_compacted=holds_compacted, created_at_ms=now,
+                        state_changed_at_ms=now,
+                    ).returning(s.files.c.id)
+                ).scalar_one())
+        except sa.exc.IntegrityError as exc:
+            raise ObjectKeyExistsError(f"object key {object_key!r} is already registered") from exc
 
     def commit_file(
         self,
@@ -525,7 +530,8 @@ class MetadataStore:
         """
         f = s.files.c
         with self._write() as conn:
-            state = conn.execute(sa.select(f.state).where(f.id == file_id)).scalar()
+            state = conn.execute(
+                sa.select(f.state).where(f.id == file_id).with_for_update()).scalar()
             if state is None:
                 raise UnknownFileError(f"no file with id {file_id}")
             if state == s.FILE_LIVE:
