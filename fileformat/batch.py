@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import io
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
@@ -85,6 +86,8 @@ _LENGTH = struct.Struct(">i")
 _CRC = struct.Struct(">I")
 _ATTRIBUTES = struct.Struct(">h")
 _MAX_BATCH_SIZE = 2**31 - 1
+MAX_DECOMPRESSED = 256 << 20
+"""Largest records section a compressed batch may expand to (guards decompression bombs)."""
 
 
 class Compression(IntEnum):
@@ -204,9 +207,7 @@ def iter_batches(buf: Any) -> Iterator[tuple[BatchHeader, memoryview]]:
 
 def with_base_offset(batch: Any, base_offset: int) -> bytes:
     """Copy `batch` with baseOffset replaced (baseOffset is outside the CRC range)."""
-    out = bytearray(batch)
-    _BASE_OFFSET.pack_into(out, BASE_OFFSET_POS, base_offset)
-    return bytes(out)
+    return b"".join((_BASE_OFFSET.pack(base_offset), memoryview(batch)[LENGTH_POS:]))
 
 
 # ---------------------------------------------------------------------------------------
@@ -223,17 +224,37 @@ def compress(data: Any, compression: Compression) -> bytes:
 
 
 def decompress(data: Any, compression: Compression) -> bytes:
-    """Decompress a records section; CorruptDataError if the codec rejects it."""
+    """Decompress a records section (at most MAX_DECOMPRESSED bytes: bomb guard)."""
     try:
         if compression == Compression.ZSTD:
-            return zstandard.ZstdDecompressor().decompressobj().decompress(bytes(data))
-        if compression == Compression.GZIP:
-            return gzip.decompress(data)
-        if compression in (Compression.SNAPPY, Compression.LZ4):
-            return _cramjam_decompress(data, compression)
+            dctx = zstandard.ZstdDecompressor()
+            with dctx.stream_reader(bytes(data), read_across_frames=True) as zreader:
+                out = _read_bounded(zreader)
+        elif compression == Compression.GZIP:
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as greader:
+                out = _read_bounded(greader)
+        elif compression in (Compression.SNAPPY, Compression.LZ4):
+            out = _cramjam_decompress(data, compression)
+        else:
+            raise UnsupportedError(f"unknown compression {compression}")
     except (zstandard.ZstdError, OSError, EOFError, zlib.error) as exc:
         raise CorruptDataError(f"{compression.name} records do not decompress: {exc}") from exc
-    raise UnsupportedError(f"unknown compression {compression}")
+    if len(out) > MAX_DECOMPRESSED:
+        raise CorruptDataError(f"records decompress to more than {MAX_DECOMPRESSED} bytes")
+    return out
+
+
+def _read_bounded(reader: Any) -> bytes:
+    """Read a decompressing stream to EOF, stopping just past MAX_DECOMPRESSED."""
+    parts: list[bytes] = []
+    total = 0
+    while total <= MAX_DECOMPRESSED:
+        part = reader.read(min(1 << 20, MAX_DECOMPRESSED + 1 - total))
+        if not part:
+            break
+        parts.append(part)
+        total += len(part)
+    return b"".join(parts)
 
 
 def _cramjam_decompress(data: Any, compression: Compression) -> bytes:

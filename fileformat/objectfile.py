@@ -11,8 +11,8 @@ Byte layout (big-endian; see docs/format.md for the field tables)::
              TRAILER = chunk_count u32 | CRC32C(all entry bytes before the trailer)   8 bytes
     FOOTER   meta_offset u64 | meta_length u64 | data_offset u64 | data_length u64 |
              meta_crc u32 (CRC32C of the whole META section) | chunk_count u32 |
-             version u16 | reserved u16 (0) | footer_crc u32 (bytes 0..40) | magic "SILT"
-                                                                                     48 bytes
+             version u16 | reserved u16 (0) | footer_crc u32 (bytes 0..43) | magic "SILT"
+                                                                                     52 bytes
 
 Each chunk's batches carry baseOffsets RELATIVE to the chunk's base offset. Kafka's batch CRC
 skips the first 17 bytes of a batch (baseOffset, length, leaderEpoch, magic); the entry's
@@ -525,7 +525,7 @@ class FileWriter:
     def _emit(self, data: bytes) -> None:
         self._write(data)
 
-    def add(self, chunk: Chunk) -> ChunkIndex:
+    def add(self, chunk: Chunk) -> None:
         """Write `chunk`'s batches now; (topic, partition) must strictly increase."""
         if self._done:
             raise RuntimeError("writer already finished")
@@ -562,7 +562,6 @@ class FileWriter:
             frame_crc=chunk.frame_crc,
         )
         self._chunks.append(index)
-        return index
 
     def finish(self) -> FileLayout:
         """Write META and footer; returns the layout with absolute positions."""

@@ -201,3 +201,16 @@ def test_build_rejects_non_increasing_deltas() -> None:
         build_batch([(1, 0, None, b"a", ()), (1, 0, None, b"b", ())])
     with pytest.raises(ValueError):
         build_batch([])
+
+
+@pytest.mark.parametrize("compression", [Compression.GZIP, Compression.ZSTD])
+def test_decompression_is_bounded(
+    monkeypatch: pytest.MonkeyPatch, compression: Compression
+) -> None:
+    from fileformat import batch as batch_module
+
+    packed = build_batch([(0, 0, None, b"x" * 5000, ())], compression=compression)
+    assert decode_batch(packed)[0].value == b"x" * 5000
+    monkeypatch.setattr(batch_module, "MAX_DECOMPRESSED", 1000)
+    with pytest.raises(CorruptDataError, match="more than"):
+        decode_batch(packed)
