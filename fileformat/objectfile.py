@@ -30,6 +30,7 @@ import array
 import io
 import struct
 import tempfile
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -202,11 +203,9 @@ class Chunk:
     key_hashes: bytes
     flags: int
     frame_crc: int
-
-    @property
-    def batch_count(self) -> int:
-        """Number of batches."""
-        return len(self.batches)
+    batch_count: int
+    streamed: bool = False
+    """True if the batches already went to a FileWriter (see `FileWriter.open_chunk`)."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -233,6 +232,8 @@ class ChunkBuilder:
     Relative offsets start at 0 (the chunk base). Records from `append` are buffered into an
     aiokafka builder and sealed into a batch once it reaches `max_batch_bytes`. Key hashes
     and tombstones are tracked only for keyed chunks (`hasher` given or `keyed=True`).
+    With `sink`, sealed batches are handed to it instead of being kept (used by
+    `FileWriter.open_chunk` so a large compacted chunk never sits in memory).
     """
 
     def __init__(
@@ -245,6 +246,7 @@ class ChunkBuilder:
         keyed: bool | None = None,
         compression: Compression = Compression.NONE,
         max_batch_bytes: int = 1 << 20,
+        sink: Callable[[bytes], None] | None = None,
     ) -> None:
         if len(topic.encode()) > 0xFFFF or not topic:
             raise ValueError("topic must be 1..65535 utf-8 bytes")
@@ -272,6 +274,8 @@ class ChunkBuilder:
         self._open: Any = None  # aiokafka builder of the batch being filled
         self._open_base = 0
         self._finished = False
+        self._sink = sink
+        self._batch_count = 0
 
     @property
     def record_count(self) -> int:
@@ -304,7 +308,11 @@ class ChunkBuilder:
             self._max_ts = high
 
     def _store(self, batch: bytes) -> None:
-        self._batches.append(batch)
+        if self._sink is None:
+            self._batches.append(batch)
+        else:
+            self._sink(batch)
+        self._batch_count += 1
         self._data_len += len(batch)
         self._frame_crc = crc32c.crc32c(batch[:FRAME_SIZE], self._frame_crc)
 
@@ -465,6 +473,8 @@ class ChunkBuilder:
             key_hashes=bytes(self._hashes),
             flags=FLAG_KEYED if self._keyed else 0,
             frame_crc=self._frame_crc,
+            batch_count=self._batch_count,
+            streamed=self._sink is not None,
         )
 
 
@@ -514,29 +524,72 @@ class FileWriter:
     def __init__(self, write: Callable[[bytes], Any], *, spool_limit: int = 8 << 20) -> None:
         self._write = write
         self._spool = tempfile.SpooledTemporaryFile(max_size=spool_limit)  # noqa: SIM115
+        # An abandoned writer (failed flush) must not leak the spool or warn about it.
+        self._release = weakref.finalize(self, self._spool.close)
         self._meta_len = 0
         self._meta_crc = 0
         self._chunks: list[ChunkIndex] = []
         self._last: tuple[str, int] | None = None
+        self._open: tuple[ChunkBuilder, int] | None = None  # streamed chunk, its data_pos
         self._done = False
         self._emit(OBJECT_HEADER.pack(OBJECT_MAGIC, FORMAT_VERSION, 0))
         self._pos = OBJECT_HEADER_SIZE
 
+    def __enter__(self) -> FileWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Drop the spool without finishing (idempotent; `finish` closes it too)."""
+        self._done = True
+        self._release()
+
     def _emit(self, data: bytes) -> None:
         self._write(data)
 
-    def add(self, chunk: Chunk) -> None:
-        """Write `chunk`'s batches now; (topic, partition) must strictly increase."""
+    def _emit_data(self, batch: bytes) -> None:
+        self._write(batch)
+        self._pos += len(batch)
+
+    def _claim(self, topic: str, partition: int) -> None:
         if self._done:
             raise RuntimeError("writer already finished")
-        key = (chunk.topic, chunk.partition)
+        if self._open is not None:
+            raise RuntimeError("a streamed chunk is open: finish it and add() it first")
+        key = (topic, partition)
         if self._last is not None and key <= self._last:
             raise ValueError(f"chunk {key} out of order after {self._last}")
         self._last = key
-        data_pos = self._pos
-        for batch in chunk.batches:
-            self._emit(batch)
-        self._pos += chunk.data_len
+
+    def open_chunk(self, topic: str, partition: int, **builder_args: Any) -> ChunkBuilder:
+        """A ChunkBuilder whose batches are written through immediately (bounded memory).
+
+        Call `add(builder.finish())` before opening or adding the next chunk.
+        """
+        self._claim(topic, partition)
+        builder = ChunkBuilder(topic, partition, sink=self._emit_data, **builder_args)
+        self._open = (builder, self._pos)
+        return builder
+
+    def add(self, chunk: Chunk) -> None:
+        """Write `chunk`'s batches now; (topic, partition) must strictly increase."""
+        if chunk.streamed:
+            if self._open is None or (chunk.topic, chunk.partition) != (
+                self._open[0].topic,
+                self._open[0].partition,
+            ):
+                raise ValueError("streamed chunk does not belong to this writer's open chunk")
+            data_pos = self._open[1]
+            self._open = None
+            if self._pos - data_pos != chunk.data_len:
+                raise RuntimeError("streamed chunk length does not match the bytes written")
+        else:
+            self._claim(chunk.topic, chunk.partition)
+            data_pos = self._pos
+            for batch in chunk.batches:
+                self._emit_data(batch)
         entry, hashes, crc = _encode_entry(chunk, data_pos, self._meta_len)
         hash_rel = self._meta_len + len(entry)
         for part in (entry, hashes, crc):
@@ -567,13 +620,15 @@ class FileWriter:
         """Write META and footer; returns the layout with absolute positions."""
         if self._done:
             raise RuntimeError("writer already finished")
+        if self._open is not None:
+            raise RuntimeError("a streamed chunk is still open")
         self._done = True
         meta_offset = self._pos
         data_length = meta_offset - OBJECT_HEADER_SIZE
         self._spool.seek(0)
         while block := self._spool.read(_COPY_BLOCK):
             self._emit(block)
-        self._spool.close()
+        self._release()
         trailer = TRAILER.pack(len(self._chunks), self._meta_crc)
         self._emit(trailer)
         meta_crc = crc32c.crc32c(trailer, self._meta_crc)

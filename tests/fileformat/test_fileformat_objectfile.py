@@ -410,3 +410,44 @@ def test_null_key_hash() -> None:
     builder.append(0, None, b"v")
     data, _ = encode_file([builder.finish()])
     assert read_object(data)[1][0][1] == NULL_KEY_HASH
+
+
+def test_open_chunk_streams_batches_and_matches_add() -> None:
+    _, chunks = two_chunk_object()
+    expected, layout = encode_file(chunks)
+    out = io.BytesIO()
+    writer = FileWriter(out.write)
+    writer.add(chunks[0])
+    builder = writer.open_chunk("b", 0, hasher=HASHER, max_batch_bytes=100)
+    before = out.tell()
+    for i in range(30):
+        builder.append(i, b"k%d" % (i % 7), None if i % 4 == 0 else b"v" * 20)
+    assert out.tell() > before  # sealed batches went straight out
+    with pytest.raises(RuntimeError, match="open"):
+        writer.add(chunks[1])
+    writer.add(builder.finish())
+    assert writer.finish() == layout
+    assert out.getvalue() == expected
+
+
+def test_open_chunk_respects_order() -> None:
+    writer = FileWriter(io.BytesIO().write)
+    writer.open_chunk("b", 0).finish()
+    with pytest.raises(RuntimeError, match="open"):
+        writer.open_chunk("c", 0)
+    other = FileWriter(io.BytesIO().write).open_chunk("b", 0)
+    other.append(0, None, b"x")
+    with pytest.raises(ValueError, match="open chunk"):
+        FileWriter(io.BytesIO().write).add(other.finish())
+    with pytest.raises(ValueError, match="out of order"):
+        writer2 = FileWriter(io.BytesIO().write)
+        writer2.add(ChunkBuilder("b", 0).finish())
+        writer2.open_chunk("a", 0)
+
+
+def test_writer_close_abandons_cleanly() -> None:
+    out = io.BytesIO()
+    with FileWriter(out.write) as writer:
+        writer.add(ChunkBuilder("a", 0).finish())
+    with pytest.raises(RuntimeError, match="finished"):
+        writer.finish()
