@@ -319,6 +319,9 @@ class ChunkBuilder:
     def _seal_open(self) -> None:
         if self._open is None:
             return
+        if self._next == self._open_base:  # only failed appends: nothing to seal
+            self._open = None
+            return
         built = self._open.build()
         self._open = None
         self._store(seal_batch(built, self._open_base, self._compression))
@@ -936,7 +939,6 @@ class DataReader:
             step = min(n, _COPY_BLOCK)
             _read_exact(self._stream, step, "skipped data")
             n -= step
-        # position updated by callers
 
     def _advance_to(self, index: ChunkIndex) -> None:
         if index.data_pos < self._pos:

@@ -451,3 +451,19 @@ def test_writer_close_abandons_cleanly() -> None:
         writer.add(ChunkBuilder("a", 0).finish())
     with pytest.raises(RuntimeError, match="finished"):
         writer.finish()
+
+
+def test_failed_append_leaves_the_builder_consistent() -> None:
+    builder = ChunkBuilder("t", 0)
+    with pytest.raises(TypeError):
+        builder.append(0, "not bytes", b"v")  # type: ignore[arg-type]
+    assert builder.finish().batch_count == 0
+    builder = ChunkBuilder("t", 0)
+    builder.append(0, None, b"a")
+    with pytest.raises(TypeError):
+        builder.append(1, "not bytes", b"v")  # type: ignore[arg-type]
+    builder.append(2, None, b"c")
+    data, _ = encode_file([builder.finish()])
+    ci, _ = read_object(data)[1][0]
+    records = list(iter_chunk_records(data[ci.data_pos : ci.data_end], 0, index=ci))
+    assert [(r.offset, r.value) for r in records] == [(0, b"a"), (1, b"c")]
