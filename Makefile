@@ -27,7 +27,7 @@ test: lint
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
-	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.run --write docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) silt-data .pytest_cache .mypy_cache

@@ -68,6 +68,7 @@ def chunk_meta(c: ChunkIndex) -> ChunkMeta:
         min_timestamp=c.min_timestamp,
         max_timestamp=c.max_timestamp,
         tombstone_count=len(c.tombstones),
+        frame_crc=c.frame_crc,
     )
 
 

@@ -51,6 +51,7 @@ class ChunkMeta:
     min_timestamp: int
     max_timestamp: int
     tombstone_count: int
+    frame_crc: int = 0  # CRC32C of the batches' unchecksummed 17-byte prefixes (fileformat)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,7 @@ class SegmentInfo:
     min_timestamp: int
     max_timestamp: int
     tombstone_count: int
+    frame_crc: int
     live: bool
     created_at_ms: int
     cleaned_at_ms: int | None

@@ -119,6 +119,7 @@ segments = sa.Table(
     sa.Column("min_timestamp", sa.BigInteger, nullable=False),
     sa.Column("max_timestamp", sa.BigInteger, nullable=False),
     sa.Column("tombstone_count", sa.BigInteger, nullable=False),
+    sa.Column("frame_crc", sa.BigInteger, nullable=False),  # u32 CRC32C of batch frames
     sa.Column("live", sa.Boolean, nullable=False),
     sa.Column("created_at_ms", sa.BigInteger, nullable=False),
     sa.Column("cleaned_at_ms", sa.BigInteger),  # first time its tombstones were compacted

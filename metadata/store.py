@@ -468,7 +468,8 @@ class MetadataStore:
                         "data_len": c.data_len, "hash_pos": c.hash_pos,
                         "hash_count": c.hash_count, "batch_count": c.batch_count,
                         "min_timestamp": c.min_timestamp, "max_timestamp": c.max_timestamp,
-                        "tombstone_count": c.tombstone_count, "live": True,
+                        "tombstone_count": c.tombstone_count, "frame_crc": c.frame_crc,
+                        "live": True,
                         "created_at_ms": now, "cleaned_at_ms": None,
                     })
                 conn.execute(seg.insert(), seg_rows)

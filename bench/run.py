@@ -1,0 +1,99 @@
+"""Benchmark entry point: `python -m bench.run [--quick] [--write docs/benchmarks.md]`.
+
+Prints one JSON document to stdout; with --write, also renders docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .ingest import IngestParams, run_ingest
+
+
+@contextlib.contextmanager
+def moto_server_process() -> Iterator[str]:
+    """A moto S3 server in its own process (so its CPU is not counted as ours)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    bin_dir = Path(sys.executable).parent
+    proc = subprocess.Popen(
+        [str(bin_dir / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"{url}/moto-api/").read()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {"python": platform.python_version(), "cpu": cpu, "cores": os.cpu_count(),
+            "platform": platform.platform()}
+
+
+def run_ingest_suite(quick: bool) -> list[dict[str, Any]]:
+    """Ingest with 1 KiB and 100 B values over 1,000 partitions on file:// and S3 (moto)."""
+    sizes = {1024: 20_000 if quick else 200_000, 100: 50_000 if quick else 500_000}
+    results = [run_ingest(IngestParams("file", v, n)) for v, n in sizes.items()]
+    import boto3
+
+    with moto_server_process() as endpoint:
+        os.environ.update({"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "bench",
+                           "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"})
+        for v, n in sizes.items():
+            bucket = f"bench-{uuid.uuid4().hex[:8]}"
+            boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
+            results.append(run_ingest(IngestParams(f"s3://{bucket}/b", v, n // 4)))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (for tests)")
+    parser.add_argument("--suite", action="append", choices=["ingest"],
+                        help="which suites to run (default: all)")
+    parser.add_argument("--write", metavar="MD", help="also write this markdown report")
+    args = parser.parse_args(argv)
+    suites = args.suite or ["ingest"]
+    report: dict[str, Any] = {"machine": machine(), "quick": args.quick, "results": []}
+    if "ingest" in suites:
+        report["results"] += run_ingest_suite(args.quick)
+    print(json.dumps(report, indent=2))
+    if args.write:
+        from .report import render
+
+        Path(args.write).write_text(render(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
