@@ -1,0 +1,69 @@
+"""Object-store access chosen by URL: `file://`, `memory://`, `s3://bucket/prefix`.
+
+`open_store(url)` returns a backend wrapped in one retry policy and request counting.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+from .base import (
+    REQUEST_TYPES,
+    ObjectInfo,
+    ObjectStore,
+    ObjectWriter,
+    ReadStream,
+    RequestCounts,
+)
+from .errors import InvalidRangeError, ObjectStoreError, RetriableStoreError, UnsupportedUrlError
+from .local import FileStore, MemoryStore
+from .s3 import S3Store
+from .wrappers import CountingStore, RetryingStore, RetryPolicy
+
+SCHEMES = ("file", "memory", "s3")
+
+
+def open_backend(url: str) -> ObjectStore:
+    """The bare backend for `url`, without retries or counting."""
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        # file:///abs/path, or file://./relative (netloc "." or ".."), or file://relative
+        path = parsed.netloc + parsed.path if parsed.netloc else parsed.path
+        if not path:
+            raise UnsupportedUrlError(f"file URL without a path: {url!r}")
+        return FileStore(Path(path), url)
+    if parsed.scheme == "memory":
+        return MemoryStore(parsed.netloc + parsed.path)
+    if parsed.scheme == "s3":
+        return S3Store(url)
+    raise UnsupportedUrlError(
+        f"unsupported store URL {url!r}: use file:///path, memory://name or s3://bucket/prefix"
+    )
+
+
+def open_store(url: str, *, retry: RetryPolicy | None = None) -> ObjectStore:
+    """The store for `url`: counting(retrying(backend)). `store.counters()` reads counts."""
+    return CountingStore(RetryingStore(open_backend(url), retry or RetryPolicy()))
+
+
+__all__ = [
+    "REQUEST_TYPES",
+    "CountingStore",
+    "FileStore",
+    "InvalidRangeError",
+    "MemoryStore",
+    "ObjectInfo",
+    "ObjectStore",
+    "ObjectStoreError",
+    "ObjectWriter",
+    "ReadStream",
+    "RequestCounts",
+    "RetriableStoreError",
+    "RetryPolicy",
+    "RetryingStore",
+    "S3Store",
+    "UnsupportedUrlError",
+    "open_backend",
+    "open_store",
+]

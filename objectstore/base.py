@@ -1,0 +1,170 @@
+"""The one object-store API, its stream protocols and request counters.
+
+Contract for every backend (what raises what):
+- a missing key -> FileNotFoundError; a missing bucket -> FileNotFoundError naming it;
+- access denied -> PermissionError; a failed precondition -> FileExistsError;
+- throttling, 5xx, timeouts, resets -> RetriableStoreError (the RetryingStore retries those);
+- a range outside the object -> InvalidRangeError.
+Keys are relative to the store's root or prefix. Every backend reports each request it
+makes to its listener (see `set_request_listener`), so counts are per HTTP request for S3.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, fields
+from types import TracebackType
+from typing import Protocol
+
+# Request types, as S3 bills and logs them.
+PUT = "PUT"
+CREATE_MULTIPART = "CreateMultipartUpload"
+UPLOAD_PART = "UploadPart"
+COMPLETE_MULTIPART = "CompleteMultipartUpload"
+ABORT_MULTIPART = "AbortMultipartUpload"
+GET = "GET"
+HEAD = "HEAD"
+LIST = "LIST"
+DELETE = "DELETE"
+REQUEST_TYPES = (PUT, CREATE_MULTIPART, UPLOAD_PART, COMPLETE_MULTIPART, ABORT_MULTIPART,
+                 GET, HEAD, LIST, DELETE)
+
+# Listener signature: (request type, bytes sent, bytes received).
+RequestListener = Callable[[str, int, int], None]
+
+
+def _no_listener(op: str, sent: int, received: int) -> None:
+    """Default listener: counting is a wrapper's job."""
+
+
+class ReadStream(Protocol):
+    """A forward-only byte stream over one object range (one GET request)."""
+
+    def read(self, n: int = -1, /) -> bytes:
+        """Exactly n bytes unless the range ends first; n < 0 reads to the end."""
+        ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> ReadStream: ...
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+
+class ObjectWriter(abc.ABC):
+    """A streaming upload: `write` as often as needed, `close` to commit, `abort` to drop.
+
+    Nothing is visible under the key before `close` returns; an aborted or crashed upload
+    leaves no object (S3 multipart parts are aborted; local files are written aside).
+    """
+
+    @abc.abstractmethod
+    def write(self, data: bytes) -> int: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    @abc.abstractmethod
+    def abort(self) -> None: ...
+
+    @property
+    @abc.abstractmethod
+    def bytes_written(self) -> int: ...
+
+    def __enter__(self) -> ObjectWriter:
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if t is None:
+            self.close()
+        else:
+            self.abort()
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """A listed object."""
+
+    key: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class RequestCounts:
+    """Requests made by type, and bytes moved, since the store was opened."""
+
+    PUT: int = 0
+    CreateMultipartUpload: int = 0
+    UploadPart: int = 0
+    CompleteMultipartUpload: int = 0
+    AbortMultipartUpload: int = 0
+    GET: int = 0
+    HEAD: int = 0
+    LIST: int = 0
+    DELETE: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def __sub__(self, other: RequestCounts) -> RequestCounts:
+        return RequestCounts(**{k: v - getattr(other, k) for k, v in self.as_dict().items()})
+
+    @property
+    def writes(self) -> int:
+        """Requests billed as PUT/COPY/POST/LIST class."""
+        return (self.PUT + self.CreateMultipartUpload + self.UploadPart
+                + self.CompleteMultipartUpload + self.LIST)
+
+
+class ObjectStore(abc.ABC):
+    """One object store; see the module docstring for the error contract."""
+
+    url: str
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Store `data` under `key` with one request, replacing any object there."""
+
+    @abc.abstractmethod
+    def put_stream(self, key: str) -> ObjectWriter:
+        """A streaming upload (multipart on S3 once it exceeds one part)."""
+
+    @abc.abstractmethod
+    def open_stream(self, key: str, start: int = 0, end: int | None = None) -> ReadStream:
+        """A forward-only stream over bytes [start, end): exactly one GET request."""
+
+    @abc.abstractmethod
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) with one ranged GET."""
+
+    def get(self, key: str) -> bytes:
+        """The whole object (one GET)."""
+        with self.open_stream(key) as s:
+            return s.read()
+
+    @abc.abstractmethod
+    def size(self, key: str) -> int:
+        """The object's size (one HEAD)."""
+
+    @abc.abstractmethod
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Delete objects; missing keys are not an error (batched: 1,000 per request)."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Objects whose key starts with `prefix`, in key order."""
+
+    @abc.abstractmethod
+    def set_request_listener(self, listener: RequestListener) -> None:
+        """Have every request this store makes reported to `listener`."""
+
+    def counters(self) -> RequestCounts:
+        """Requests made so far; zero unless the store is wrapped in a CountingStore."""
+        return RequestCounts()

@@ -1,0 +1,253 @@
+"""Local backends: a directory (`file://`, the embedded default) and process memory
+(`memory://`, for tests). They report the same logical requests S3 would make."""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import BinaryIO
+
+from .base import (
+    DELETE,
+    GET,
+    HEAD,
+    LIST,
+    PUT,
+    ObjectInfo,
+    ObjectStore,
+    ObjectWriter,
+    ReadStream,
+    RequestListener,
+    _no_listener,
+)
+from .errors import InvalidRangeError
+
+COPY_BLOCK = 1 << 20
+
+
+def _check_range(size: int, start: int, end: int | None) -> int:
+    end = size if end is None else end
+    if start < 0 or end < start or end > size:
+        raise InvalidRangeError(f"range [{start}, {end}) outside an object of {size} bytes")
+    return end
+
+
+class _FileRangeStream:
+    """Reads [start, end) of an open file forward-only."""
+
+    def __init__(self, f: BinaryIO, start: int, end: int,
+                 on_read: RequestListener = _no_listener) -> None:
+        self._f = f
+        self._left = end - start
+        self._on_read = on_read
+        f.seek(start)
+
+    def read(self, n: int = -1, /) -> bytes:
+        if n < 0 or n > self._left:
+            n = self._left
+        data = self._f.read(n)
+        self._left -= len(data)
+        self._on_read("", 0, len(data))
+        return data
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> _FileRangeStream:
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class _LocalWriter(ObjectWriter):
+    """Writes to a temporary file beside the target and renames it into place on close."""
+
+    def __init__(self, path: Path, report: RequestListener) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".upload-", suffix=".tmp")
+        self._f = os.fdopen(fd, "wb")
+        self._tmp = Path(tmp)
+        self._path = path
+        self._report = report
+        self._n = 0
+        self._done = False
+
+    def write(self, data: bytes) -> int:
+        self._f.write(data)
+        self._n += len(data)
+        return len(data)
+
+    @property
+    def bytes_written(self) -> int:
+        return self._n
+
+    def close(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self._f.close()
+        os.replace(self._tmp, self._path)
+        self._report(PUT, self._n, 0)
+
+    def abort(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._f.close()
+        self._tmp.unlink(missing_ok=True)
+
+
+class FileStore(ObjectStore):
+    """Objects as files under a root directory; writes are atomic (temp file + rename)."""
+
+    def __init__(self, root: str | Path, url: str | None = None) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.url = url or f"file://{self.root}"
+        self._report: RequestListener = _no_listener
+
+    def set_request_listener(self, listener: RequestListener) -> None:
+        self._report = listener
+
+    def _path(self, key: str) -> Path:
+        if not key or key.startswith("/") or ".." in Path(key).parts:
+            raise ValueError(f"invalid object key {key!r}")
+        return self.root / key
+
+    def put(self, key: str, data: bytes) -> None:
+        with self.put_stream(key) as w:
+            w.write(data)
+
+    def put_stream(self, key: str) -> ObjectWriter:
+        return _LocalWriter(self._path(key), self._report)
+
+    def open_stream(self, key: str, start: int = 0, end: int | None = None) -> ReadStream:
+        path = self._path(key)
+        f = path.open("rb")
+        try:
+            stop = _check_range(os.fstat(f.fileno()).st_size, start, end)
+        except BaseException:
+            f.close()
+            raise
+        self._report(GET, 0, 0)
+        return _FileRangeStream(f, start, stop, self._report)
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        with self.open_stream(key, start, end) as s:
+            return s.read()
+
+    def size(self, key: str) -> int:
+        self._report(HEAD, 0, 0)
+        return self._path(key).stat().st_size
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        batch = list(keys)
+        for i in range(0, len(batch), 1000):
+            self._report(DELETE, 0, 0)
+            for key in batch[i : i + 1000]:
+                self._path(key).unlink(missing_ok=True)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        self._report(LIST, 0, 0)
+        found = []
+        for dirpath, _, files in os.walk(self.root):
+            for name in files:
+                if name.startswith(".upload-"):
+                    continue
+                full = Path(dirpath) / name
+                key = full.relative_to(self.root).as_posix()
+                if key.startswith(prefix):
+                    found.append(ObjectInfo(key, full.stat().st_size))
+        yield from sorted(found, key=lambda o: o.key)
+
+
+_MEMORY: dict[str, dict[str, bytes]] = {}
+_MEMORY_LOCK = threading.Lock()
+
+
+class _MemoryWriter(ObjectWriter):
+    def __init__(self, store: MemoryStore, key: str) -> None:
+        self._store = store
+        self._key = key
+        self._buf = io.BytesIO()
+        self._done = False
+
+    def write(self, data: bytes) -> int:
+        return self._buf.write(data)
+
+    @property
+    def bytes_written(self) -> int:
+        return self._buf.tell()
+
+    def close(self) -> None:
+        if not self._done:
+            self._done = True
+            self._store.put(self._key, self._buf.getvalue())
+
+    def abort(self) -> None:
+        self._done = True
+
+
+class MemoryStore(ObjectStore):
+    """Objects in a process-wide dict; each `memory://name` is its own namespace."""
+
+    def __init__(self, name: str = "") -> None:
+        self.url = f"memory://{name}"
+        with _MEMORY_LOCK:
+            self._objects = _MEMORY.setdefault(name, {})
+        self._report: RequestListener = _no_listener
+
+    def set_request_listener(self, listener: RequestListener) -> None:
+        self._report = listener
+
+    def _get(self, key: str) -> bytes:
+        try:
+            return self._objects[key]
+        except KeyError:
+            raise FileNotFoundError(f"no object {key!r} in {self.url}") from None
+
+    def put(self, key: str, data: bytes) -> None:
+        self._report(PUT, len(data), 0)
+        with _MEMORY_LOCK:
+            self._objects[key] = bytes(data)
+
+    def put_stream(self, key: str) -> ObjectWriter:
+        return _MemoryWriter(self, key)
+
+    def open_stream(self, key: str, start: int = 0, end: int | None = None) -> ReadStream:
+        data = self._get(key)
+        stop = _check_range(len(data), start, end)
+        self._report(GET, 0, 0)
+        return _FileRangeStream(io.BytesIO(data), start, stop, self._report)
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        with self.open_stream(key, start, end) as s:
+            return s.read()
+
+    def size(self, key: str) -> int:
+        self._report(HEAD, 0, 0)
+        return len(self._get(key))
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        batch = list(keys)
+        for i in range(0, len(batch), 1000):
+            self._report(DELETE, 0, 0)
+            with _MEMORY_LOCK:
+                for key in batch[i : i + 1000]:
+                    self._objects.pop(key, None)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        self._report(LIST, 0, 0)
+        with _MEMORY_LOCK:
+            items = sorted((k, len(v)) for k, v in self._objects.items() if k.startswith(prefix))
+        for k, n in items:
+            yield ObjectInfo(k, n)

@@ -1,0 +1,330 @@
+"""S3 through boto3: AWS, MinIO, LocalStack and moto with no code change.
+
+The client honours the standard AWS variables (`AWS_ENDPOINT_URL`, credentials, region).
+botocore's own retries are off (one attempt): the RetryingStore policy is the only one, so
+request counts are truthful. Every HTTP request botocore sends is reported to the store's
+listener from botocore's `before-send` event, so multipart parts and list pages count one
+by one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from types import TracebackType
+from typing import Any, TypeVar
+from urllib.parse import urlparse
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from .base import (
+    ABORT_MULTIPART,
+    COMPLETE_MULTIPART,
+    CREATE_MULTIPART,
+    DELETE,
+    GET,
+    HEAD,
+    LIST,
+    PUT,
+    UPLOAD_PART,
+    ObjectInfo,
+    ObjectStore,
+    ObjectWriter,
+    ReadStream,
+    RequestListener,
+    _no_listener,
+)
+from .errors import InvalidRangeError, ObjectStoreError, RetriableStoreError
+
+ENV_ENDPOINT = "AWS_ENDPOINT_URL"
+ENV_REGION = "AWS_REGION"
+ENV_DEFAULT_REGION = "AWS_DEFAULT_REGION"
+DEFAULT_REGION = "us-east-1"
+MIN_PART_SIZE = 5 * 1024 * 1024
+DEFAULT_PART_SIZE = 8 * 1024 * 1024
+DELETE_BATCH = 1000
+
+# botocore operation -> billed request type.
+OPERATIONS = {
+    "PutObject": PUT,
+    "CreateMultipartUpload": CREATE_MULTIPART,
+    "UploadPart": UPLOAD_PART,
+    "CompleteMultipartUpload": COMPLETE_MULTIPART,
+    "AbortMultipartUpload": ABORT_MULTIPART,
+    "GetObject": GET,
+    "HeadObject": HEAD,
+    "ListObjectsV2": LIST,
+    "DeleteObjects": DELETE,
+    "DeleteObject": DELETE,
+}
+
+# S3 error code (or HTTP status) -> exception class. The one translation table.
+ERROR_TABLE: dict[str, type[Exception]] = {
+    "NoSuchKey": FileNotFoundError,
+    "NoSuchBucket": FileNotFoundError,
+    "NoSuchUpload": FileNotFoundError,
+    "NotFound": FileNotFoundError,
+    "404": FileNotFoundError,
+    "AccessDenied": PermissionError,
+    "InvalidAccessKeyId": PermissionError,
+    "SignatureDoesNotMatch": PermissionError,
+    "403": PermissionError,
+    "PreconditionFailed": FileExistsError,
+    "412": FileExistsError,
+    "InvalidRange": InvalidRangeError,
+    "416": InvalidRangeError,
+    "SlowDown": RetriableStoreError,
+    "Throttling": RetriableStoreError,
+    "RequestTimeout": RetriableStoreError,
+    "InternalError": RetriableStoreError,
+    "ServiceUnavailable": RetriableStoreError,
+    "500": RetriableStoreError,
+    "502": RetriableStoreError,
+    "503": RetriableStoreError,
+    "504": RetriableStoreError,
+}
+
+T = TypeVar("T")
+
+
+def translate(exc: Exception, what: str) -> Exception:
+    """Map a botocore error to the store's contract (see objectstore.base)."""
+    if isinstance(exc, ClientError):
+        err = exc.response.get("Error", {})
+        code = str(err.get("Code", ""))
+        status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+        cls = ERROR_TABLE.get(code) or ERROR_TABLE.get(status) or ObjectStoreError
+        message = f"{what}: {code or status} {err.get('Message', '')}".strip()
+        if code == "NoSuchBucket":
+            message = f"{what}: bucket does not exist ({err.get('BucketName', '')})"
+        return cls(message)
+    if isinstance(exc, BotoCoreError):  # connection errors, timeouts, broken streams
+        return RetriableStoreError(f"{what}: {exc}")
+    return exc
+
+
+def _call(what: str, fn: Callable[..., T], **kwargs: Any) -> T:
+    try:
+        return fn(**kwargs)
+    except (ClientError, BotoCoreError) as exc:
+        raise translate(exc, what) from exc
+
+
+class _S3Stream:
+    """The body of one ranged GetObject, read incrementally."""
+
+    def __init__(self, body: Any, what: str, length: int, report: RequestListener) -> None:
+        self._body = body
+        self._what = what
+        self._left = length
+        self._report = report
+
+    def read(self, n: int = -1, /) -> bytes:
+        if self._body is None:
+            return b""
+        if n < 0 or n > self._left:
+            n = self._left
+        chunks = []
+        want = n
+        try:
+            while want > 0:
+                piece = self._body.read(want)
+                if not piece:
+                    break
+                chunks.append(piece)
+                want -= len(piece)
+        except (BotoCoreError, OSError) as exc:
+            raise RetriableStoreError(f"{self._what}: stream broke: {exc}") from exc
+        data = b"".join(chunks)
+        self._left -= len(data)
+        self._report("", 0, len(data))  # bytes received; not a request
+        return data
+
+    def close(self) -> None:
+        if self._body is not None:
+            self._body.close()
+
+    def __enter__(self) -> _S3Stream:
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class _S3Writer(ObjectWriter):
+    """Buffers one part; one PutObject if the object fits, else a multipart upload."""
+
+    def __init__(self, store: S3Store, key: str, part_size: int) -> None:
+        self._s = store
+        self._key = store._key(key)
+        self._part_size = part_size
+        self._buf = bytearray()
+        self._upload_id: str | None = None
+        self._parts: list[dict[str, Any]] = []
+        self._n = 0
+        self._done = False
+
+    @property
+    def bytes_written(self) -> int:
+        return self._n
+
+    def write(self, data: bytes) -> int:
+        self._buf += data
+        self._n += len(data)
+        while len(self._buf) >= self._part_size:
+            part = bytes(self._buf[: self._part_size])
+            del self._buf[: self._part_size]
+            self._upload_part(part)
+        return len(data)
+
+    def _upload_part(self, part: bytes) -> None:
+        c = self._s.client
+        what = f"upload s3://{self._s.bucket}/{self._key}"
+        if self._upload_id is None:
+            resp = _call(what, c.create_multipart_upload, Bucket=self._s.bucket, Key=self._key)
+            self._upload_id = str(resp["UploadId"])
+        number = len(self._parts) + 1
+        resp = _call(what, c.upload_part, Bucket=self._s.bucket, Key=self._key,
+                     UploadId=self._upload_id, PartNumber=number, Body=part)
+        self._parts.append({"ETag": resp["ETag"], "PartNumber": number})
+
+    def close(self) -> None:
+        if self._done:
+            return
+        what = f"upload s3://{self._s.bucket}/{self._key}"
+        try:
+            if self._upload_id is None:
+                _call(what, self._s.client.put_object, Bucket=self._s.bucket, Key=self._key,
+                      Body=bytes(self._buf))
+            else:
+                if self._buf:
+                    self._upload_part(bytes(self._buf))
+                _call(what, self._s.client.complete_multipart_upload, Bucket=self._s.bucket,
+                      Key=self._key, UploadId=self._upload_id,
+                      MultipartUpload={"Parts": self._parts})
+        except BaseException:
+            self.abort()
+            raise
+        self._done = True
+        self._buf = bytearray()
+
+    def abort(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._buf = bytearray()
+        if self._upload_id is not None:
+            try:
+                self._s.client.abort_multipart_upload(
+                    Bucket=self._s.bucket, Key=self._key, UploadId=self._upload_id)
+            except (ClientError, BotoCoreError):
+                pass  # an unfinished upload is reaped by the bucket's lifecycle rule
+
+
+class S3Store(ObjectStore):
+    """`s3://bucket/prefix`: every key lives under the prefix."""
+
+    def __init__(self, url: str, *, part_size: int = DEFAULT_PART_SIZE,
+                 client: Any = None) -> None:
+        parsed = urlparse(url)
+        if parsed.scheme != "s3" or not parsed.netloc:
+            raise ValueError(f"not an s3://bucket/prefix URL: {url!r}")
+        if part_size < MIN_PART_SIZE:
+            raise ValueError(f"part size {part_size} below S3's minimum of {MIN_PART_SIZE}")
+        self.url = url
+        self.bucket = parsed.netloc
+        self.prefix = parsed.path.strip("/")
+        self.part_size = part_size
+        self._report: RequestListener = _no_listener
+        if client is None:
+            endpoint = os.environ.get(ENV_ENDPOINT) or None
+            region = os.environ.get(ENV_REGION) or os.environ.get(ENV_DEFAULT_REGION)
+            config = Config(
+                retries={"max_attempts": 1, "mode": "standard"},
+                s3={"addressing_style": "path"} if endpoint else {},
+                max_pool_connections=32,
+            )
+            client = boto3.session.Session().client(
+                "s3", endpoint_url=endpoint, region_name=region or DEFAULT_REGION, config=config)
+        self.client = client
+        client.meta.events.register("before-send.s3", self._before_send)
+
+    def _before_send(self, request: Any, event_name: str = "", **_: Any) -> None:
+        op = OPERATIONS.get(event_name.rsplit(".", 1)[-1])
+        if op is not None:
+            body = request.body
+            sent = len(body) if isinstance(body, bytes | bytearray) else 0
+            self._report(op, sent, 0)
+
+    def set_request_listener(self, listener: RequestListener) -> None:
+        self._report = listener
+
+    def _key(self, key: str) -> str:
+        if not key:
+            raise ValueError("empty object key")
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _what(self, key: str) -> str:
+        return f"s3://{self.bucket}/{self._key(key)}"
+
+    def put(self, key: str, data: bytes) -> None:
+        _call(f"put {self._what(key)}", self.client.put_object, Bucket=self.bucket,
+              Key=self._key(key), Body=data)
+
+    def put_stream(self, key: str) -> ObjectWriter:
+        return _S3Writer(self, key, self.part_size)
+
+    def open_stream(self, key: str, start: int = 0, end: int | None = None) -> ReadStream:
+        what = f"get {self._what(key)}"
+        if end is not None and end < start or start < 0:
+            raise InvalidRangeError(f"{what}: bad range [{start}, {end})")
+        if end == start:
+            return _S3Stream(None, what, 0, self._report)
+        rng = f"bytes={start}-" if end is None else f"bytes={start}-{end - 1}"
+        resp = _call(what, self.client.get_object, Bucket=self.bucket, Key=self._key(key),
+                     Range=rng)
+        length = int(resp.get("ContentLength", 0))
+        if end is not None and length != end - start:
+            resp["Body"].close()
+            raise InvalidRangeError(f"{what}: asked for {end - start} bytes, object has {length}")
+        return _S3Stream(resp["Body"], what, length, self._report)
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        with self.open_stream(key, start, end) as s:
+            return s.read()
+
+    def size(self, key: str) -> int:
+        resp = _call(f"head {self._what(key)}", self.client.head_object, Bucket=self.bucket,
+                     Key=self._key(key))
+        return int(resp["ContentLength"])
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        batch = [{"Key": self._key(k)} for k in keys]
+        for i in range(0, len(batch), DELETE_BATCH):
+            resp = _call(f"delete in s3://{self.bucket}", self.client.delete_objects,
+                         Bucket=self.bucket,
+                         Delete={"Objects": batch[i : i + DELETE_BATCH], "Quiet": True})
+            errors = [e for e in resp.get("Errors", []) if e.get("Code") != "NoSuchKey"]
+            if errors:
+                e = errors[0]
+                cls = ERROR_TABLE.get(str(e.get("Code")), ObjectStoreError)
+                raise cls(f"delete s3://{self.bucket}/{e.get('Key')}: {e.get('Code')}"
+                          f" {e.get('Message', '')}")
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        full = self._key(prefix) if prefix else (f"{self.prefix}/" if self.prefix else "")
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": full}
+            if token:
+                kwargs["ContinuationToken"] = token
+            resp = _call(f"list s3://{self.bucket}/{full}", self.client.list_objects_v2, **kwargs)
+            for obj in resp.get("Contents", []):
+                yield ObjectInfo(str(obj["Key"])[strip:], int(obj["Size"]))
+            if not resp.get("IsTruncated"):
+                return
+            token = str(resp["NextContinuationToken"])

@@ -1,0 +1,143 @@
+"""Retry and request counting, as wrappers around any ObjectStore (not flags inside it)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TypeVar
+
+from .base import (
+    REQUEST_TYPES,
+    ObjectInfo,
+    ObjectStore,
+    ObjectWriter,
+    ReadStream,
+    RequestCounts,
+    RequestListener,
+)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """The one retry policy: exponential backoff with full jitter on retriable errors."""
+
+    attempts: int = 5
+    base_delay_s: float = 0.05
+    max_delay_s: float = 2.0
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number `attempt` (1-based)."""
+        return random.uniform(0, min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1)))
+
+    def run(self, fn: Callable[[], T], sleep: Callable[[float], None] = time.sleep) -> T:
+        """Call fn, retrying errors whose `retriable` attribute is true."""
+        attempt = 1
+        while True:
+            try:
+                return fn()
+            except Exception as exc:
+                if not getattr(exc, "retriable", False) or attempt >= self.attempts:
+                    raise
+                sleep(self.delay(attempt))
+                attempt += 1
+
+
+class RetryingStore(ObjectStore):
+    """Retries each call under one RetryPolicy.
+
+    A stream that breaks mid-read is not transparently resumed (that would be a second GET
+    the caller did not ask for); only opening it is retried. A streaming upload retries its
+    commit as a whole only where the backend can (a single PUT).
+    """
+
+    def __init__(self, inner: ObjectStore, policy: RetryPolicy | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self.policy = policy or RetryPolicy()
+        self._sleep = sleep
+
+    def _run(self, fn: Callable[[], T]) -> T:
+        return self.policy.run(fn, self._sleep)
+
+    def set_request_listener(self, listener: RequestListener) -> None:
+        self.inner.set_request_listener(listener)
+
+    def put(self, key: str, data: bytes) -> None:
+        self._run(lambda: self.inner.put(key, data))
+
+    def put_stream(self, key: str) -> ObjectWriter:
+        return self.inner.put_stream(key)
+
+    def open_stream(self, key: str, start: int = 0, end: int | None = None) -> ReadStream:
+        return self._run(lambda: self.inner.open_stream(key, start, end))
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        return self._run(lambda: self.inner.get_range(key, start, end))
+
+    def size(self, key: str) -> int:
+        return self._run(lambda: self.inner.size(key))
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        batch = list(keys)
+        self._run(lambda: self.inner.delete_many(batch))
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        return iter(self._run(lambda: list(self.inner.list(prefix))))
+
+
+class CountingStore(ObjectStore):
+    """Counts the requests the wrapped backend actually makes, by type, and bytes moved."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+        self._extra: RequestListener | None = None
+        inner.set_request_listener(self._on_request)
+
+    def _on_request(self, op: str, sent: int, received: int) -> None:
+        with self._lock:
+            if op:
+                self._counts[op] += 1
+            self._counts["bytes_sent"] += sent
+            self._counts["bytes_received"] += received
+        if self._extra is not None:
+            self._extra(op, sent, received)
+
+    def set_request_listener(self, listener: RequestListener) -> None:
+        self._extra = listener
+
+    def counters(self) -> RequestCounts:
+        with self._lock:
+            c = dict(self._counts)
+        return RequestCounts(**{k: c.get(k, 0) for k in (*REQUEST_TYPES, "bytes_sent",
+                                                          "bytes_received")})
+
+    def put(self, key: str, data: bytes) -> None:
+        self.inner.put(key, data)
+
+    def put_stream(self, key: str) -> ObjectWriter:
+        return self.inner.put_stream(key)
+
+    def open_stream(self, key: str, start: int = 0, end: int | None = None) -> ReadStream:
+        return self.inner.open_stream(key, start, end)
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        return self.inner.get_range(key, start, end)
+
+    def size(self, key: str) -> int:
+        return self.inner.size(key)
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        self.inner.delete_many(keys)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        return self.inner.list(prefix)
