@@ -37,5 +37,8 @@ class AgentConfig:
         }
         for name, ok in checks.items():
             if not ok:
-                raise ValueError(f"invalid agent setting {name}={getattr(self, name.replace('.', '_'), None)}"
-                                 f" (linger.ms>=0, flush.bytes>0, buffer.memory>=flush.bytes, max.block.ms>=0)")
+                value = getattr(self, name.replace(".", "_"))
+                raise ValueError(
+                    f"invalid agent setting {name}={value} (linger.ms>=0, flush.bytes>0,"
+                    " buffer.memory>=flush.bytes, max.block.ms>=0)"
+                )

@@ -261,8 +261,9 @@ class Agent:
                 raise AgentClosedError("agent is closed")
             self._cond.notify_all()  # make sure the flusher runs
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self._cond.wait(remaining):
-                if self._in_flight_bytes + size > limit:
+            if (remaining <= 0 or not self._cond.wait(remaining)) and (
+                self._in_flight_bytes + size > limit
+            ):
                     raise BufferFullError(
                         f"buffer.memory={limit} bytes stayed full for max.block.ms="
                         f"{self._config.max_block_ms}"
@@ -299,7 +300,9 @@ class Agent:
                     if self._buffer.records:
                         timeout = max(
                             0.0,
-                            self._buffer.first_at + self._config.linger_ms / 1000 - time.monotonic(),
+                            self._buffer.first_at
+                            + self._config.linger_ms / 1000
+                            - time.monotonic(),
                         )
                     self._cond.wait(timeout if timeout is not None else 0.5)
                 buf, self._buffer = self._buffer, _Buffer()
@@ -340,7 +343,8 @@ class Agent:
                 chunks=[chunk_meta(c) for c in layout.chunks],
             )
         except CommitUnknownError as exc:
-            self._fail(items, FlushOutcomeUnknownError(f"commit of {key} has unknown outcome: {exc}"), exc)
+            unknown = FlushOutcomeUnknownError(f"commit of {key} has unknown outcome: {exc}")
+            self._fail(items, unknown, exc)
             return
         except Exception as exc:
             try:

@@ -73,7 +73,8 @@ class Reader:
             if not segments:
                 return
             for seg in segments:
-                data = self._store.get_range(seg.object_key, seg.data_pos, seg.data_pos + seg.data_len)
+                end = seg.data_pos + seg.data_len
+                data = self._store.get_range(seg.object_key, seg.data_pos, end)
                 rec: Record
                 for rec in iter_chunk_records(data, seg.base_offset, index=expected_index(seg)):
                     if rec.offset < position:

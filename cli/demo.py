@@ -47,7 +47,8 @@ def run_demo(
         for k in (3, 7):
             agent.produce(state, k % 4, b"user-%d" % k, None)
     elapsed = time.perf_counter() - started
-    offsets = [f.result() for _, _, f in futures]
+    for _, _, f in futures:
+        f.result()  # raises if any flush failed
     used = store.counters() - before
     flushes = agent.reports
     echo(

@@ -9,6 +9,7 @@ by one.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
@@ -217,11 +218,10 @@ class _S3Writer(ObjectWriter):
         self._done = True
         self._buf = bytearray()
         if self._upload_id is not None:
-            try:
+            # If this fails, the bucket's lifecycle rule reaps the unfinished upload.
+            with contextlib.suppress(ClientError, BotoCoreError):
                 self._s.client.abort_multipart_upload(
                     Bucket=self._s.bucket, Key=self._key, UploadId=self._upload_id)
-            except (ClientError, BotoCoreError):
-                pass  # an unfinished upload is reaped by the bucket's lifecycle rule
 
 
 class S3Store(ObjectStore):
@@ -279,7 +279,7 @@ class S3Store(ObjectStore):
 
     def open_stream(self, key: str, start: int = 0, end: int | None = None) -> ReadStream:
         what = f"get {self._what(key)}"
-        if end is not None and end < start or start < 0:
+        if (end is not None and end < start) or start < 0:
             raise InvalidRangeError(f"{what}: bad range [{start}, {end})")
         if end == start:
             return _S3Stream(None, what, 0, self._report)

@@ -27,30 +27,27 @@ class ServedRequest:
 
     @property
     def operation(self) -> str:
-        """S3 operation name derived from method + query (GET, PUT, UploadPart, ...)."""
-        q = self.query
+        """S3 operation (as billed) from method, path-style path and query string."""
+        params = {p.split("=", 1)[0] for p in self.query.split("&") if p}
+        on_bucket = self.path.strip("/").count("/") == 0  # "/bucket" or "/bucket/"
         if self.method == "GET":
-            if self.path.count("/") <= 1 or "list-type" in q or q.startswith("prefix"):
-                # GET on a bucket (path "/bucket" or "/bucket/") is a LIST.
-                if self.path.rstrip("/").count("/") <= 1:
-                    return "LIST"
-            return "GET"
+            return "LIST" if on_bucket else "GET"
+        if self.method == "HEAD":
+            return "HEAD"
         if self.method == "PUT":
-            if "partNumber=" in q and "uploadId=" in q:
-                return "UploadPart"
-            if self.path.rstrip("/").count("/") <= 1:
+            if on_bucket:
                 return "CreateBucket"
-            return "PUT"
+            return "UploadPart" if "partNumber" in params else "PUT"
         if self.method == "POST":
-            if "uploads" in q.split("&") or q == "uploads" or q.startswith("uploads="):
-                return "CreateMultipartUpload"
-            if "uploadId=" in q:
-                return "CompleteMultipartUpload"
-            if "delete" in q:
+            if "delete" in params:
                 return "DELETE"
+            if "uploads" in params:
+                return "CreateMultipartUpload"
+            if "uploadId" in params:
+                return "CompleteMultipartUpload"
             return "POST"
         if self.method == "DELETE":
-            return "AbortMultipartUpload" if "uploadId=" in q else "DELETE"
+            return "AbortMultipartUpload" if "uploadId" in params else "DELETE"
         return self.method
 
 

@@ -98,7 +98,9 @@ def _pg_available() -> bool:
     import sqlalchemy as sa
 
     try:
-        engine = sa.create_engine(POSTGRES_ADMIN_URL.replace("postgresql://", "postgresql+psycopg://", 1))
+        engine = sa.create_engine(
+            POSTGRES_ADMIN_URL.replace("postgresql://", "postgresql+psycopg://", 1)
+        )
         with engine.connect():
             pass
         engine.dispose()
@@ -134,12 +136,12 @@ def postgres_url(_pg_ok: bool) -> Iterator[str]:
 
 
 @pytest.fixture
-def sqlite_url(tmp_path: "os.PathLike[str]") -> str:
+def sqlite_url(tmp_path: os.PathLike[str]) -> str:
     return f"sqlite:///{tmp_path}/metadata.db"
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def metadata_url(request: pytest.FixtureRequest, tmp_path: "os.PathLike[str]") -> str:
+def metadata_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> str:
     """Parametrised over both metadata backends."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/metadata.db"

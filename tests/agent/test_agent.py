@@ -54,7 +54,7 @@ def test_one_object_per_flush_many_partitions_exact_round_trip(env: Env) -> None
             headers = (("h", b"%d" % i),) if i % 3 == 0 else ()
             produced.setdefault(p, []).append((key, value, headers))
             futures.append((p, len(produced[p]) - 1, a.produce("events", p, key, value, headers)))
-    for p, idx, fut in futures:
+    for _, idx, fut in futures:
         assert fut.result() == idx  # offsets 0..n-1 per partition, in produce order
     objects = list(env.store.list("data/"))
     assert len(objects) == len(a.reports) >= 2
@@ -77,11 +77,13 @@ def test_linger_flushes_without_close(env: Env) -> None:
 
 
 def test_compacted_topic_rejects_null_key_and_large_records(env: Env) -> None:
-    env.metadata.create_topic("state", 1, {"cleanup.policy": "compact", "max.message.bytes": "1000"})
+    env.metadata.create_topic(
+        "state", 1, {"cleanup.policy": "compact", "max.message.bytes": "1000"}
+    )
     with Agent(env.store, env.metadata) as agent:
-        with pytest.raises(InvalidRecordError, match="null key|must have a key"):
+        with pytest.raises(InvalidRecordError, match=r"must have a key"):
             agent.produce("state", 0, None, b"v")
-        with pytest.raises(RecordTooLargeError, match="max.message.bytes"):
+        with pytest.raises(RecordTooLargeError, match=r"max\.message\.bytes"):
             agent.produce("state", 0, b"k", b"x" * 2000)
         with pytest.raises(InvalidRecordError, match="partition 5 out of range"):
             agent.produce("state", 5, b"k", b"v")
@@ -139,7 +141,7 @@ def test_full_buffer_blocks_then_fails_clearly(tmp_path: object) -> None:
     store = BlockingPutStore(open_store("memory://blocking"), gate)
     cfg = AgentConfig(linger_ms=0, flush_bytes=1024, buffer_memory=4096, max_block_ms=200)
     agent = Agent(store, md, cfg)  # type: ignore[arg-type]
-    with pytest.raises(BufferFullError, match="buffer.memory=4096"):
+    with pytest.raises(BufferFullError, match=r"buffer\.memory=4096"):
         for _ in range(100):
             agent.produce("t", 0, b"k", b"x" * 500)
     gate.set()

@@ -68,7 +68,9 @@ def _produce_consume_100k(env: dict[str, str], tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_100k_records_1000_partitions_file_sqlite(local_env: dict[str, str], tmp_path: Path) -> None:
+def test_100k_records_1000_partitions_file_sqlite(
+    local_env: dict[str, str], tmp_path: Path
+) -> None:
     _produce_consume_100k(local_env, tmp_path)
 
 
