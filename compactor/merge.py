@@ -12,6 +12,7 @@ to two different output objects, each streamed to the store (multipart when larg
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
@@ -90,7 +91,7 @@ class MergeStats:
     null_keys_kept: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
+        return dataclasses.asdict(self)
 
 
 @dataclass(slots=True)
@@ -232,11 +233,11 @@ def _merge_partition(
         for (ci, _, base), cnt in zip(heads, counts, strict=True):
             if len(ci.tombstones):
                 rel = np.frombuffer(ci.tombstones.to_array(), dtype=np.uint32).astype(np.int64)
-                pos = start + np.searchsorted(offsets[start : start + cnt], rel + base)
-                tomb_mask[pos] = True
-                cleaned_at = getattr(ci, "tombstone_cleaned_at", None)
-                if cleaned_at is not None and len(cleaned_at) == len(rel):
-                    tomb_cleaned[pos] = np.asarray(cleaned_at, dtype=np.int64)
+                where = start + np.searchsorted(offsets[start : start + cnt], rel + base)
+                tomb_mask[where] = True
+                first_cleaned = getattr(ci, "tombstone_cleaned_at", None)
+                if first_cleaned is not None and len(first_cleaned) == len(rel):
+                    tomb_cleaned[where] = np.asarray(first_cleaned, dtype=np.int64)
             start += cnt
         if rule is not None:
             hi, lo = split_hashes(all_hashes)
@@ -289,12 +290,12 @@ def _merge_partition(
                 sel = np.flatnonzero(bk)
                 if bk.all():
                     raw = bytes(view)
-                    new_base = header.base_offset + base - out_base
+                    new_base: int = header.base_offset + base - out_base
                     stats.batches_copied += 1
                 else:
                     recs = list(iter_records(view, header, base - out_base))
                     kept = [recs[j] for j in sel]
-                    new_base = kept[0].offset
+                    new_base = int(kept[0].offset)
                     raw = build_batch(
                         [(r.offset - new_base, r.timestamp, r.key, r.value, r.headers)
                          for r in kept],
@@ -303,17 +304,17 @@ def _merge_partition(
                     stats.batches_reencoded += 1
                 hashes = b""
                 tombs: Any = ()
-                cleaned: Any = None
+                tomb_times: Any = None
                 if keyed:
                     idx = pos + sel
                     hv = np.frombuffer(all_hashes, dtype="V16")
                     hashes = hv[idx].tobytes()
                     tsel = tomb_mask[idx]
                     tombs = rel[sel][tsel]
-                    cleaned = tomb_cleaned[idx][tsel].astype(np.uint64)
+                    tomb_times = tomb_cleaned[idx][tsel].astype(np.uint64)
                 kwargs: dict[str, Any] = {}
-                if cleaned is not None and _supports_cleaned_at():
-                    kwargs["tombstone_cleaned_at"] = cleaned
+                if tomb_times is not None and _supports_cleaned_at():
+                    kwargs["tombstone_cleaned_at"] = tomb_times
                 builder.append_compacted(
                     raw, base=new_base, offsets=rel[sel], tombstones=tombs, key_hashes=hashes,
                     **kwargs,
