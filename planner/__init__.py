@@ -1,0 +1,33 @@
+"""The compaction planner: pure functions from a metadata snapshot and a clock to job specs."""
+
+from .model import (
+    FileView,
+    JobSpec,
+    PartitionPlan,
+    PartitionState,
+    Plan,
+    PlannerConfig,
+    SegmentView,
+    Snapshot,
+    TopicPolicy,
+    Trigger,
+)
+from .policy import describe, propose, propose_all, spec_id_of, validate
+
+__all__ = [
+    "FileView",
+    "JobSpec",
+    "PartitionPlan",
+    "PartitionState",
+    "Plan",
+    "PlannerConfig",
+    "SegmentView",
+    "Snapshot",
+    "TopicPolicy",
+    "Trigger",
+    "describe",
+    "propose",
+    "propose_all",
+    "spec_id_of",
+    "validate",
+]
