@@ -3,8 +3,13 @@ on SQLite (embedded default) or PostgreSQL, behind one API (`MetadataStore`)."""
 
 from .models import (
     ChunkMeta,
+    CompactionCommit,
+    CompactionOutput,
     FileInfo,
+    JobInfo,
+    Lease,
     LevelStats,
+    OutputSegment,
     PartitionInfo,
     SegmentInfo,
     Snapshot,
@@ -17,9 +22,14 @@ from .topicconfig import TopicConfig
 __all__ = [
     "DEFAULT_URL",
     "ChunkMeta",
+    "CompactionCommit",
+    "CompactionOutput",
     "FileInfo",
+    "JobInfo",
+    "Lease",
     "LevelStats",
     "MetadataStore",
+    "OutputSegment",
     "PartitionInfo",
     "SegmentInfo",
     "Snapshot",

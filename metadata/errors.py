@@ -72,3 +72,16 @@ class CommitConflictError(MetadataError):
 class CommitUnknownError(MetadataError):
     """The commit may or may not have been applied (the connection failed during COMMIT and
     the outcome could not be read back); do not delete the object."""
+
+
+class JobLeasedError(MetadataError):
+    """Another worker holds an unexpired lease on this job."""
+
+
+class JobConflictError(MetadataError):
+    """An input file of the job is not live or is held by another running job."""
+
+
+class StaleLeaseError(MetadataError):
+    """The lease was taken over (its fence moved) or the job is over: this worker may not
+    commit; nothing was applied."""

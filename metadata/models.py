@@ -147,3 +147,76 @@ class Snapshot:
     partitions: tuple[PartitionInfo, ...]
     files: tuple[FileInfo, ...]
     segments: tuple[SegmentInfo, ...]
+    leased_file_ids: frozenset[int] = frozenset()  # held by unexpired compaction leases
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A worker's hold on a compaction job; `fence` orders competing holders."""
+
+    job_id: int
+    spec_id: str
+    fence: int
+    owner: str
+    input_file_ids: tuple[int, ...]
+    expires_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSegment:
+    """A segment of a compaction output: explicit offsets (they never change)."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    last_offset: int
+    record_count: int
+    data_pos: int
+    data_len: int
+    hash_pos: int
+    hash_count: int
+    batch_count: int
+    min_timestamp: int
+    max_timestamp: int
+    tombstone_count: int
+    frame_crc: int
+    cleaned_at_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionOutput:
+    """One uploaded output object (registered pending) and its segments."""
+
+    file_id: int
+    size: int
+    data_offset: int
+    data_length: int
+    meta_offset: int
+    meta_length: int
+    segments: tuple[OutputSegment, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionCommit:
+    """What a committed compaction changed."""
+
+    job_id: int
+    retired_file_ids: tuple[int, ...]
+    output_file_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """One row of the jobs table."""
+
+    id: int
+    spec_id: str
+    state: str
+    input_file_ids: tuple[int, ...]
+    owner: str
+    fence: int
+    lease_expires_ms: int
+    attempts: int
+    created_at_ms: int
+    updated_at_ms: int
+    result: Mapping[str, Any] | None

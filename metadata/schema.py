@@ -34,7 +34,15 @@ FILE_LIVE = "live"
 FILE_DELETING = "deleting"
 FILE_DELETED = "deleted"
 FILE_ABANDONED = "abandoned"
-FILE_STATES = (FILE_PENDING, FILE_LIVE, FILE_DELETING, FILE_DELETED, FILE_ABANDONED)
+FILE_RETIRED = "retired"  # replaced by a compaction; deleted after the grace period
+FILE_STATES = (FILE_PENDING, FILE_LIVE, FILE_DELETING, FILE_DELETED, FILE_ABANDONED,
+               FILE_RETIRED)
+
+JOB_LEASED = "leased"
+JOB_COMMITTED = "committed"
+JOB_FAILED = "failed"
+JOB_ABANDONED = "abandoned"
+JOB_STATES = (JOB_LEASED, JOB_COMMITTED, JOB_FAILED, JOB_ABANDONED)
 
 # Auto-incrementing 64-bit ids; SQLite only auto-increments an INTEGER PRIMARY KEY.
 Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -129,6 +137,26 @@ segments = sa.Table(
     sa.CheckConstraint("base_offset <= last_offset", name="segments_offsets"),
     sa.Index("segments_file", "file_id"),
 )
+jobs = sa.Table(
+    "jobs",
+    md,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("spec_id", sa.String(64), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("input_file_ids", sa.Text, nullable=False),  # JSON list
+    sa.Column("owner", sa.String(255), nullable=False),
+    sa.Column("fence", sa.BigInteger, nullable=False),  # +1 on every takeover
+    sa.Column("lease_expires_ms", sa.BigInteger, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("created_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("updated_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("result", sa.Text),
+    sa.CheckConstraint(
+        "state IN (" + ", ".join(f"'{s}'" for s in JOB_STATES) + ")", name="jobs_state"
+    ),
+    sa.Index("jobs_spec", "spec_id", "state"),
+)
+
 LIVE = segments.c.live == sa.true()  # queries must use this exact predicate to hit the index
 # The read path: live segments of one partition from an offset on, in offset order.
 sa.Index(
@@ -143,7 +171,7 @@ sa.Index(
 
 def _v1(conn: sa.Connection, now_ms: int) -> None:
     """Create every table and the cluster secret."""
-    md.create_all(conn, tables=[cluster, topics, partitions, files, segments])
+    md.create_all(conn, tables=[cluster, topics, partitions, files, segments, jobs])
     conn.execute(cluster.insert().values(id=1, secret=os.urandom(32), created_at_ms=now_ms))
 
 

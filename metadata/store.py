@@ -15,6 +15,7 @@ that read fails too.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -35,10 +36,13 @@ from .errors import (
     InvalidCommitError,
     InvalidPartitionsError,
     InvalidTopicError,
+    JobConflictError,
+    JobLeasedError,
     MetadataError,
     ObjectKeyExistsError,
     OffsetOutOfRangeError,
     SchemaVersionError,
+    StaleLeaseError,
     TopicExistsError,
     UnknownFileError,
     UnknownPartitionError,
@@ -47,7 +51,11 @@ from .errors import (
 )
 from .models import (
     ChunkMeta,
+    CompactionCommit,
+    CompactionOutput,
     FileInfo,
+    JobInfo,
+    Lease,
     LevelStats,
     PartitionInfo,
     SegmentInfo,
@@ -148,6 +156,17 @@ def _segment_info(row: sa.Row[Any]) -> SegmentInfo:
         topic=m["topic"],
         object_key=m["object_key"],
         file_size=m["file_size"],
+    )
+
+
+def _job_info(row: sa.Row[Any]) -> JobInfo:
+    return JobInfo(
+        id=int(row.id), spec_id=row.spec_id, state=row.state,
+        input_file_ids=tuple(json.loads(row.input_file_ids)), owner=row.owner,
+        fence=int(row.fence), lease_expires_ms=int(row.lease_expires_ms),
+        attempts=int(row.attempts), created_at_ms=int(row.created_at_ms),
+        updated_at_ms=int(row.updated_at_ms),
+        result=None if row.result is None else json.loads(row.result),
     )
 
 
@@ -550,12 +569,13 @@ class MetadataStore:
         return _file_info(row)
 
     def files_to_gc(self, older_than_ms: int) -> list[FileInfo]:
-        """Pending, abandoned and deleting files whose state changed before `older_than_ms`.
+        """Pending, abandoned, deleting and retired files whose state changed before
+        `older_than_ms`.
 
         Pass `now - grace` so that pending files still being uploaded are left alone.
         """
         f = s.files.c
-        gc_states = (s.FILE_PENDING, s.FILE_ABANDONED, s.FILE_DELETING)
+        gc_states = (s.FILE_PENDING, s.FILE_ABANDONED, s.FILE_DELETING, s.FILE_RETIRED)
         with self._read() as conn:
             rows = conn.execute(
                 sa.select(s.files)
@@ -570,8 +590,9 @@ class MetadataStore:
         Returns the ids that are now deleting; delete only their objects. Crash before COMMIT:
         nothing changed; after: the files are listed by `files_to_gc` until `mark_deleted`.
         """
-        return self._transition(file_ids, (s.FILE_PENDING, s.FILE_ABANDONED, s.FILE_DELETING),
-                                s.FILE_DELETING)
+        return self._transition(
+            file_ids, (s.FILE_PENDING, s.FILE_ABANDONED, s.FILE_DELETING, s.FILE_RETIRED),
+            s.FILE_DELETING)
 
     def mark_deleted(self, file_ids: Iterable[int]) -> list[int]:
         """GC step 3, after the objects are gone: deleting/abandoned/pending → deleted.
@@ -699,6 +720,8 @@ class MetadataStore:
                 file_rows = conn.execute(
                     sa.select(f).where(f.c.state == s.FILE_LIVE).order_by(f.c.id)
                 ).all()
+                held = self._held_jobs(conn, [r.job_id for r in file_rows
+                                              if r.job_id is not None], now)
                 seg_rows = conn.execute(
                     sa.select(*_SEGMENT_COLUMNS)
                     .select_from(sg.join(f, f.c.id == sg.c.file_id)
@@ -715,7 +738,219 @@ class MetadataStore:
             ),
             files=tuple(_file_info(r) for r in file_rows),
             segments=tuple(_segment_info(r) for r in seg_rows),
+            leased_file_ids=frozenset(int(r.id) for r in file_rows if r.job_id in held),
         )
+
+    # ------------------------------------------------------------------ compaction jobs
+
+    def lease_job(self, spec_id: str, input_file_ids: Sequence[int], *, owner: str,
+                  lease_ms: int) -> Lease:
+        """Hold a compaction job's input files for `lease_ms` (one transaction).
+
+        A job with this spec id that is leased and unexpired → JobLeasedError; leased but
+        expired → taken over with fence + 1 (the old holder can no longer commit). Otherwise
+        every input must be live and not held by another unexpired job (JobConflictError).
+        Crash before COMMIT: nothing held; after: the lease expires if the worker dies.
+        """
+        ids = sorted(set(input_file_ids))
+        j, f = s.jobs.c, s.files.c
+        now = self._clock()
+        with self._write() as conn:
+            rows = conn.execute(
+                sa.select(s.files).where(f.id.in_(ids)).order_by(f.id).with_for_update()
+            ).all()
+            existing = conn.execute(
+                sa.select(s.jobs).where(j.spec_id == spec_id, j.state == s.JOB_LEASED)
+                .with_for_update()
+            ).first()
+            if existing is not None:
+                if existing.lease_expires_ms > now:
+                    raise JobLeasedError(
+                        f"job {existing.id} ({spec_id}) is leased by {existing.owner} until"
+                        f" {existing.lease_expires_ms}")
+                fence = int(existing.fence) + 1
+                conn.execute(s.jobs.update().where(j.id == existing.id).values(
+                    owner=owner, fence=fence, lease_expires_ms=now + lease_ms,
+                    attempts=existing.attempts + 1, updated_at_ms=now))
+                return Lease(int(existing.id), spec_id, fence, owner, tuple(ids), now + lease_ms)
+            found = {r.id: r for r in rows}
+            held = self._held_jobs(conn, [r.job_id for r in rows if r.job_id is not None], now)
+            for fid in ids:
+                r = found.get(fid)
+                if r is None or r.state != s.FILE_LIVE:
+                    raise JobConflictError(f"input file {fid} is not live")
+                if r.job_id is not None and r.job_id in held:
+                    raise JobConflictError(f"input file {fid} is held by job {r.job_id}")
+            job_id = conn.execute(s.jobs.insert().values(
+                spec_id=spec_id, state=s.JOB_LEASED, input_file_ids=json.dumps(ids),
+                owner=owner, fence=1, lease_expires_ms=now + lease_ms, attempts=1,
+                created_at_ms=now, updated_at_ms=now).returning(j.id)).scalar_one()
+            conn.execute(s.files.update().where(f.id.in_(ids)).values(job_id=job_id))
+        return Lease(int(job_id), spec_id, 1, owner, tuple(ids), now + lease_ms)
+
+    @staticmethod
+    def _held_jobs(conn: sa.Connection, job_ids: Sequence[int], now: int) -> set[int]:
+        """Which of these jobs are leased and unexpired."""
+        if not job_ids:
+            return set()
+        j = s.jobs.c
+        return {int(r) for r in conn.execute(
+            sa.select(j.id).where(j.id.in_(set(job_ids)), j.state == s.JOB_LEASED,
+                                  j.lease_expires_ms > now)).scalars()}
+
+    def _check_fence(self, conn: sa.Connection, lease: Lease) -> Any:
+        j = s.jobs.c
+        row = conn.execute(
+            sa.select(s.jobs).where(j.id == lease.job_id).with_for_update()).first()
+        if row is None or row.state != s.JOB_LEASED or row.fence != lease.fence:
+            state = None if row is None else f"{row.state}, fence {row.fence}"
+            raise StaleLeaseError(
+                f"job {lease.job_id} fence {lease.fence} is stale (job is {state})")
+        return row
+
+    def renew_lease(self, lease: Lease, lease_ms: int) -> Lease:
+        """Extend the lease; StaleLeaseError if someone took the job over."""
+        now = self._clock()
+        with self._write() as conn:
+            self._check_fence(conn, lease)
+            conn.execute(s.jobs.update().where(s.jobs.c.id == lease.job_id).values(
+                lease_expires_ms=now + lease_ms, updated_at_ms=now))
+        return dataclasses.replace(lease, expires_ms=now + lease_ms)
+
+    def release_job(self, lease: Lease, *, state: str = s.JOB_FAILED,
+                    result: Mapping[str, Any] | None = None) -> None:
+        """End a job without committing; frees its inputs. No-op if the lease is stale."""
+        if state not in (s.JOB_FAILED, s.JOB_ABANDONED):
+            raise ValueError(f"release state must be failed or abandoned, not {state!r}")
+        now = self._clock()
+        with self._write() as conn:
+            try:
+                self._check_fence(conn, lease)
+            except StaleLeaseError:
+                return
+            conn.execute(s.jobs.update().where(s.jobs.c.id == lease.job_id).values(
+                state=state, updated_at_ms=now,
+                result=None if result is None else json.dumps(result, default=str)))
+            conn.execute(s.files.update().where(s.files.c.job_id == lease.job_id)
+                         .values(job_id=None))
+
+    def commit_compaction(self, lease: Lease, *, outputs: Sequence[CompactionOutput],
+                          result: Mapping[str, Any] | None = None) -> CompactionCommit:
+        """Replace the job's input segments with the outputs' segments, atomically.
+
+        Refused with StaleLeaseError (fence moved: a zombie worker) or CommitConflictError
+        (an input is no longer live, or an output segment would overlap a live segment that
+        is not an input); either way nothing changed. Crash before COMMIT: nothing changed
+        (outputs stay pending, GC removes them); after: outputs live, inputs retired (their
+        objects are deleted after the grace period). A failed COMMIT is resolved by reading
+        the job back: committed with this fence → success, else CommitUnknownError.
+        """
+        try:
+            return self._commit_compaction_once(lease, outputs, result)
+        except _OutcomeUnknown as exc:
+            with self._read() as conn:
+                row = conn.execute(
+                    sa.select(s.jobs).where(s.jobs.c.id == lease.job_id)).first()
+            if row is not None and row.state == s.JOB_COMMITTED and row.fence == lease.fence:
+                return CompactionCommit(lease.job_id, tuple(lease.input_file_ids),
+                                        tuple(o.file_id for o in outputs))
+            raise CommitUnknownError(
+                f"commit of job {lease.job_id} failed during COMMIT: {exc.cause}") from exc
+
+    def _commit_compaction_once(self, lease: Lease, outputs: Sequence[CompactionOutput],
+                                result: Mapping[str, Any] | None) -> CompactionCommit:
+        f, sg, t = s.files.c, s.segments.c, s.topics.c
+        inputs = sorted(lease.input_file_ids)
+        now = self._clock()
+        conn = self._engine.connect()
+        try:
+            conn.execution_options(silt_write=True)
+            trans = conn.begin()
+            try:
+                self._check_fence(conn, lease)
+                states = dict(conn.execute(
+                    sa.select(f.id, f.state).where(f.id.in_(inputs)).order_by(f.id)
+                    .with_for_update()).tuples().all())
+                for fid in inputs:
+                    if states.get(fid) != s.FILE_LIVE:
+                        raise CommitConflictError(
+                            f"input file {fid} is {states.get(fid)}, no longer live")
+                names = sorted({sgm.topic for o in outputs for sgm in o.segments})
+                ids = {r.name: r.id for r in conn.execute(
+                    sa.select(t.id, t.name).where(t.name.in_(names)))}
+                rows = []
+                for o in outputs:
+                    for x in o.segments:
+                        tid = ids.get(x.topic)
+                        if tid is None:
+                            raise UnknownTopicError(f"unknown topic {x.topic!r}")
+                        clash = conn.execute(
+                            sa.select(sg.id).where(
+                                sg.topic_id == tid, sg.partition == x.partition, s.LIVE,
+                                sg.last_offset >= x.base_offset, sg.base_offset <= x.last_offset,
+                                sg.file_id.not_in(inputs)).limit(1)).first()
+                        if clash is not None:
+                            raise CommitConflictError(
+                                f"output {x.topic}/{x.partition} [{x.base_offset}, "
+                                f"{x.last_offset}] overlaps live segment {clash.id}")
+                        rows.append({
+                            "file_id": o.file_id, "topic_id": tid, "partition": x.partition,
+                            "base_offset": x.base_offset, "last_offset": x.last_offset,
+                            "record_count": x.record_count, "data_pos": x.data_pos,
+                            "data_len": x.data_len, "hash_pos": x.hash_pos,
+                            "hash_count": x.hash_count, "batch_count": x.batch_count,
+                            "min_timestamp": x.min_timestamp, "max_timestamp": x.max_timestamp,
+                            "tombstone_count": x.tombstone_count, "frame_crc": x.frame_crc,
+                            "live": True, "created_at_ms": now,
+                            "cleaned_at_ms": x.cleaned_at_ms,
+                        })
+                conn.execute(s.segments.update().where(sg.file_id.in_(inputs), s.LIVE)
+                             .values(live=False))
+                for o in outputs:
+                    flipped = conn.execute(
+                        s.files.update().where(f.id == o.file_id, f.state == s.FILE_PENDING)
+                        .values(state=s.FILE_LIVE, state_changed_at_ms=now, size=o.size,
+                                data_offset=o.data_offset, data_length=o.data_length,
+                                meta_offset=o.meta_offset, meta_length=o.meta_length)).rowcount
+                    if flipped != 1:
+                        raise CommitConflictError(f"output file {o.file_id} is not pending")
+                if rows:
+                    conn.execute(s.segments.insert(), rows)
+                conn.execute(s.files.update().where(f.id.in_(inputs)).values(
+                    state=s.FILE_RETIRED, state_changed_at_ms=now, job_id=None))
+                conn.execute(s.jobs.update().where(s.jobs.c.id == lease.job_id).values(
+                    state=s.JOB_COMMITTED, updated_at_ms=now,
+                    result=None if result is None else json.dumps(result, default=str)))
+            except MetadataError:
+                trans.rollback()
+                raise
+            except sa.exc.DBAPIError as exc:
+                _rollback_quietly(trans)
+                raise CommitConflictError(f"compaction commit not applied: {exc}") from exc
+            try:
+                trans.commit()
+            except sa.exc.DBAPIError as exc:
+                raise _OutcomeUnknown(exc) from exc
+        finally:
+            _close_quietly(conn)
+        return CompactionCommit(lease.job_id, tuple(inputs), tuple(o.file_id for o in outputs))
+
+    def get_job(self, job_id: int) -> JobInfo:
+        """One job row."""
+        with self._read() as conn:
+            row = conn.execute(sa.select(s.jobs).where(s.jobs.c.id == job_id)).first()
+        if row is None:
+            raise MetadataError(f"no job with id {job_id}")
+        return _job_info(row)
+
+    def list_jobs(self, state: str | None = None) -> list[JobInfo]:
+        """Jobs, oldest first, optionally in one state."""
+        q = sa.select(s.jobs).order_by(s.jobs.c.id)
+        if state is not None:
+            q = q.where(s.jobs.c.state == state)
+        with self._read() as conn:
+            return [_job_info(r) for r in conn.execute(q).all()]
+
 
 
 class _NotApplied(Exception):

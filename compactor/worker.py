@@ -1,0 +1,302 @@
+"""Compaction workers: plan, lease, merge, commit, collect garbage.
+
+One job, step by step, and what a crash at each step leaves:
+1. `lease_job` — a leased job row holding the input files. Crash: the lease expires and
+   another worker takes the job over with a higher fence.
+2. `register_pending_file` per output — pending rows. Crash: GC removes them (and any
+   object) later.
+3. merge: two streams per input; outputs streamed to the store (multipart). Crash mid-
+   upload: no object exists (uncompleted multipart uploads are invisible); pending rows.
+4. `commit_compaction` — one transaction: fence and inputs revalidated, input segments
+   replaced by output segments, inputs retired. Crash before it: as step 3, topic unchanged.
+   Crash after it: the new data is visible; the inputs are deleted after the grace period.
+   If the commit is refused (stale fence, inputs changed) nothing changed and the outputs
+   are deleted; if its outcome is unknown the outputs are left alone (they may be live).
+5. GC: retired inputs whose grace period (file.delete.delay.ms, 60 s) has passed are
+   marked deleting, their objects deleted, then marked deleted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from fileformat import Compression, FileWriter
+from metadata import MetadataStore
+from metadata.errors import (
+    CommitConflictError,
+    CommitUnknownError,
+    JobConflictError,
+    JobLeasedError,
+    StaleLeaseError,
+)
+from metadata.models import CompactionOutput, OutputSegment
+from metadata.models import Snapshot as MetadataSnapshot
+from objectstore import ObjectStore, ObjectWriter
+from planner import JobSpec, Plan, PlannerConfig, propose, propose_all, validate
+
+from .merge import InputFile, MergeStats, OutputTarget, PartitionRule, merge
+from .snapshot import planner_snapshot
+
+log = logging.getLogger(__name__)
+
+OUTPUT_PREFIX = "compacted/"
+DEFAULT_LEASE_MS = 60_000
+DEFAULT_GRACE_MS = 60_000  # Kafka's file.delete.delay.ms
+DEFAULT_POLL_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class CompactorConfig:
+    """Worker settings."""
+
+    memory_budget: int = 128 * 1024 * 1024
+    lease_ms: int = DEFAULT_LEASE_MS
+    grace_ms: int = DEFAULT_GRACE_MS
+    poll_interval_s: float = DEFAULT_POLL_S
+    compression: Compression = Compression.NONE
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+
+
+@dataclass(slots=True)
+class JobReport:
+    """What one job did (also stored as the job's result in the metadata store)."""
+
+    spec_id: str
+    outcome: str  # committed | skipped | lost | failed | unknown
+    trigger: str = ""
+    reason: str = ""
+    job_id: int | None = None
+    fence: int | None = None
+    input_files: int = 0
+    output_files: int = 0
+    input_bytes: int = 0
+    output_bytes: int = 0
+    bytes_read: int = 0
+    requests: dict[str, int] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)
+    duration_s: float = 0.0
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def default_owner() -> str:
+    """A worker identity that is unique across machines and restarts."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class _Output:
+    """One output object: pending row, streaming upload and writer."""
+
+    def __init__(self, store: ObjectStore, md: MetadataStore, level: int, compacted: bool,
+                 stack: ExitStack) -> None:
+        kind = "c" if compacted else "d"
+        unique = f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}"
+        self.key = f"{OUTPUT_PREFIX}L{level}-{unique}-{kind}.silt"
+        self.file_id = md.register_pending_file(self.key, level=level, holds_compacted=compacted)
+        self.upload: ObjectWriter = store.put_stream(self.key)
+        stack.callback(self._abort_if_open)
+        self.target = OutputTarget(FileWriter(self.upload.write))
+        self.closed = False
+
+    def _abort_if_open(self) -> None:
+        if not self.closed:
+            self.upload.abort()
+            self.target.writer.close()
+
+    def finish(self) -> CompactionOutput:
+        layout = self.target.writer.finish()
+        self.upload.close()
+        self.closed = True
+        segments = []
+        for info, ci in zip(self.target.chunks, layout.chunks, strict=True):
+            assert info.partition == (ci.topic, ci.partition)
+            segments.append(OutputSegment(
+                topic=ci.topic, partition=ci.partition, base_offset=info.base_offset,
+                last_offset=info.last_offset, record_count=ci.record_count,
+                data_pos=ci.data_pos, data_len=ci.data_len, hash_pos=ci.hash_pos,
+                hash_count=ci.hash_count, batch_count=ci.batch_count,
+                min_timestamp=ci.min_timestamp, max_timestamp=ci.max_timestamp,
+                tombstone_count=len(ci.tombstones), frame_crc=ci.frame_crc,
+                cleaned_at_ms=info.cleaned_at_ms,
+            ))
+        return CompactionOutput(
+            file_id=self.file_id, size=layout.size, data_offset=layout.data_offset,
+            data_length=layout.data_length, meta_offset=layout.meta_offset,
+            meta_length=layout.meta_length, segments=tuple(segments),
+        )
+
+
+class Compactor:
+    """Runs compaction jobs against one store and metadata store; safe to run many at once."""
+
+    def __init__(self, store: ObjectStore, metadata: MetadataStore,
+                 config: CompactorConfig | None = None, *,
+                 clock: Callable[[], int] | None = None, owner: str | None = None) -> None:
+        self.store = store
+        self.metadata = metadata
+        self.config = config or CompactorConfig()
+        self.clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self.owner = owner or default_owner()
+
+    # ----------------------------------------------------------------- planning
+
+    def snapshot(self) -> tuple[MetadataSnapshot, Any]:
+        snap = self.metadata.snapshot()
+        return snap, planner_snapshot(snap, self.clock())
+
+    def plan(self, *, everything: bool = False) -> Plan:
+        """What the planner proposes now (`everything`: ignore triggers, compact fully)."""
+        _, snap = self.snapshot()
+        fn = propose_all if everything else propose
+        return fn(snap, self.clock(), self.config.planner)
+
+    def run_once(self, *, everything: bool = False) -> list[JobReport]:
+        """Run every job proposed now, one after the other; then collect garbage."""
+        reports = [self.run_job(spec) for spec in self.plan(everything=everything).jobs]
+        self.collect_garbage()
+        return reports
+
+    def run_forever(self, stop: threading.Event) -> None:
+        """Poll, run jobs, collect garbage, until `stop` is set."""
+        while not stop.is_set():
+            try:
+                for report in self.run_once():
+                    log.info("job %s: %s", report.spec_id, report.as_dict())
+            except Exception:
+                log.exception("compaction round failed; retrying after the poll interval")
+            stop.wait(self.config.poll_interval_s)
+
+    # ----------------------------------------------------------------- one job
+
+    def run_job(self, spec: JobSpec) -> JobReport:
+        """Lease, merge and commit one job; never raises for the job's own failures."""
+        report = JobReport(spec.spec_id, "skipped", spec.trigger.value, spec.reason,
+                           input_files=len(spec.input_file_ids))
+        started = time.perf_counter()
+        md_snap, snap = self.snapshot()
+        problems = validate(spec, snap)
+        if problems:
+            report.error = "; ".join(problems)
+            return report
+        try:
+            lease = self.metadata.lease_job(spec.spec_id, spec.input_file_ids, owner=self.owner,
+                                            lease_ms=self.config.lease_ms)
+        except (JobLeasedError, JobConflictError) as exc:
+            report.error = str(exc)
+            return report
+        report.job_id, report.fence = lease.job_id, lease.fence
+        before = self.store.counters()
+        outputs: list[_Output] = []
+        try:
+            with ExitStack() as stack:
+                stats = self._merge(spec, md_snap, lease, outputs, stack)
+                committed = [o.finish() for o in outputs if o.target.chunks]
+                for o in outputs:
+                    if not o.target.chunks:  # nothing went into it after all
+                        self.metadata.abandon_file(o.file_id)
+                report.output_files = len(committed)
+                report.output_bytes = sum(c.size for c in committed)
+                report.stats = stats.as_dict()
+                report.input_bytes = stats.input_bytes
+                used = self.store.counters() - before
+                report.requests = {k: v for k, v in used.as_dict().items()
+                                   if v and not k.startswith("bytes")}
+                report.bytes_read = used.bytes_received
+                report.duration_s = round(time.perf_counter() - started, 4)
+                report.outcome = "committed"
+                self.metadata.commit_compaction(lease, outputs=committed,
+                                                result=report.as_dict())
+        except (StaleLeaseError, CommitConflictError) as exc:
+            report.outcome, report.error = "lost", str(exc)
+            self._discard(outputs)
+        except CommitUnknownError as exc:
+            report.outcome, report.error = "unknown", str(exc)  # outputs may be live: keep
+        except Exception as exc:
+            log.exception("job %s failed", spec.spec_id)
+            report.outcome, report.error = "failed", f"{type(exc).__name__}: {exc}"
+            self._discard(outputs)
+            try:
+                self.metadata.release_job(lease, state="failed", result=report.as_dict())
+            except Exception:
+                log.warning("could not release job %s", spec.spec_id, exc_info=True)
+        used = self.store.counters() - before
+        report.requests = {k: v for k, v in used.as_dict().items()
+                           if v and not k.startswith("bytes")}
+        report.bytes_read = used.bytes_received
+        report.duration_s = round(time.perf_counter() - started, 4)
+        return report
+
+    def _merge(self, spec: JobSpec, md_snap: MetadataSnapshot, lease: Any,
+               outputs: list[_Output], stack: ExitStack) -> MergeStats:
+        files = {f.id: f for f in md_snap.files}
+        segs_by_file: dict[int, dict[tuple[str, int], tuple[int, int, int | None]]] = {}
+        for s in md_snap.segments:
+            segs_by_file.setdefault(s.file_id, {})[(s.topic, s.partition)] = (
+                s.base_offset, s.last_offset, s.cleaned_at_ms)
+        inputs = []
+        for fid in spec.input_file_ids:
+            f = files[fid]
+            assert f.data_offset is not None and f.data_length is not None
+            assert f.meta_offset is not None and f.meta_length is not None
+            inputs.append(InputFile(fid, f.object_key, f.data_offset, f.data_length,
+                                    f.meta_offset, f.meta_length, segs_by_file.get(fid, {})))
+        compacted = frozenset(t.name for t in md_snap.topics if t.config.compacted)
+        rules = {(p.topic, p.partition): PartitionRule(p.whole_log, p.clean_upto_offset,
+                                                       p.delete_retention_ms)
+                 for p in spec.partitions}
+
+        def make(compacted_data: bool) -> Callable[[], OutputTarget]:
+            def create() -> OutputTarget:
+                out = _Output(self.store, self.metadata, spec.output_level, compacted_data,
+                              stack)
+                outputs.append(out)
+                return out.target
+            return create
+
+        renewed = [time.monotonic()]
+
+        def heartbeat() -> None:
+            if time.monotonic() - renewed[0] > self.config.lease_ms / 3000:
+                self.metadata.renew_lease(lease, self.config.lease_ms)
+                renewed[0] = time.monotonic()
+
+        return merge(self.store, inputs, compacted_topics=compacted, rules=rules,
+                     compacted_out=make(True), delete_out=make(False), now_ms=self.clock(),
+                     memory_budget=self.config.memory_budget,
+                     compression=self.config.compression, heartbeat=heartbeat)
+
+    def _discard(self, outputs: list[_Output]) -> None:
+        """After a definite failure: delete written outputs and mark their rows abandoned."""
+        keys = [o.key for o in outputs if o.closed]
+        try:
+            if keys:
+                self.store.delete_many(keys)
+            for o in outputs:
+                self.metadata.abandon_file(o.file_id)
+        except Exception:
+            log.warning("could not clean up outputs %s; GC will", keys, exc_info=True)
+
+    # ----------------------------------------------------------------- garbage
+
+    def collect_garbage(self) -> list[str]:
+        """Delete objects of retired inputs past the grace period, and of abandoned uploads."""
+        due = self.metadata.files_to_gc(self.clock() - self.config.grace_ms)
+        if not due:
+            return []
+        ids = self.metadata.mark_deleting([f.id for f in due])
+        keys = [f.object_key for f in due if f.id in set(ids)]
+        self.store.delete_many(keys)
+        self.metadata.mark_deleted(ids)
+        return keys
