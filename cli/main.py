@@ -329,6 +329,99 @@ def stats(ctx: Context, as_json: bool) -> None:
 
 
 @cli.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--all", "everything", is_flag=True, help="Ignore triggers: compact everything.")
+@pass_ctx
+@one_line_errors
+def plan(ctx: Context, as_json: bool, everything: bool) -> None:
+    """Show the compaction jobs the planner would run now, and what it waits for."""
+    from compactor import Compactor
+    from planner import describe
+
+    out = describe(Compactor(ctx.store, ctx.metadata).plan(everything=everything))
+    if as_json:
+        click.echo(json.dumps(out))
+        return
+    for job in out["jobs"]:
+        click.echo(f"job {job['spec_id']}: {job['trigger']}: {job['reason']}")
+        click.echo(f"  files {job['input_files']} ({job['input_bytes']:,} bytes) -> "
+                   f"L{job['output_level']}; {job['compacted_partitions']} compacted partitions"
+                   f" ({job['whole_log_partitions']} whole-log)")
+    if not out["jobs"]:
+        click.echo("no job to run now")
+    for line in out["waiting"]:
+        click.echo(f"waiting: {line}")
+
+
+def _print_reports(reports: list[Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps([r.as_dict() for r in reports]))
+        return
+    for r in reports:
+        st = r.stats
+        click.echo(
+            f"job {r.spec_id} {r.outcome}: {r.input_files} files {r.input_bytes:,} B ->"
+            f" {r.output_files} files {r.output_bytes:,} B; records {st.get('records_in', 0)}"
+            f" -> {st.get('records_out', 0)} (duplicates {st.get('duplicates_dropped', 0)},"
+            f" tombstones {st.get('tombstones_dropped', 0)} dropped); requests {r.requests};"
+            f" {r.duration_s:.2f}s" + (f"; {r.error}" if r.error else "")
+        )
+    if not reports:
+        click.echo("no job to run now")
+
+
+@cli.command()
+@click.option("--once", is_flag=True, help="Run the jobs proposed now and exit.")
+@click.option("--all", "everything", is_flag=True,
+              help="Ignore the triggers and compact everything that can be, fully.")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--memory", "memory_mib", type=click.IntRange(min=1), default=128,
+              show_default=True, help="Offset-map memory budget per job, MiB.")
+@pass_ctx
+@one_line_errors
+def compact(ctx: Context, once: bool, everything: bool, as_json: bool, memory_mib: int) -> None:
+    """Run compaction jobs (`--once`); without --once, same as `silt compactor`."""
+    from compactor import Compactor, CompactorConfig
+
+    comp = Compactor(ctx.store, ctx.metadata,
+                     CompactorConfig(memory_budget=memory_mib * 1024 * 1024))
+    if not once:
+        _run_forever(comp)
+        return
+    reports = comp.run_once(everything=everything)
+    _print_reports(reports, as_json)
+    if any(r.outcome == "failed" for r in reports):
+        sys.exit(1)
+
+
+def _run_forever(comp: Any) -> None:
+    import logging
+    import signal
+    import threading
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    click.echo(f"compactor {comp.owner} polling every {comp.config.poll_interval_s}s", err=True)
+    try:
+        comp.run_forever(stop)
+    except KeyboardInterrupt:
+        stop.set()
+
+
+@cli.command()
+@click.option("--poll-interval", type=click.FloatRange(min=0.1), default=5.0, show_default=True)
+@pass_ctx
+@one_line_errors
+def compactor(ctx: Context, poll_interval: float) -> None:
+    """Run a compaction worker loop until interrupted (any number may run at once)."""
+    from compactor import Compactor, CompactorConfig
+
+    _run_forever(Compactor(ctx.store, ctx.metadata,
+                           CompactorConfig(poll_interval_s=poll_interval)))
+
+
+@cli.command()
 @click.option("--records", type=click.IntRange(min=1), default=100_000, show_default=True)
 @click.option("--partitions", type=click.IntRange(min=1), default=1_000, show_default=True)
 @pass_ctx
