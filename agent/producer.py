@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -122,8 +123,11 @@ class Agent:
         self._cond = threading.Condition(self._lock)
         self._buffer = _Buffer()
         self._in_flight_bytes = 0  # buffered + being flushed: what buffer.memory bounds
-        self._flush_requested = 0
-        self._flushes_done = 0
+        # Buffers sealed for flushing, in produce order; flushed one after the other so that
+        # offsets keep the produce order within every partition.
+        self._sealed: deque[_Buffer] = deque()
+        self._sealed_count = 0  # buffers sealed so far
+        self._flushed_count = 0  # buffers flushed (or failed) so far
         self._closed = False
         self._error: BaseException | None = None
         self.reports: list[FlushReport] = []
@@ -201,12 +205,9 @@ class Agent:
     def flush(self, timeout: float | None = None) -> None:
         """Block until every record buffered before this call has been flushed (or failed)."""
         with self._cond:
-            if self._buffer.records == 0 and self._flushes_done >= self._flush_requested:
-                return
-            self._flush_requested += 1
-            target = self._flush_requested
-            self._cond.notify_all()
-            if not self._cond.wait_for(lambda: self._flushes_done >= target, timeout):
+            self._seal()
+            target = self._sealed_count
+            if not self._cond.wait_for(lambda: self._flushed_count >= target, timeout):
                 raise TimeoutError("agent flush did not finish in time")
 
     def close(self) -> None:
@@ -273,48 +274,43 @@ class Agent:
         buf = self._buffer
         if buf.records == 0:
             buf.first_at = time.monotonic()
+            self._cond.notify_all()  # the flusher starts the linger clock
         buf.records += 1
         buf.nbytes += size
         self._in_flight_bytes += size
         if buf.nbytes >= self._config.flush_bytes:
-            self._cond.notify_all()
+            self._seal()
 
-    def _due(self) -> bool:
-        buf = self._buffer
-        if buf.records == 0:
-            return False
-        if buf.nbytes >= self._config.flush_bytes or self._flush_requested > self._flushes_done:
-            return True
-        return time.monotonic() - buf.first_at >= self._config.linger_ms / 1000
+    def _seal(self) -> None:
+        """Queue the current buffer for flushing (holding the condition)."""
+        if self._buffer.records:
+            self._sealed.append(self._buffer)
+            self._sealed_count += 1
+            self._buffer = _Buffer()
+            self._cond.notify_all()
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._due():
+                while not self._sealed:
                     if self._closed:
                         return
-                    if self._flush_requested > self._flushes_done and self._buffer.records == 0:
-                        self._flushes_done = self._flush_requested
-                        self._cond.notify_all()
-                    timeout = None
+                    timeout = 0.5
                     if self._buffer.records:
-                        timeout = max(
-                            0.0,
-                            self._buffer.first_at
-                            + self._config.linger_ms / 1000
-                            - time.monotonic(),
-                        )
-                    self._cond.wait(timeout if timeout is not None else 0.5)
-                buf, self._buffer = self._buffer, _Buffer()
-                requested = self._flush_requested
+                        age = time.monotonic() - self._buffer.first_at
+                        timeout = self._config.linger_ms / 1000 - age
+                        if timeout <= 0:
+                            self._seal()
+                            break
+                    self._cond.wait(timeout)
+                buf = self._sealed.popleft()
             try:
                 self._flush(buf)
             except BaseException as exc:  # pragma: no cover - _flush fails futures itself
                 log.exception("agent flush crashed: %s", exc)
             with self._cond:
                 self._in_flight_bytes -= buf.nbytes
-                # A flush of everything buffered satisfies all requests made before the swap.
-                self._flushes_done = max(self._flushes_done, requested)
+                self._flushed_count += 1
                 self._cond.notify_all()
 
     def _flush(self, buf: _Buffer) -> None:
