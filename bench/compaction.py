@@ -23,18 +23,21 @@ from objectstore import open_store
 
 
 def run_compaction(value_size: int, records: int, *, partitions: int = 100,
-                   keys_per_partition: int = 1000, store_url: str | None = None) -> dict[str, Any]:
-    """Produce `records` keyed records to a compacted topic, then time one --all job."""
+                   versions_per_key: int = 4, store_url: str | None = None) -> dict[str, Any]:
+    """Produce `records` keyed records to a compacted topic (each key written
+    `versions_per_key` times, updates spread over the run), then time one --all job."""
+    keys_per_partition = max(1, records // partitions // versions_per_key)
     with tempfile.TemporaryDirectory(prefix="silt-bench-") as tmp:
         md = MetadataStore.open(f"sqlite:///{tmp}/md.db")
         md.create_topic("bench", partitions, {"cleanup.policy": "compact"})
         store = open_store(store_url or f"file://{tmp}/objects")
         value = os.urandom(value_size)
         keys = [b"key-%08d" % i for i in range(keys_per_partition)]
+        # Random updates: most batches end up partly superseded (the expensive case).
+        picks = np.random.default_rng(7).integers(0, keys_per_partition, size=records)
         with Agent(store, md, AgentConfig(linger_ms=60_000)) as agent:
             for i in range(records):
-                p = i % partitions
-                agent.produce("bench", p, keys[(i // partitions) % keys_per_partition], value)
+                agent.produce("bench", i % partitions, keys[picks[i]], value)
         comp = Compactor(store, md, CompactorConfig())
         cpu0, wall0 = time.process_time(), time.perf_counter()
         reports = comp.run_once(everything=True)
@@ -43,6 +46,8 @@ def run_compaction(value_size: int, records: int, *, partitions: int = 100,
     r = reports[0]
     return {
         "benchmark": "compaction",
+        "partitions": partitions,
+        "versions_per_key": versions_per_key,
         "value_bytes": value_size,
         "records_in": r.stats["records_in"],
         "records_out": r.stats["records_out"],

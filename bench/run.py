@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .compaction import run_compaction, run_dedupe_memory
 from .ingest import IngestParams, run_ingest
 
 
@@ -76,17 +77,32 @@ def run_ingest_suite(quick: bool) -> list[dict[str, Any]]:
     return results
 
 
+def run_compaction_suite(quick: bool) -> list[dict[str, Any]]:
+    """One compaction job over a compacted topic, 4 versions per key, random updates."""
+    scale = 10 if quick else 1
+    return [run_compaction(1024, 200_000 // scale), run_compaction(100, 800_000 // scale)]
+
+
+def run_memory_suite(quick: bool) -> list[dict[str, Any]]:
+    """Pass-1 memory for one partition with 5 M distinct keys under the 128 MiB budget."""
+    return [run_dedupe_memory(50_000 if quick else 5_000_000)]
+
+
+SUITES = {"ingest": run_ingest_suite, "compaction": run_compaction_suite,
+          "memory": run_memory_suite}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes (for tests)")
-    parser.add_argument("--suite", action="append", choices=["ingest"],
+    parser.add_argument("--suite", action="append", choices=sorted(SUITES),
                         help="which suites to run (default: all)")
     parser.add_argument("--write", metavar="MD", help="also write this markdown report")
     args = parser.parse_args(argv)
-    suites = args.suite or ["ingest"]
+    suites = args.suite or list(SUITES)
     report: dict[str, Any] = {"machine": machine(), "quick": args.quick, "results": []}
-    if "ingest" in suites:
-        report["results"] += run_ingest_suite(args.quick)
+    for name in suites:
+        report["results"] += SUITES[name](args.quick)
     print(json.dumps(report, indent=2))
     if args.write:
         from .report import render

@@ -46,6 +46,26 @@ def split_hashes(hashes: bytes) -> tuple[U64, U64]:
     return pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.uint64)
 
 
+def _group_starts(h: U64, low: U64) -> tuple[I64, Mask]:
+    """A stable order grouping equal keys (in offset order within a group) and, along that
+    order, which positions start a new key. Memory: 8 B (order) + 1 B (flags) per record,
+    plus transients freed before returning; the rare high-word collision between different
+    keys falls back to an exact lexicographic sort."""
+    order: I64 = np.argsort(h, kind="stable")
+    sh = h[order]
+    new_key = np.empty(len(h), dtype=np.bool_)
+    new_key[0] = True
+    np.not_equal(sh[1:], sh[:-1], out=new_key[1:])
+    del sh
+    same = np.flatnonzero(~new_key)  # positions whose high word equals the previous one
+    if len(same) and np.any(low[order[same]] != low[order[same - 1]]):
+        order = np.lexsort((np.arange(len(h)), low, h))
+        sh, sl = h[order], low[order]
+        np.not_equal(sh[1:], sh[:-1], out=new_key[1:])
+        new_key[1:] |= sl[1:] != sl[:-1]
+    return order, new_key
+
+
 def dedupe(hi: U64, lo: U64, cleanable: int, capacity: int) -> DedupeResult:
     """Keep-mask for records [0, n): among the first `cleanable` records (those below the
     first uncleanable offset), keep only the latest record per key, building the map over at
@@ -56,40 +76,28 @@ def dedupe(hi: U64, lo: U64, cleanable: int, capacity: int) -> DedupeResult:
     if cleanable <= 1:
         return DedupeResult(keep, cleanable, cleanable, 0)
     h, low = hi[:cleanable], lo[:cleanable]
-    # Stable argsort by high word, then fix up the (astronomically rare) runs where the high
-    # words collide but the low words differ with a full lexicographic sort.
-    order = np.argsort(h, kind="stable")
-    sh = h[order]
-    if np.any((sh[1:] == sh[:-1]) & (low[order][1:] != low[order][:-1])):
-        order = np.lexsort((np.arange(cleanable), low, h))
-    sh, sl = h[order], low[order]
-    new_key = np.empty(cleanable, dtype=np.bool_)
-    new_key[0] = True
-    np.not_equal(sh[1:], sh[:-1], out=new_key[1:])
-    new_key[1:] |= sl[1:] != sl[:-1]
-    # First occurrence (in offset order) of each key -> cumulative distinct keys per prefix.
-    first_at = np.zeros(cleanable, dtype=np.bool_)
-    first_at[order[new_key]] = True
-    null = (h == 0) & (low == 0)  # null keys are not map entries
-    first_at &= ~null
-    distinct_upto = np.cumsum(first_at)
-    total_distinct = int(distinct_upto[-1])
-    if total_distinct <= capacity:
-        map_end = cleanable
-    else:
-        # The longest prefix whose distinct keys fit: like Kafka stopping when the map is full.
-        map_end = int(np.searchsorted(distinct_upto, capacity, side="right"))
+    null = (h == 0) & (low == 0)  # null keys are never map entries nor deduplicated
+    nulls = int(np.count_nonzero(null))
+    order, new_key = _group_starts(h, low)
+    total_distinct = int(np.count_nonzero(new_key)) - (1 if nulls else 0)
+    if total_distinct > capacity:
+        # Like Kafka stopping when the map is full: the longest prefix (in offset order)
+        # whose distinct keys fit; records from there on are kept as they are.
+        first_at = np.zeros(cleanable, dtype=np.bool_)
+        first_at[order[new_key]] = True
+        first_at &= ~null
+        map_end = int(np.searchsorted(np.cumsum(first_at), capacity, side="right"))
+        del order, new_key, first_at
         sub = dedupe(hi[:map_end], lo[:map_end], map_end, capacity)
         keep[:map_end] = sub.keep
         return DedupeResult(keep, map_end, sub.distinct_keys, sub.null_keys)
-    # The last record of each key group (group order is offset order: stable sort).
+    # The last record of each key group is the latest (groups are in offset order).
     last_in_group = np.empty(cleanable, dtype=np.bool_)
     last_in_group[:-1] = new_key[1:]
     last_in_group[-1] = True
+    del new_key
     keep[:cleanable] = False
     keep[order[last_in_group]] = True
-    # Null keys (all-zero hash) are never deduplicated.
-    nulls = int(np.count_nonzero(null))
     if nulls:
         keep[:cleanable] |= null
-    return DedupeResult(keep, map_end, total_distinct, nulls)
+    return DedupeResult(keep, cleanable, total_distinct, nulls)

@@ -1,0 +1,24 @@
+"""The benchmark harness runs end to end at tiny sizes, so it cannot rot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.run import main
+
+
+def test_quick_run_prints_json_and_writes_markdown(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "benchmarks.md"
+    assert main(["--quick", "--suite", "compaction", "--suite", "memory",
+                 "--write", str(out)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    kinds = {r["benchmark"] for r in report["results"]}
+    assert kinds == {"compaction", "dedupe_memory"}
+    comp = [r for r in report["results"] if r["benchmark"] == "compaction"]
+    assert all(r["gets"] == 2 * r["input_files"] for r in comp)
+    assert all(r["records_out"] < r["records_in"] for r in comp)
+    assert "## Compaction" in out.read_text()
