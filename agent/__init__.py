@@ -10,7 +10,7 @@ from .errors import (
     InvalidRecordError,
     RecordTooLargeError,
 )
-from .producer import Agent, FlushReport
+from .producer import Agent, FlushReport, ProduceFuture
 from .reader import ConsumedRecord, Reader
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "FlushOutcomeUnknownError",
     "FlushReport",
     "InvalidRecordError",
+    "ProduceFuture",
     "Reader",
     "RecordTooLargeError",
 ]

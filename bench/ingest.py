@@ -9,11 +9,11 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
 from agent import Agent, AgentConfig
+from agent.producer import ProduceFuture
 from metadata import MetadataStore
 from objectstore import open_store
 
@@ -41,7 +41,7 @@ def run_ingest(p: IngestParams) -> dict[str, Any]:
         latencies: list[float] = []
 
         def acked(i: int) -> Any:
-            def cb(_: Future[int]) -> None:
+            def cb(_: ProduceFuture) -> None:
                 latencies.append(time.perf_counter() - sent[i])
 
             return cb

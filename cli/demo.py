@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 
 from agent import Agent, Reader
+from agent.producer import ProduceFuture
 from metadata import MetadataStore
 from objectstore import ObjectStore
 
@@ -33,7 +33,7 @@ def run_demo(
 
     before = store.counters()
     started = time.perf_counter()
-    futures: list[tuple[int, bytes, Future[int]]] = []
+    futures: list[tuple[int, bytes, ProduceFuture]] = []
     value = b"v" * 100
     with Agent(store, metadata) as agent:
         for i in range(records):

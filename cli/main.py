@@ -11,7 +11,6 @@ import json
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any, ParamSpec, TypeVar
@@ -21,6 +20,7 @@ import click
 from agent import Agent, AgentConfig, AgentError, Reader
 from agent.config import DEFAULT_FLUSH_BYTES, DEFAULT_LINGER_MS
 from agent.partitioner import DefaultPartitioner
+from agent.producer import ProduceFuture
 from fileformat.errors import FormatError
 from metadata import MetadataStore
 from metadata.errors import MetadataError
@@ -211,7 +211,7 @@ def topics_describe(ctx: Context, name: str, as_json: bool) -> None:
 # ---------------------------------------------------------------------------- produce
 
 
-def _print_acks(pending: deque[tuple[int, Future[int]]], *, wait: bool) -> int:
+def _print_acks(pending: deque[tuple[int, ProduceFuture]], *, wait: bool) -> int:
     """Print `{"partition", "offset"}` for acknowledged records, in input order."""
     printed = 0
     while pending and (wait or pending[0][1].done()):
@@ -242,7 +242,7 @@ def produce(ctx: Context, topic: str, source: IO[str], linger_ms: int, flush_byt
     config = AgentConfig(linger_ms=linger_ms, flush_bytes=flush_bytes,
                          buffer_memory=max(flush_bytes * 8, AgentConfig().buffer_memory))
     partitioner = DefaultPartitioner()
-    pending: deque[tuple[int, Future[int]]] = deque()
+    pending: deque[tuple[int, ProduceFuture]] = deque()
     bad: tuple[int, str] | None = None
     acked = 0
     with progress("producing") as advance, Agent(ctx.store, ctx.metadata, config) as agent:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from concurrent.futures import Future
 from dataclasses import dataclass
 
 import pytest
@@ -18,6 +17,7 @@ from agent import (
     Reader,
     RecordTooLargeError,
 )
+from agent.producer import ProduceFuture
 from metadata import MetadataStore
 from metadata.errors import OffsetOutOfRangeError
 from objectstore import ObjectStore, open_store
@@ -46,7 +46,7 @@ def env(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[Env]:
 def test_one_object_per_flush_many_partitions_exact_round_trip(env: Env) -> None:
     env.metadata.create_topic("events", 50)
     produced: dict[int, list[tuple[bytes, bytes, tuple[tuple[str, bytes | None], ...]]]] = {}
-    futures: list[tuple[int, int, Future[int]]] = []
+    futures: list[tuple[int, int, ProduceFuture]] = []
     with Agent(env.store, env.metadata, AgentConfig(linger_ms=10_000, flush_bytes=64 * 1024)) as a:
         for i in range(3000):
             p = (i * 7) % 50
