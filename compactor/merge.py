@@ -235,9 +235,7 @@ def _merge_partition(
                 rel = np.frombuffer(ci.tombstones.to_array(), dtype=np.uint32).astype(np.int64)
                 where = start + np.searchsorted(offsets[start : start + cnt], rel + base)
                 tomb_mask[where] = True
-                first_cleaned = getattr(ci, "tombstone_cleaned_at", None)
-                if first_cleaned is not None and len(first_cleaned) == len(rel):
-                    tomb_cleaned[where] = np.asarray(first_cleaned, dtype=np.int64)
+                tomb_cleaned[where] = ci.tombstone_cleaned_at
             start += cnt
         if rule is not None:
             hi, lo = split_hashes(all_hashes)
@@ -311,13 +309,10 @@ def _merge_partition(
                     hashes = hv[idx].tobytes()
                     tsel = tomb_mask[idx]
                     tombs = rel[sel][tsel]
-                    tomb_times = tomb_cleaned[idx][tsel].astype(np.uint64)
-                kwargs: dict[str, Any] = {}
-                if tomb_times is not None and _supports_cleaned_at():
-                    kwargs["tombstone_cleaned_at"] = tomb_times
+                    tomb_times = tomb_cleaned[idx][tsel]
                 builder.append_compacted(
                     raw, base=new_base, offsets=rel[sel], tombstones=tombs, key_hashes=hashes,
-                    **kwargs,
+                    tombstone_cleaned_at=tomb_times,
                 )
                 stats.records_out += len(sel)
             pos += bn
@@ -337,16 +332,3 @@ def _merge_partition(
             cleaned_at = None
         out.chunks.append(OutputChunkInfo(tp, out_base, out_last, cleaned_at))
 
-
-_CLEANED_AT_SUPPORTED: bool | None = None
-
-
-def _supports_cleaned_at() -> bool:
-    """Whether this fileformat build records per-tombstone first-cleaned times."""
-    global _CLEANED_AT_SUPPORTED
-    if _CLEANED_AT_SUPPORTED is None:
-        import inspect
-
-        params = inspect.signature(ChunkBuilder.append_compacted).parameters
-        _CLEANED_AT_SUPPORTED = "tombstone_cleaned_at" in params
-    return _CLEANED_AT_SUPPORTED

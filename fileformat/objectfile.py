@@ -85,8 +85,12 @@ ENTRY = struct.Struct(
     "I"  # flags: FLAG_KEYED; other bits 0
     "H"  # topic_len: bytes of the utf-8 topic name
     "I"  # offsets_len: bytes of the serialized offsets bitmap
-    "I"  # tombstones_len: bytes of the serialized tombstone bitmap
+    "I"  # tombstones_len: bytes of the tombstone block (see TOMB_HEAD)
 )
+# The tombstone block: u32 bitmap length, the serialized tombstone bitmap, then either
+# nothing (every tombstone never cleaned) or one u64 per tombstone in bitmap order: the
+# time (ms) a whole-log clean first retained it, 0 = not yet (Kafka's delete horizon base).
+TOMB_HEAD = struct.Struct(">I")
 ENTRY_SIZE_FIELD = struct.Struct(">I")
 ENTRY_CRC = struct.Struct(">I")
 TRAILER = struct.Struct(
@@ -147,6 +151,9 @@ class ChunkIndex:
     tombstones: BitMap = field(compare=False, repr=False)
     flags: int = 0
     frame_crc: int = 0
+    # Per tombstone (bitmap order): ms when a whole-log clean first kept it; 0 = never.
+    tombstone_cleaned_at: np.ndarray[Any, np.dtype[np.int64]] = field(
+        default_factory=lambda: np.zeros(0, dtype=np.int64), compare=False, repr=False)
 
     @property
     def data_end(self) -> int:
@@ -205,6 +212,7 @@ class Chunk:
     frame_crc: int
     batch_count: int
     streamed: bool = False
+    tombstone_cleaned_at: np.ndarray[Any, np.dtype[np.int64]] | None = None
     """True if the batches already went to a FileWriter (see `FileWriter.open_chunk`)."""
 
 
@@ -268,6 +276,9 @@ class ChunkBuilder:
         self._count = 0
         self._offsets = BitMap()
         self._tombstones = BitMap()
+        # (relative tombstone offsets, first-cleaned ms) given by the compactor.
+        self._tomb_times: list[tuple[np.ndarray[Any, np.dtype[np.int64]],
+                                     np.ndarray[Any, np.dtype[np.int64]]]] = []
         self._hashes = bytearray()
         self._min_ts: int | None = None
         self._max_ts: int | None = None
@@ -414,6 +425,7 @@ class ChunkBuilder:
         offsets: Any,
         tombstones: Any = (),
         key_hashes: bytes = b"",
+        tombstone_cleaned_at: Any = None,
     ) -> None:
         """Place a compactor-made batch at relative `base`, trusting the caller's index data.
 
@@ -439,8 +451,15 @@ class ChunkBuilder:
         rising = n == 1 or bool(np.all(np.diff(offs) > 0))
         if offs[0] < base or offs[-1] != span_end - 1 or not rising:
             raise ValueError("offsets must rise strictly within the batch, ending at its last")
-        tombs = _bitmap_of(_as_offsets(tombstones))
+        tomb_arr = _as_offsets(tombstones)
+        tombs = _bitmap_of(tomb_arr)
         present = _bitmap_of(offs)
+        if tombstone_cleaned_at is not None:
+            times = np.asarray(tombstone_cleaned_at, dtype=np.int64)
+            if len(times) != len(tomb_arr):
+                raise ValueError("tombstone_cleaned_at must align with tombstones")
+            if np.any(times):
+                self._tomb_times.append((tomb_arr, times))
         if not tombs.issubset(present):
             raise ValueError("tombstones must be a subset of offsets")
         if self._keyed:
@@ -478,7 +497,18 @@ class ChunkBuilder:
             frame_crc=self._frame_crc,
             batch_count=self._batch_count,
             streamed=self._sink is not None,
+            tombstone_cleaned_at=self._cleaned_at_array(),
         )
+
+    def _cleaned_at_array(self) -> np.ndarray[Any, np.dtype[np.int64]] | None:
+        """First-cleaned times aligned with the tombstone bitmap; None if all are 0."""
+        if not self._tomb_times:
+            return None
+        order = np.frombuffer(self._tombstones.to_array(), dtype=np.uint32).astype(np.int64)
+        out = np.zeros(len(order), dtype=np.int64)
+        for rel, times in self._tomb_times:
+            out[np.searchsorted(order, rel)] = times
+        return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -489,7 +519,10 @@ def _encode_entry(chunk: Chunk, data_pos: int, entry_rel: int) -> tuple[bytes, b
     """(entry bytes incl. variable parts, key hashes, crc) for an entry at `entry_rel` in META."""
     topic = chunk.topic.encode()
     offsets = chunk.offsets.serialize()
-    tombs = chunk.tombstones.serialize()
+    bitmap = chunk.tombstones.serialize()
+    times = chunk.tombstone_cleaned_at
+    tail = b"" if times is None or not np.any(times) else times.astype(">u8").tobytes()
+    tombs = TOMB_HEAD.pack(len(bitmap)) + bitmap + tail
     hashes = chunk.key_hashes
     size = ENTRY.size + len(topic) + len(offsets) + len(tombs) + len(hashes) + ENTRY_CRC.size
     hash_rel = entry_rel + ENTRY.size + len(topic) + len(offsets) + len(tombs)
@@ -616,6 +649,8 @@ class FileWriter:
             tombstones=chunk.tombstones,
             flags=chunk.flags,
             frame_crc=chunk.frame_crc,
+            tombstone_cleaned_at=_times_or_zeros(chunk.tombstone_cleaned_at,
+                                                 len(chunk.tombstones)),
         )
         self._chunks.append(index)
 
@@ -697,6 +732,29 @@ def _read_exact(stream: Readable, n: int, what: str) -> bytes:
     return b"".join(parts)
 
 
+def _times_or_zeros(
+    times: np.ndarray[Any, np.dtype[np.int64]] | None, n: int
+) -> np.ndarray[Any, np.dtype[np.int64]]:
+    return np.zeros(n, dtype=np.int64) if times is None else times
+
+
+def _decode_tombstones(raw: bytes) -> tuple[BitMap, np.ndarray[Any, np.dtype[np.int64]]]:
+    """The tombstone block: bitmap and per-tombstone first-cleaned times."""
+    if len(raw) < TOMB_HEAD.size:
+        raise CorruptDataError("tombstone block shorter than its header")
+    (blen,) = TOMB_HEAD.unpack_from(raw)
+    if blen > len(raw) - TOMB_HEAD.size:
+        raise CorruptDataError("tombstone bitmap length outside its block")
+    bitmap = _deserialize(raw[TOMB_HEAD.size : TOMB_HEAD.size + blen], "tombstones")
+    tail = raw[TOMB_HEAD.size + blen :]
+    if not tail:
+        return bitmap, np.zeros(len(bitmap), dtype=np.int64)
+    if len(tail) != 8 * len(bitmap):
+        raise CorruptDataError(
+            f"tombstone times: {len(tail)} bytes for {len(bitmap)} tombstones")
+    return bitmap, np.frombuffer(tail, dtype=">u8").astype(np.int64)
+
+
 def _deserialize(raw: bytes, what: str) -> BitMap:
     try:
         return BitMap.deserialize(raw)
@@ -768,7 +826,7 @@ def iter_meta(
             raise CorruptDataError(f"meta entry at {pos}: topic is not utf-8") from exc
         cut = topic_len + offsets_len
         offsets = _deserialize(bytes(view[topic_len:cut]), "offsets")
-        tombstones = _deserialize(bytes(view[cut : cut + tombs_len]), "tombstones")
+        tombstones, cleaned_at = _decode_tombstones(bytes(view[cut : cut + tombs_len]))
         hashes = bytes(view[cut + tombs_len : body_end])
         where = f"meta entry {count} ({topic!r}, {partition})"
         key = (topic, partition)
@@ -808,6 +866,7 @@ def iter_meta(
             tombstones,
             flags,
             frame_crc,
+            cleaned_at,
         )
         pos += size
         count += 1
