@@ -45,6 +45,9 @@ ENV_DEFAULT_REGION = "AWS_DEFAULT_REGION"
 DEFAULT_REGION = "us-east-1"
 MIN_PART_SIZE = 5 * 1024 * 1024
 DEFAULT_PART_SIZE = 8 * 1024 * 1024
+# Objects up to this size go up as one PUT (an agent flush of ~8 MiB must not pay for a
+# 3-request multipart upload); larger ones stream as multipart in DEFAULT_PART_SIZE parts.
+DEFAULT_MULTIPART_THRESHOLD = 16 * 1024 * 1024
 DELETE_BATCH = 1000
 
 # botocore operation -> billed request type.
@@ -156,7 +159,8 @@ class _S3Stream:
 
 
 class _S3Writer(ObjectWriter):
-    """Buffers one part; one PutObject if the object fits, else a multipart upload."""
+    """One PutObject if the object stays under the multipart threshold, else a streaming
+    multipart upload; memory is bounded by the threshold."""
 
     def __init__(self, store: S3Store, key: str, part_size: int) -> None:
         self._s = store
@@ -175,6 +179,8 @@ class _S3Writer(ObjectWriter):
     def write(self, data: bytes) -> int:
         self._buf += data
         self._n += len(data)
+        if self._upload_id is None and len(self._buf) < self._s.multipart_threshold:
+            return len(data)
         while len(self._buf) >= self._part_size:
             part = bytes(self._buf[: self._part_size])
             del self._buf[: self._part_size]
@@ -228,6 +234,7 @@ class S3Store(ObjectStore):
     """`s3://bucket/prefix`: every key lives under the prefix."""
 
     def __init__(self, url: str, *, part_size: int = DEFAULT_PART_SIZE,
+                 multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
                  client: Any = None) -> None:
         parsed = urlparse(url)
         if parsed.scheme != "s3" or not parsed.netloc:
@@ -238,6 +245,7 @@ class S3Store(ObjectStore):
         self.bucket = parsed.netloc
         self.prefix = parsed.path.strip("/")
         self.part_size = part_size
+        self.multipart_threshold = max(multipart_threshold, part_size)
         self._report: RequestListener = _no_listener
         if client is None:
             endpoint = os.environ.get(ENV_ENDPOINT) or None
