@@ -32,7 +32,7 @@ from metadata import ChunkMeta, MetadataStore, TopicInfo
 from metadata.errors import CommitUnknownError
 from objectstore import ObjectStore
 
-from .config import OBJECT_PREFIX, AgentConfig
+from .config import OBJECT_PREFIX, OBJECTS_PER_PARTITION, AgentConfig
 from .errors import (
     AgentClosedError,
     BufferFullError,
@@ -339,6 +339,16 @@ class Agent:
 
     def _flush(self, buf: _Buffer) -> None:
         items = sorted(buf.partitions.items())
+        if self._config.objects == OBJECTS_PER_PARTITION:
+            for item in items:
+                self._flush_object([item], item[1].builder.record_count)
+        else:
+            self._flush_object(items, buf.records)
+
+    def _flush_object(
+        self, items: list[tuple[tuple[str, int], _PartitionBuffer]], records: int
+    ) -> None:
+        """Write `items` as one object and commit it (the steps in the module docstring)."""
         key = new_object_key()
         try:
             file_id = self._metadata.register_pending_file(
@@ -376,7 +386,7 @@ class Agent:
         for tp, pb in items:
             base = bases[tp]
             pb.chunk.set_result(base)
-        self.reports.append(FlushReport(key, len(items), buf.records, layout.size))
+        self.reports.append(FlushReport(key, len(items), records, layout.size))
 
     @staticmethod
     def _fail(
