@@ -27,6 +27,9 @@ from metadata.errors import MetadataError
 from objectstore import ObjectStore, open_store
 from objectstore.errors import ObjectStoreError
 
+from .costs import PRICE_TABLES, Workload, run_costs
+from .costs import as_json as costs_json
+from .costs import plot as costs_plot
 from .jsonlines import LineError, consumed_to_json, parse_produce_line
 
 ENV_STORE = "SILT_STORE"
@@ -419,6 +422,96 @@ def compactor(ctx: Context, poll_interval: float) -> None:
 
     _run_forever(Compactor(ctx.store, ctx.metadata,
                            CompactorConfig(poll_interval_s=poll_interval)))
+
+
+@cli.command()
+@click.option("--partitions", default="1,10,100,1000", show_default=True,
+              help="Comma-separated partitions-per-file sweep.")
+@click.option("--files", "files_per_round", type=click.IntRange(min=1), default=4,
+              show_default=True, help="Agent flushes (objects) per round.")
+@click.option("--rounds", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Produce-then-compact rounds.")
+@click.option("--records-per-partition", type=click.IntRange(min=1), default=2,
+              show_default=True, help="Records per partition per flush.")
+@click.option("--record-bytes", type=click.IntRange(min=0), default=100, show_default=True)
+@click.option("--keys", type=click.IntRange(min=1), default=50, show_default=True,
+              help="Key cardinality per compacted partition.")
+@click.option("--compacted-share", type=click.FloatRange(0, 1), default=0.5,
+              show_default=True, help="Share of partitions on a compacted topic.")
+@click.option("--flushes-per-second", type=click.FloatRange(min=0.001), default=4.0,
+              show_default=True, help="Ingest rate used for the per-day dollars.")
+@click.option("--prices", "price_table", type=click.Choice(sorted(PRICE_TABLES)),
+              default="s3-standard", show_default=True)
+@click.option("--put-price", type=float, default=None,
+              help="Override: dollars per 1,000 PUT/COPY/POST/LIST requests.")
+@click.option("--get-price", type=float, default=None,
+              help="Override: dollars per 1,000 GET/HEAD requests.")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Write a PNG chart (matplotlib).")
+@one_line_errors
+def costs(partitions: str, files_per_round: int, rounds: int, records_per_partition: int,
+          record_bytes: int, keys: int, compacted_share: float, flushes_per_second: float,
+          price_table: str, put_price: float | None, get_price: float | None, as_json: bool,
+          plot_path: str | None) -> None:
+    """Measure object-store request costs of siltstream against two naive designs.
+
+    Runs against AWS_ENDPOINT_URL (LocalStack, MinIO, AWS) or a moto server it starts on
+    127.0.0.1, and cross-checks client counts with the server's when it started it.
+    """
+    try:
+        sweep = tuple(int(p) for p in partitions.split(",") if p.strip())
+    except ValueError:
+        raise click.BadParameter(f"{partitions!r} is not a comma-separated list of integers",
+                                 param_hint="--partitions") from None
+    if not sweep or min(sweep) < 1:
+        raise click.BadParameter("partition counts must be >= 1", param_hint="--partitions")
+    w = Workload(sweep, files_per_round, rounds, records_per_partition, record_bytes, keys,
+                 compacted_share, flushes_per_second)
+    prices = dict(PRICE_TABLES[price_table])
+    if put_price is not None:
+        prices["write"] = put_price / 1000
+    if get_price is not None:
+        prices["read"] = get_price / 1000
+    with progress("measuring") as advance:
+        def step(msg: str) -> None:
+            advance(1)
+        results = run_costs(w, prices, step)
+    report = costs_json(w, price_table, results)
+    report["prices_per_request"] = prices
+    if plot_path:
+        costs_plot(results, plot_path)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        _print_costs(results, report)
+    if not report["client_server_agree"]:
+        click.echo("silt: client and server request counts disagree", err=True)
+        sys.exit(1)
+
+
+def _print_costs(results: list[Any], report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Object-store requests per workload run")
+    for col in ("partitions/file", "design", "PUT-class", "GET", "compaction GETs",
+                "GETs/input file", "$ per run", "$ per day", "server agrees"):
+        table.add_column(col, justify="right" if col != "design" else "left")
+    for r in results:
+        writes = sum(r.client.get(k, 0) for k in ("PUT", "CreateMultipartUpload",
+                                                  "UploadPart", "CompleteMultipartUpload",
+                                                  "LIST"))
+        agrees = "n/a" if r.server is None else ("yes" if r.server == r.client else "NO")
+        table.add_row(str(r.partitions), r.design, f"{writes:,}", f"{r.client.get('GET', 0):,}",
+                      f"{r.compaction_gets:,}", f"{r.gets_per_input_file:g}",
+                      f"{r.dollars:.6f}", f"{r.dollars_per_day:,.2f}", agrees)
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    console.print(table)
+    ratios = report["dollar_ratio_vs_siltstream_at_max_partitions"]
+    top = max(r.partitions for r in results)
+    console.print(f"request dollars at {top} partitions per file, relative to siltstream: "
+                  + ", ".join(f"{d} x{v:g}" for d, v in ratios.items()))
 
 
 @cli.command()

@@ -87,9 +87,15 @@ class RecordingMotoServer:
         )
         from werkzeug.serving import make_server
 
+        class QuietHandler(MotoRequestHandler):
+            """No access log on stderr: the request record is kept in memory instead."""
+
+            def log_request(self, *args: Any, **kwargs: Any) -> None:
+                pass
+
         app = self._wrap(DomainDispatcherApplication(create_backend_app))
         self._server = make_server(
-            self._host, self._port, app, threaded=True, request_handler=MotoRequestHandler
+            self._host, self._port, app, threaded=True, request_handler=QuietHandler
         )
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
