@@ -868,9 +868,9 @@ class MetadataStore:
             trans = conn.begin()
             try:
                 self._check_fence(conn, lease)
-                states = dict(conn.execute(
+                states = {int(r.id): str(r.state) for r in conn.execute(
                     sa.select(f.id, f.state).where(f.id.in_(inputs)).order_by(f.id)
-                    .with_for_update()).tuples().all())
+                    .with_for_update())}
                 for fid in inputs:
                     if states.get(fid) != s.FILE_LIVE:
                         raise CommitConflictError(
