@@ -114,7 +114,8 @@ def main() -> int:
     parser.add_argument("--log", type=Path, default=HERE / "localstack.log")
     args = parser.parse_args()
     proc = start(args.port, args.data, args.log)
-    print(f"LocalStack S3 on http://127.0.0.1:{args.port} (log: {args.log}). Point siltstream at it:")
+    print(f"LocalStack S3 on http://127.0.0.1:{args.port} (log: {args.log}).")
+    print("Point siltstream at it:")
     print(f"  export AWS_ENDPOINT_URL=http://127.0.0.1:{args.port} AWS_ACCESS_KEY_ID=test"
           " AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1")
     print("  aws --endpoint-url $AWS_ENDPOINT_URL s3 mb s3://silt   # or any S3 client")
