@@ -21,6 +21,11 @@ COMPACTION_COLUMNS = [
     ("bytes_read_over_input", "bytes read / input"), ("batches_copied", "batches copied"),
     ("batches_reencoded", "batches re-encoded"),
 ]
+CONSUME_COLUMNS = [
+    ("value_bytes", "value B"), ("records", "records"), ("partitions", "partitions"),
+    ("mib_per_s_per_core", "MiB/s per core"), ("records_per_s_per_core", "records/s per core"),
+    ("gets", "GETs"),
+]
 MEMORY_COLUMNS = [
     ("distinct_keys", "distinct keys"), ("budget_mib", "budget MiB"),
     ("keys_in_map", "keys deduplicated"), ("partial_clean", "partial clean"),
@@ -43,6 +48,7 @@ def render(report: dict[str, Any]) -> str:
         return [r for r in report["results"] if r["benchmark"] == kind]
 
     ingest, compaction, memory = rows("ingest"), rows("compaction"), rows("dedupe_memory")
+    consume = rows("consume")
     return f"""# Benchmarks
 
 Measured on {m['cpu']} ({m['cores']} cores), Python {m['python']}, {m['platform']}.
@@ -66,6 +72,10 @@ Goals: >= 250 MB/s per core with 1 KiB values, >= 1 M records/s per core with 10
 Batches whose records all survive are copied byte for byte; the others are decoded and
 re-encoded (per-record work in aiokafka's C codec plus Python glue), which is what bounds
 the 100 B case. GETs are always 2 per input file.
+
+## Consume (Reader, file://, one ranged GET per segment)
+
+{_table(consume, CONSUME_COLUMNS)}
 
 ## Pass-1 memory (one partition, distinct keys, default 128 MiB budget)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .compaction import run_compaction, run_dedupe_memory
+from .consume import run_consume
 from .ingest import IngestParams, run_ingest
 
 
@@ -88,8 +89,14 @@ def run_memory_suite(quick: bool) -> list[dict[str, Any]]:
     return [run_dedupe_memory(50_000 if quick else 5_000_000)]
 
 
+def run_consume_suite(quick: bool) -> list[dict[str, Any]]:
+    """Reading back what the agent wrote, 1 KiB and 100 B values, file://."""
+    scale = 10 if quick else 1
+    return [run_consume(1024, 100_000 // scale), run_consume(100, 400_000 // scale)]
+
+
 SUITES = {"ingest": run_ingest_suite, "compaction": run_compaction_suite,
-          "memory": run_memory_suite}
+          "consume": run_consume_suite, "memory": run_memory_suite}
 
 
 def main(argv: list[str] | None = None) -> int:

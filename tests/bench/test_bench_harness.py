@@ -13,11 +13,11 @@ from bench.run import main
 def test_quick_run_prints_json_and_writes_markdown(tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "benchmarks.md"
-    assert main(["--quick", "--suite", "compaction", "--suite", "memory",
+    assert main(["--quick", "--suite", "compaction", "--suite", "memory", "--suite", "consume",
                  "--write", str(out)]) == 0
     report = json.loads(capsys.readouterr().out)
     kinds = {r["benchmark"] for r in report["results"]}
-    assert kinds == {"compaction", "dedupe_memory"}
+    assert kinds == {"compaction", "dedupe_memory", "consume"}
     comp = [r for r in report["results"] if r["benchmark"] == "compaction"]
     assert all(r["gets"] == 2 * r["input_files"] for r in comp)
     assert all(r["records_out"] < r["records_in"] for r in comp)
