@@ -1,4 +1,8 @@
-"""Errors of the compactor."""
+"""Errors of the compactor.
+
+A job's own failures (lost lease, refused commit, store errors) are reported in its
+JobReport's `outcome` rather than raised, so one bad job never stops a worker loop.
+"""
 
 from __future__ import annotations
 
@@ -7,21 +11,3 @@ class CompactorError(Exception):
     """Base class of compactor errors."""
 
     retriable = False
-
-
-class JobSkippedError(CompactorError):
-    """The job could not start: its inputs changed or another worker holds it."""
-
-    retriable = True
-
-
-class JobFailedError(CompactorError):
-    """The job failed before its commit; nothing became visible and outputs were removed."""
-
-    retriable = True
-
-
-class JobLostError(CompactorError):
-    """The commit was refused (a conflicting commit or a newer lease won); nothing changed."""
-
-    retriable = True
