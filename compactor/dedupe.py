@@ -66,10 +66,58 @@ def _group_starts(h: U64, low: U64) -> tuple[I64, Mask]:
     return order, new_key
 
 
-def dedupe(hi: U64, lo: U64, cleanable: int, capacity: int) -> DedupeResult:
-    """Keep-mask for records [0, n): among the first `cleanable` records (those below the
-    first uncleanable offset), keep only the latest record per key, building the map over at
-    most `capacity` distinct keys; records past the map's end are kept as they are."""
+def _member(qh: U64, ql: U64, mh: U64, ml: U64) -> Mask:
+    """Which query keys are in the map (mh, ml sorted lexicographically)."""
+    if len(mh) == 0 or len(qh) == 0:
+        return np.zeros(len(qh), dtype=np.bool_)
+    idx = np.searchsorted(mh, qh, side="left")
+    idx_c = np.minimum(idx, len(mh) - 1)
+    hit = (mh[idx_c] == qh) & (ml[idx_c] == ql)
+    if np.any(mh[1:] == mh[:-1]):  # rare high-word collisions: check the whole run exactly
+        known = set(zip(mh.tolist(), ml.tolist(), strict=True))
+        hit = np.fromiter(((h, lo) in known for h, lo in zip(qh.tolist(), ql.tolist(),
+                                                               strict=True)),
+                          dtype=np.bool_, count=len(qh))
+    out: Mask = hit
+    return out
+
+
+def dedupe(hi: U64, lo: U64, cleanable: int, capacity: int, dirty_start: int = 0) -> DedupeResult:
+    """Keep-mask for records [0, n) in offset order.
+
+    Like Kafka's cleaner: the offset map is built from the dirty records [dirty_start,
+    cleanable) (those below the first uncleanable offset, after the cleaner checkpoint),
+    holding at most `capacity` distinct keys; when it is full the map ends early and
+    everything from there on is kept as it is. Inside the map's range only the latest record
+    per key stays; an already-clean record (before `dirty_start`) goes if the map holds a
+    newer record of its key. A record that is the latest for its key is never dropped.
+    """
+    n = len(hi)
+    dirty_start = min(max(dirty_start, 0), n)
+    cleanable = max(min(cleanable, n), dirty_start)
+    if dirty_start == 0:
+        return _dedupe_dirty(hi, lo, cleanable, capacity)
+    sub = _dedupe_dirty(hi[dirty_start:], lo[dirty_start:], cleanable - dirty_start, capacity)
+    keep = np.ones(n, dtype=np.bool_)
+    keep[dirty_start:] = sub.keep
+    end = dirty_start + sub.map_end
+    # The map: distinct keys of [dirty_start, end), sorted; clean records with a key in it go.
+    mh, ml = hi[dirty_start:end], lo[dirty_start:end]
+    order = np.lexsort((ml, mh))
+    mh, ml = mh[order], ml[order]
+    if len(mh):
+        first = np.empty(len(mh), dtype=np.bool_)
+        first[0] = True
+        first[1:] = (mh[1:] != mh[:-1]) | (ml[1:] != ml[:-1])
+        mh, ml = mh[first], ml[first]
+        nonnull = (mh != 0) | (ml != 0)
+        mh, ml = mh[nonnull], ml[nonnull]
+    keep[:dirty_start] = ~_member(hi[:dirty_start], lo[:dirty_start], mh, ml)
+    return DedupeResult(keep, end, sub.distinct_keys, sub.null_keys)
+
+
+def _dedupe_dirty(hi: U64, lo: U64, cleanable: int, capacity: int) -> DedupeResult:
+    """`dedupe` with the map starting at record 0."""
     n = len(hi)
     keep = np.ones(n, dtype=np.bool_)
     cleanable = min(cleanable, n)
@@ -88,7 +136,7 @@ def dedupe(hi: U64, lo: U64, cleanable: int, capacity: int) -> DedupeResult:
         first_at &= ~null
         map_end = int(np.searchsorted(np.cumsum(first_at), capacity, side="right"))
         del order, new_key, first_at
-        sub = dedupe(hi[:map_end], lo[:map_end], map_end, capacity)
+        sub = _dedupe_dirty(hi[:map_end], lo[:map_end], map_end, capacity)
         keep[:map_end] = sub.keep
         return DedupeResult(keep, map_end, sub.distinct_keys, sub.null_keys)
     # The last record of each key group is the latest (groups are in offset order).

@@ -112,6 +112,7 @@ class PartitionRule:
     whole_log: bool  # inputs hold every live segment from the log start: tombstones may go
     clean_upto_offset: int  # records at or above are younger than min.compaction.lag.ms
     delete_retention_ms: int
+    dirty_start_offset: int = 0  # the cleaner checkpoint: the offset map starts here
 
 
 @dataclass(slots=True)
@@ -139,9 +140,11 @@ class MergeStats:
     partitions: int = 0
     partial_cleans: int = 0  # partitions whose offset map filled up
     null_keys_kept: int = 0
+    # New cleaner checkpoints (first offset not deduplicated) per partition.
+    checkpoints: dict[TopicPartition, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, int]:
-        return dataclasses.asdict(self)
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "checkpoints"}
 
 
 @dataclass(slots=True)
@@ -295,7 +298,13 @@ def _merge_partition(
         if rule is not None:
             hi, lo = split_hashes(all_hashes)
             cleanable = int(np.searchsorted(offsets, rule.clean_upto_offset, side="left"))
-            result = dedupe(hi, lo, cleanable, capacity)
+            dirty = int(np.searchsorted(offsets, rule.dirty_start_offset, side="left"))
+            result = dedupe(hi, lo, cleanable, capacity, dirty)
+            if rule.whole_log:
+                # The whole log was rewritten against the map: the dirty records up to the
+                # map's end are now clean (Kafka's cleaner checkpoint advances the same way).
+                stats.checkpoints[tp] = (int(offsets[result.map_end])
+                                         if result.map_end < n else out_last + 1)
             keep = result.keep
             stats.duplicates_dropped += int(n - np.count_nonzero(keep))
             if result.map_end < cleanable:

@@ -24,7 +24,7 @@ def planner_snapshot(snap: MetadataSnapshot, now_ms: int) -> Snapshot:
     }
     partitions = {
         (p.topic, p.partition): PartitionState(p.topic, p.partition, p.log_start_offset,
-                                               p.next_offset)
+                                               p.next_offset, p.clean_offset)
         for p in snap.partitions
     }
     by_file: dict[int, list[SegmentInfo]] = defaultdict(list)

@@ -225,7 +225,8 @@ class Compactor:
                 report.duration_s = round(time.perf_counter() - started, 4)
                 report.outcome = "committed"
                 self.metadata.commit_compaction(lease, outputs=committed,
-                                                result=report.as_dict())
+                                                result=report.as_dict(),
+                                                checkpoints=stats.checkpoints)
         except (StaleLeaseError, CommitConflictError) as exc:
             report.outcome, report.error = "lost", str(exc)
             self._discard(outputs)
@@ -270,7 +271,8 @@ class Compactor:
                                     tuple(data_starts.get(fid, ()))))
         compacted = frozenset(t.name for t in md_snap.topics if t.config.compacted)
         rules = {(p.topic, p.partition): PartitionRule(p.whole_log, p.clean_upto_offset,
-                                                       p.delete_retention_ms)
+                                                       p.delete_retention_ms,
+                                                       p.dirty_start_offset)
                  for p in spec.partitions}
 
         def make(compacted_data: bool) -> Callable[[], OutputTarget]:

@@ -29,6 +29,7 @@ class PartitionInfo:
     partition: int
     log_start_offset: int
     next_offset: int
+    clean_offset: int = 0  # Kafka's cleaner checkpoint: records below it are already clean
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,6 +83,8 @@ partitions = sa.Table(
     sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("log_start_offset", sa.BigInteger, nullable=False),
     sa.Column("next_offset", sa.BigInteger, nullable=False),
+    # The cleaner checkpoint: the first offset not yet deduplicated by a whole-log pass.
+    sa.Column("clean_offset", sa.BigInteger, nullable=False, server_default="0"),
     sa.CheckConstraint("0 <= log_start_offset AND log_start_offset <= next_offset",
                        name="partitions_offsets"),
 )

@@ -357,10 +357,11 @@ class MetadataStore:
             if topic_id is None:
                 raise UnknownTopicError(f"unknown topic {topic!r}")
             rows = conn.execute(
-                sa.select(p.partition, p.log_start_offset, p.next_offset)
+                sa.select(p.partition, p.log_start_offset, p.next_offset, p.clean_offset)
                 .where(p.topic_id == topic_id).order_by(p.partition)
             ).all()
-        return [PartitionInfo(topic, r.partition, r.log_start_offset, r.next_offset) for r in rows]
+        return [PartitionInfo(topic, r.partition, r.log_start_offset, r.next_offset,
+                              r.clean_offset) for r in rows]
 
     # ------------------------------------------------------------------ files
 
@@ -733,7 +734,8 @@ class MetadataStore:
             taken_at_ms=now,
             topics=tuple(_topic_info(r) for r in topic_rows),
             partitions=tuple(
-                PartitionInfo(names[r.topic_id], r.partition, r.log_start_offset, r.next_offset)
+                PartitionInfo(names[r.topic_id], r.partition, r.log_start_offset, r.next_offset,
+                              r.clean_offset)
                 for r in part_rows
             ),
             files=tuple(_file_info(r) for r in file_rows),
@@ -835,7 +837,9 @@ class MetadataStore:
                          .values(job_id=None))
 
     def commit_compaction(self, lease: Lease, *, outputs: Sequence[CompactionOutput],
-                          result: Mapping[str, Any] | None = None) -> CompactionCommit:
+                          result: Mapping[str, Any] | None = None,
+                          checkpoints: Mapping[tuple[str, int], int] | None = None,
+                          ) -> CompactionCommit:
         """Replace the job's input segments with the outputs' segments, atomically.
 
         Refused with StaleLeaseError (fence moved: a zombie worker) or CommitConflictError
@@ -846,7 +850,7 @@ class MetadataStore:
         the job back: committed with this fence → success, else CommitUnknownError.
         """
         try:
-            return self._commit_compaction_once(lease, outputs, result)
+            return self._commit_compaction_once(lease, outputs, result, checkpoints or {})
         except _OutcomeUnknown as exc:
             with self._read() as conn:
                 row = conn.execute(
@@ -858,7 +862,9 @@ class MetadataStore:
                 f"commit of job {lease.job_id} failed during COMMIT: {exc.cause}") from exc
 
     def _commit_compaction_once(self, lease: Lease, outputs: Sequence[CompactionOutput],
-                                result: Mapping[str, Any] | None) -> CompactionCommit:
+                                result: Mapping[str, Any] | None,
+                                checkpoints: Mapping[tuple[str, int], int],
+                                ) -> CompactionCommit:
         f, sg, t = s.files.c, s.segments.c, s.topics.c
         inputs = sorted(lease.input_file_ids)
         now = self._clock()
@@ -918,6 +924,16 @@ class MetadataStore:
                     conn.execute(s.segments.insert(), rows)
                 conn.execute(s.files.update().where(f.id.in_(inputs)).values(
                     state=s.FILE_RETIRED, state_changed_at_ms=now, job_id=None))
+                # Advance cleaner checkpoints (never backwards).
+                pc = s.partitions.c
+                for (topic, part), offset in sorted(checkpoints.items()):
+                    tid = ids.get(topic)
+                    if tid is None:
+                        tid = conn.execute(sa.select(t.id).where(t.name == topic)).scalar()
+                    conn.execute(s.partitions.update().where(
+                        pc.topic_id == tid, pc.partition == part, pc.clean_offset < offset,
+                    ).values(clean_offset=sa.func.least(offset, pc.next_offset)
+                             if self._pg else sa.func.min(offset, pc.next_offset)))
                 conn.execute(s.jobs.update().where(s.jobs.c.id == lease.job_id).values(
                     state=s.JOB_COMMITTED, updated_at_ms=now,
                     result=None if result is None else json.dumps(result, default=str)))

@@ -68,6 +68,7 @@ class PartitionState:
     partition: int
     log_start_offset: int
     next_offset: int
+    clean_offset: int = 0  # the cleaner checkpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +135,7 @@ class PartitionPlan:
     whole_log: bool  # the job holds every live segment from the log start: tombstones may go
     clean_upto_offset: int  # exclusive; younger than min.compaction.lag.ms from here on
     delete_retention_ms: int
+    dirty_start_offset: int = 0  # the cleaner checkpoint: the offset map starts here
 
 
 @dataclass(frozen=True, slots=True)

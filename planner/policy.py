@@ -55,6 +55,12 @@ class _Index:
         for segs in self.by_tp.values():
             segs.sort(key=lambda s: s.base_offset)
 
+    def dirty(self, s: SegmentView) -> bool:
+        """Not yet deduplicated by a whole-log pass (at or above the cleaner checkpoint)."""
+        state = self.snap.partitions.get(s.tp)
+        checkpoint = state.clean_offset if state is not None else 0
+        return s.cleaned_at_ms is None or s.last_offset >= checkpoint
+
     def compacted(self, topic: str) -> bool:
         policy = self.snap.topics.get(topic)
         return policy is not None and policy.compacted
@@ -88,6 +94,7 @@ class _Index:
         for tp in sorted(in_job):
             policy = self.snap.topics[tp[0]]
             all_live = self.by_tp[tp]
+            state = self.snap.partitions.get(tp)
             # Live segments always start at the log start, so holding all of them is holding
             # the whole log: no older value of a key can exist outside the job.
             whole = all(s.file_id in file_ids for s in all_live)
@@ -96,6 +103,7 @@ class _Index:
                 clean_upto_offset=_first_uncleanable(all_live, policy.min_compaction_lag_ms,
                                                      now_ms),
                 delete_retention_ms=policy.delete_retention_ms,
+                dirty_start_offset=state.clean_offset if state is not None else 0,
             ))
         return tuple(plans)
 
@@ -138,7 +146,7 @@ def _dirty_candidates(ix: _Index, now_ms: int,
         settled = [s for s in segs if ix.files[s.file_id].level > 0
                    or now_ms - s.created_at_ms >= config.l0_max_age_ms]
         total = sum(s.size_bytes for s in segs)
-        dirty = [s for s in settled if s.cleaned_at_ms is None]
+        dirty = [s for s in settled if ix.dirty(s)]
         if not dirty or total == 0:
             continue
         ratio = sum(s.size_bytes for s in dirty) / total
@@ -248,7 +256,8 @@ def propose_all(snap: Snapshot, now_ms: int, config: PlannerConfig | None = None
         return Plan([], [*waiting, "every candidate overlaps a running job"])
     only = ix.files[next(iter(full))] if len(full) == 1 else None
     if only is not None and only.level > 0 and all(
-            s.cleaned_at_ms is not None and not s.tombstone_count for s in only.segments):
+            not s.tombstone_count and not (ix.compacted(s.topic) and ix.dirty(s))
+            for s in only.segments):
         return Plan([], [*waiting, "already fully compacted"])
     job = _job(ix, full, Trigger.FORCED_ALL, f"--all: {len(full)} files", now_ms, config)
     return Plan([job], waiting)

@@ -44,12 +44,16 @@ def file(fid: int, *segs: SegmentView, level: int = 0, created: int = NOW - 100_
 
 
 def snapshot(*files: FileView) -> Snapshot:
-    parts = {}
+    """Partition states derived from the segments; the cleaner checkpoint sits after the
+    last segment that a whole-log clean produced."""
+    nxt: dict[tuple[str, int], int] = {}
+    clean: dict[tuple[str, int], int] = {}
     for f in files:
         for s in f.segments:
-            cur = parts.get(s.tp)
-            parts[s.tp] = PartitionState(s.topic, 0, 0, max(s.last_offset + 1,
-                                                            cur.next_offset if cur else 0))
+            nxt[s.tp] = max(nxt.get(s.tp, 0), s.last_offset + 1)
+            if s.cleaned_at_ms is not None:
+                clean[s.tp] = max(clean.get(s.tp, 0), s.last_offset + 1)
+    parts = {tp: PartitionState(tp[0], tp[1], 0, n, clean.get(tp, 0)) for tp, n in nxt.items()}
     return Snapshot(TOPICS, parts, tuple(files))
 
 
