@@ -134,3 +134,29 @@ def test_topics_describe_json(local_env: dict[str, str]) -> None:
     assert desc["partition_detail"][1]["next_offset"] == 1
     assert desc["partition_detail"][1]["segments"] == 1
     assert desc["configs"] == {}
+
+
+def test_compact_once_all_then_consume(local_env: dict[str, str]) -> None:
+    run(["topics", "create", "s", "--partitions", "2", "--config", "cleanup.policy=compact"],
+        local_env)
+    run(["topics", "create", "e", "--partitions", "2"], local_env)
+    for rnd in range(3):
+        lines = [json.dumps({"partition": i % 2, "key": f"k{i % 3}", "value": f"{rnd}-{i}"})
+                 for i in range(12)]
+        assert run(["produce", "s"], local_env, input="\n".join(lines))[0] == 0
+        assert run(["produce", "e"], local_env, input="\n".join(lines))[0] == 0
+    plan = json.loads(run(["plan", "--json", "--all"], local_env)[1])
+    assert len(plan["jobs"]) == 1 and plan["jobs"][0]["trigger"] == "forced_all"
+    code, out, err = run(["compact", "--once", "--all", "--json"], local_env)
+    assert code == 0, err
+    (report,) = json.loads(out)
+    assert report["outcome"] == "committed"
+    assert report["requests"]["GET"] == 2 * report["input_files"] == 12
+    assert report["stats"]["duplicates_dropped"] == 36 - 6
+    state = [json.loads(x) for x in run(["consume", "s"], local_env)[1].splitlines()]
+    assert sorted((r["partition"], r["key"], r["value"], r["offset"]) for r in state) == [
+        (0, "k0", "2-6", 15), (0, "k1", "2-10", 17), (0, "k2", "2-8", 16),
+        (1, "k0", "2-9", 16), (1, "k1", "2-7", 15), (1, "k2", "2-11", 17)]
+    events = run(["consume", "e"], local_env)[1].splitlines()
+    assert len(events) == 36
+    assert json.loads(run(["stats", "--json"], local_env)[1])["levels"][0]["level"] == 1
