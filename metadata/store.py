@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import re
+import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -112,7 +113,16 @@ def _make_engine(url: str) -> sa.Engine:
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
-        cur.execute("PRAGMA journal_mode = WAL")
+        # Switching to WAL needs an exclusive lock; SQLite may answer BUSY at once (no busy
+        # handler) while another connection opens the same new file: retry briefly.
+        for attempt in range(50):
+            try:
+                cur.execute("PRAGMA journal_mode = WAL")
+                break
+            except sqlite3.OperationalError:
+                if attempt == 49:
+                    raise
+                time.sleep(0.02 * (attempt + 1))
         cur.execute("PRAGMA foreign_keys = ON")
         cur.close()
 
@@ -432,9 +442,36 @@ class MetadataStore:
             f"commit of file {file_id} not applied after {COMMIT_ATTEMPTS} attempts: {last_exc}"
         ) from last_exc
 
+    def commit_files(
+        self, files: Sequence[tuple[int, Mapping[str, int], Sequence[ChunkMeta]]]
+    ) -> list[dict[tuple[str, int], int]]:
+        """Commit several uploaded objects in ONE transaction (all visible, or none).
+
+        `files` holds (file_id, layout, chunks) with layout the keyword arguments of
+        `commit_file` (size, data_offset, data_length, meta_offset, meta_length). Offsets are
+        assigned file after file, in the order given. Used by writers that must publish a
+        whole job at once (Spark). Failures commit nothing; a failed COMMIT raises
+        CommitUnknownError (no read-back: callers decide from the files' states).
+        """
+        for _, _, chunks in files:
+            _validate_chunks(chunks)
+        try:
+            return self._commit_many(files)
+        except _NotApplied as exc:
+            raise CommitConflictError(f"commit of {len(files)} files not applied: {exc.cause}"
+                                      ) from exc.cause
+        except _OutcomeUnknown as exc:
+            raise CommitUnknownError(f"commit of {len(files)} files: outcome unknown:"
+                                     f" {exc.cause}") from exc.cause
+
     def _commit_once(
         self, file_id: int, layout: Mapping[str, int], chunks: Sequence[ChunkMeta]
     ) -> dict[tuple[str, int], int]:
+        return self._commit_many([(file_id, layout, chunks)])[0]
+
+    def _commit_many(
+        self, files: Sequence[tuple[int, Mapping[str, int], Sequence[ChunkMeta]]]
+    ) -> list[dict[tuple[str, int], int]]:
         f, t, p, seg = s.files.c, s.topics.c, s.partitions.c, s.segments
         now = self._clock()
         conn = self._engine.connect()
@@ -442,26 +479,29 @@ class MetadataStore:
             conn.execution_options(silt_write=True)
             trans = conn.begin()
             try:
-                # 1. pending → live, taking the file row lock (a concurrent abandon/GC waits).
-                flipped = conn.execute(
-                    s.files.update()
-                    .where(f.id == file_id, f.state == s.FILE_PENDING)
-                    .values(state=s.FILE_LIVE, state_changed_at_ms=now, **layout)
-                ).rowcount
-                if flipped != 1:
-                    state = conn.execute(sa.select(f.state).where(f.id == file_id)).scalar()
-                    if state is None:
-                        raise UnknownFileError(f"no file with id {file_id}")
-                    raise FileStateError(f"file {file_id} is {state}, not pending: cannot commit")
+                # 1. pending → live, taking the file row locks (a concurrent abandon/GC waits).
+                for file_id, layout, _ in sorted(files, key=lambda x: x[0]):
+                    flipped = conn.execute(
+                        s.files.update()
+                        .where(f.id == file_id, f.state == s.FILE_PENDING)
+                        .values(state=s.FILE_LIVE, state_changed_at_ms=now, **layout)
+                    ).rowcount
+                    if flipped != 1:
+                        state = conn.execute(sa.select(f.state).where(f.id == file_id)).scalar()
+                        if state is None:
+                            raise UnknownFileError(f"no file with id {file_id}")
+                        raise FileStateError(
+                            f"file {file_id} is {state}, not pending: cannot commit")
+                all_chunks = [c for _, _, chunks in files for c in chunks]
                 # 2. resolve topic names.
-                names = sorted({c.topic for c in chunks})
+                names = sorted({c.topic for c in all_chunks})
                 ids = {r.name: r.id for r in conn.execute(
                     sa.select(t.id, t.name).where(t.name.in_(names)))}
                 for name in names:
                     if name not in ids:
                         raise UnknownTopicError(f"unknown topic {name!r}")
                 # 3. lock the partition rows in sorted (topic_id, partition) order.
-                wanted = sorted({(ids[c.topic], c.partition) for c in chunks})
+                wanted = sorted({(ids[c.topic], c.partition) for c in all_chunks})
                 rows = conn.execute(
                     sa.select(p.topic_id, p.partition, p.next_offset)
                     .where(sa.tuple_(p.topic_id, p.partition).in_(wanted))
@@ -469,29 +509,32 @@ class MetadataStore:
                     .with_for_update()
                 ).all()
                 next_offset = {(r.topic_id, r.partition): int(r.next_offset) for r in rows}
-                for c in chunks:
+                for c in all_chunks:
                     if (ids[c.topic], c.partition) not in next_offset:
                         raise UnknownPartitionError(
                             f"topic {c.topic!r} has no partition {c.partition}")
-                # 4. assign offsets and insert segments.
-                bases: dict[tuple[str, int], int] = {}
+                # 4. assign offsets and insert segments, file after file.
+                results: list[dict[tuple[str, int], int]] = []
                 seg_rows = []
-                for c in chunks:
-                    key = (ids[c.topic], c.partition)
-                    base = next_offset[key]
-                    next_offset[key] = base + c.offset_span
-                    bases[(c.topic, c.partition)] = base
-                    seg_rows.append({
-                        "file_id": file_id, "topic_id": key[0], "partition": c.partition,
-                        "base_offset": base, "last_offset": base + c.offset_span - 1,
-                        "record_count": c.record_count, "data_pos": c.data_pos,
-                        "data_len": c.data_len, "hash_pos": c.hash_pos,
-                        "hash_count": c.hash_count, "batch_count": c.batch_count,
-                        "min_timestamp": c.min_timestamp, "max_timestamp": c.max_timestamp,
-                        "tombstone_count": c.tombstone_count, "frame_crc": c.frame_crc,
-                        "live": True,
-                        "created_at_ms": now, "cleaned_at_ms": None,
-                    })
+                for file_id, _, chunks in files:
+                    bases: dict[tuple[str, int], int] = {}
+                    for c in chunks:
+                        key = (ids[c.topic], c.partition)
+                        base = next_offset[key]
+                        next_offset[key] = base + c.offset_span
+                        bases[(c.topic, c.partition)] = base
+                        seg_rows.append({
+                            "file_id": file_id, "topic_id": key[0], "partition": c.partition,
+                            "base_offset": base, "last_offset": base + c.offset_span - 1,
+                            "record_count": c.record_count, "data_pos": c.data_pos,
+                            "data_len": c.data_len, "hash_pos": c.hash_pos,
+                            "hash_count": c.hash_count, "batch_count": c.batch_count,
+                            "min_timestamp": c.min_timestamp,
+                            "max_timestamp": c.max_timestamp,
+                            "tombstone_count": c.tombstone_count, "frame_crc": c.frame_crc,
+                            "live": True, "created_at_ms": now, "cleaned_at_ms": None,
+                        })
+                    results.append(bases)
                 conn.execute(seg.insert(), seg_rows)
                 conn.execute(
                     s.partitions.update()
@@ -512,7 +555,7 @@ class MetadataStore:
                 trans.commit()
             except sa.exc.DBAPIError as exc:
                 raise _OutcomeUnknown(exc) from exc
-            return bases
+            return results
         finally:
             _close_quietly(conn)
 
