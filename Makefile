@@ -12,7 +12,7 @@ export SILT_REQUIRE_SERVERS ?= $(CI)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,spark]'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

@@ -380,11 +380,33 @@ def _print_reports(reports: list[Any], as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--memory", "memory_mib", type=click.IntRange(min=1), default=128,
               show_default=True, help="Offset-map memory budget per job, MiB.")
+@click.option("--engine", type=click.Choice(["local", "spark"]), default="local",
+              show_default=True, help="Run jobs here, or as Spark tasks (siltstream[spark]).")
+@click.option("--master", default=None, help="Spark master URL, e.g. local[2] (--engine spark).")
 @pass_ctx
 @one_line_errors
-def compact(ctx: Context, once: bool, everything: bool, as_json: bool, memory_mib: int) -> None:
+def compact(ctx: Context, once: bool, everything: bool, as_json: bool, memory_mib: int,
+            engine: str, master: str | None) -> None:
     """Run compaction jobs (`--once`); without --once, same as `silt compactor`."""
     from compactor import Compactor, CompactorConfig
+
+    if engine == "spark":
+        try:
+            from spark.compaction import run_on_spark
+        except ImportError as exc:
+            raise ValueError("--engine spark needs pyspark: pip install 'siltstream[spark]'"
+                             ) from exc
+        spark_reports = run_on_spark(ctx.store_url, ctx.metadata_url,
+                                     master=master or "local[2]", everything=everything)
+        if as_json:
+            click.echo(json.dumps(spark_reports))
+        else:
+            for r in spark_reports:
+                click.echo(f"job {r['spec_id']} {r['outcome']}: requests {r.get('requests')}"
+                           f" stats {r.get('stats')}")
+        if any(r["outcome"] == "failed" for r in spark_reports):
+            sys.exit(1)
+        return
 
     comp = Compactor(ctx.store, ctx.metadata,
                      CompactorConfig(memory_budget=memory_mib * 1024 * 1024))

@@ -1,0 +1,259 @@
+"""`format("silt")`: read topics as DataFrames and append DataFrames to topics.
+
+Read: one input partition per live segment (one ranged GET each), so reads are parallel;
+with `latest_per_key=true`, one input partition per topic-partition that keeps the latest
+record per key and drops tombstoned keys (Kafka's compacted view).
+
+Write: each task builds ONE multi-partition object like an agent flush and registers it
+pending; the driver's commit makes every task's object visible in one metadata transaction
+(`commit_files`). A failed task abandons its own object; an aborted job abandons the objects
+of the tasks that succeeded; nothing of a failed job is ever visible (GC deletes the
+objects).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from agent.partitioner import DefaultPartitioner
+from agent.producer import chunk_meta, new_object_key
+from agent.reader import expected_index
+from fileformat import ChunkBuilder, FileWriter, KeyHasher, iter_chunk_records
+from metadata import ChunkMeta, MetadataStore, SegmentInfo
+from objectstore import open_store
+
+NAME = "silt"
+SCHEMA = ("topic string, partition int, offset long, timestamp long, key binary, "
+          "value binary, headers map<string,binary>")
+OPT_TOPIC = "topic"
+OPT_STORE = "store"
+OPT_METADATA = "metadata"
+OPT_PARTITIONS = "partitions"
+OPT_START = "start_offset"
+OPT_END = "end_offset"
+OPT_LATEST = "latest_per_key"
+ENV_STORE = "SILT_STORE"
+ENV_METADATA = "SILT_METADATA"
+DEFAULT_STORE = "file://./silt-data/objects"
+DEFAULT_METADATA = "sqlite:///./silt-data/metadata.db"
+
+
+@dataclass(frozen=True)
+class Options:
+    """Parsed data source options (store/metadata also from the SILT_* environment)."""
+
+    topic: str
+    store: str
+    metadata: str
+    partitions: tuple[int, ...] | None
+    start: int
+    end: int | None
+    latest_per_key: bool
+
+    @classmethod
+    def parse(cls, options: dict[str, str]) -> Options:
+        topic = options.get(OPT_TOPIC)
+        if not topic:
+            raise ValueError("option 'topic' is required for format('silt')")
+        parts = options.get(OPT_PARTITIONS)
+        end = options.get(OPT_END)
+        return cls(
+            topic=topic,
+            store=options.get(OPT_STORE) or os.environ.get(ENV_STORE, DEFAULT_STORE),
+            metadata=options.get(OPT_METADATA) or os.environ.get(ENV_METADATA,
+                                                                 DEFAULT_METADATA),
+            partitions=tuple(int(p) for p in parts.split(",")) if parts else None,
+            start=int(options.get(OPT_START, "0")),
+            end=int(end) if end else None,
+            latest_per_key=options.get(OPT_LATEST, "false").lower() == "true",
+        )
+
+
+class SegmentsPartition(InputPartition):
+    """Segments read by one task, in offset order."""
+
+    def __init__(self, segments: Sequence[SegmentInfo]) -> None:
+        super().__init__(tuple(segments))
+        self.segments = tuple(segments)
+
+
+class SiltDataSource(DataSource):
+    """The `silt` Python data source."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return SiltReader(Options.parse(dict(self.options)))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise ValueError("format('silt') supports mode('append') only: a log is appended to")
+        return SiltWriter(Options.parse(dict(self.options)), schema)
+
+
+def register(spark: Any) -> None:
+    """Make `format("silt")` available in this session."""
+    spark.dataSource.register(SiltDataSource)
+
+
+class SiltReader(DataSourceReader):
+    """Plans one input partition per segment (or per topic-partition for latest_per_key)."""
+
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+
+    def partitions(self) -> Sequence[InputPartition]:
+        md = MetadataStore.open(self.opts.metadata)
+        try:
+            parts = md.partitions(self.opts.topic)
+            wanted = [p for p in parts
+                      if self.opts.partitions is None or p.partition in self.opts.partitions]
+            out: list[InputPartition] = []
+            for p in wanted:
+                start = max(self.opts.start, p.log_start_offset)
+                segs = md.find_segments(self.opts.topic, p.partition, start)
+                if self.opts.end is not None:
+                    segs = [s for s in segs if s.base_offset < self.opts.end]
+                if not segs:
+                    continue
+                if self.opts.latest_per_key:
+                    out.append(SegmentsPartition(segs))
+                else:
+                    out.extend(SegmentsPartition([s]) for s in segs)
+        finally:
+            md.close()
+        return out or [SegmentsPartition([])]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, SegmentsPartition)
+        store = open_store(self.opts.store)
+        rows = self._rows(store, partition.segments)
+        if not self.opts.latest_per_key:
+            yield from rows
+            return
+        latest: dict[bytes | None, tuple[Any, ...]] = {}
+        for row in rows:
+            latest.pop(row[4], None)  # re-insert: dict order = offset order of the latest
+            latest[row[4]] = row
+        yield from (row for row in latest.values() if row[5] is not None)
+
+    def _rows(self, store: Any, segments: Sequence[SegmentInfo]) -> Iterator[tuple[Any, ...]]:
+        lo, hi = self.opts.start, self.opts.end
+        for seg in segments:
+            data = store.get_range(seg.object_key, seg.data_pos, seg.data_pos + seg.data_len)
+            for rec in iter_chunk_records(data, seg.base_offset, index=expected_index(seg)):
+                if rec.offset < lo or (hi is not None and rec.offset >= hi):
+                    continue
+                yield (seg.topic, seg.partition, rec.offset, rec.timestamp, rec.key, rec.value,
+                       {k: v for k, v in rec.headers})
+
+
+@dataclass
+class FileCommit(WriterCommitMessage):
+    """One task's uploaded, still pending object."""
+
+    file_id: int
+    layout: dict[str, int]
+    chunks: list[ChunkMeta]
+
+
+def _as_bytes(value: Any) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value)
+
+
+class SiltWriter(DataSourceWriter):
+    """Each task writes one multi-partition object; the driver commits them all at once."""
+
+    def __init__(self, opts: Options, schema: StructType) -> None:
+        self.opts = opts
+        self.columns = set(schema.fieldNames())
+        if not {"key", "value"} <= self.columns:
+            raise ValueError("format('silt') writes need columns 'key' and 'value'"
+                             " (and optionally 'partition', 'headers')")
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        md = MetadataStore.open(self.opts.metadata)
+        try:
+            info = md.get_topic(self.opts.topic)
+            hasher = KeyHasher(md.cluster_secret()) if info.config.compacted else None
+            partitioner = DefaultPartitioner()
+            builders: dict[int, ChunkBuilder] = {}
+            now = time.time_ns() // 1_000_000
+            for row in iterator:
+                d = row.asDict()
+                key, value = _as_bytes(d.get("key")), _as_bytes(d.get("value"))
+                p = d.get("partition")
+                if p is None:
+                    p = partitioner.partition(key, info.partitions)
+                if not 0 <= p < info.partitions:
+                    raise ValueError(f"partition {p} out of range for topic {info.name!r}")
+                if key is None and info.config.compacted:
+                    raise ValueError(f"topic {info.name!r} is compacted: keys must not be null")
+                headers = tuple((k, _as_bytes(v)) for k, v in (d.get("headers") or {}).items())
+                b = builders.get(p)
+                if b is None:
+                    b = builders[p] = ChunkBuilder(info.name, p, hasher=hasher)
+                b.append(now, key, value, headers)
+            if not builders:
+                return FileCommit(-1, {}, [])
+            key_name = new_object_key()
+            file_id = md.register_pending_file(key_name, holds_compacted=hasher is not None)
+            try:
+                store = open_store(self.opts.store)
+                with store.put_stream(key_name) as out:
+                    writer = FileWriter(out.write)
+                    for p in sorted(builders):
+                        writer.add(builders[p].finish())
+                    layout = writer.finish()
+            except BaseException:
+                md.abandon_file(file_id)
+                raise
+            return FileCommit(file_id, {
+                "size": layout.size, "data_offset": layout.data_offset,
+                "data_length": layout.data_length, "meta_offset": layout.meta_offset,
+                "meta_length": layout.meta_length,
+            }, [chunk_meta(c) for c in layout.chunks])
+        finally:
+            md.close()
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        files = [(m.file_id, m.layout, m.chunks) for m in messages
+                 if isinstance(m, FileCommit) and m.file_id >= 0]
+        if not files:
+            return
+        md = MetadataStore.open(self.opts.metadata)
+        try:
+            md.commit_files(files)
+        finally:
+            md.close()
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        md = MetadataStore.open(self.opts.metadata)
+        try:
+            for m in messages:
+                if isinstance(m, FileCommit) and m.file_id >= 0:
+                    md.abandon_file(m.file_id)
+        finally:
+            md.close()
