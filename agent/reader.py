@@ -47,6 +47,13 @@ def expected_index(seg: SegmentInfo) -> ChunkIndex:
     )
 
 
+def read_segment(store: ObjectStore, seg: SegmentInfo) -> Iterator[Record]:
+    """One segment's records with absolute offsets: one ranged GET, every batch verified
+    against what the commit recorded (framing CRC, counts) before the first is yielded."""
+    data = store.get_range(seg.object_key, seg.data_pos, seg.data_pos + seg.data_len)
+    return iter_chunk_records(data, seg.base_offset, index=expected_index(seg))
+
+
 class Reader:
     """Reads records of one topic-partition in offset order."""
 
@@ -73,10 +80,7 @@ class Reader:
             if not segments:
                 return
             for seg in segments:
-                end = seg.data_pos + seg.data_len
-                data = self._store.get_range(seg.object_key, seg.data_pos, end)
-                rec: Record
-                for rec in iter_chunk_records(data, seg.base_offset, index=expected_index(seg)):
+                for rec in read_segment(self._store, seg):
                     if rec.offset < position:
                         continue
                     yield ConsumedRecord(

@@ -30,8 +30,8 @@ from pyspark.sql.types import StructType
 
 from agent.partitioner import DefaultPartitioner
 from agent.producer import chunk_meta, new_object_key
-from agent.reader import expected_index
-from fileformat import ChunkBuilder, FileWriter, KeyHasher, iter_chunk_records
+from agent.reader import read_segment
+from fileformat import ChunkBuilder, FileWriter, KeyHasher
 from metadata import ChunkMeta, MetadataStore, SegmentInfo
 from objectstore import open_store
 
@@ -158,8 +158,7 @@ class SiltReader(DataSourceReader):
     def _rows(self, store: Any, segments: Sequence[SegmentInfo]) -> Iterator[tuple[Any, ...]]:
         lo, hi = self.opts.start, self.opts.end
         for seg in segments:
-            data = store.get_range(seg.object_key, seg.data_pos, seg.data_pos + seg.data_len)
-            for rec in iter_chunk_records(data, seg.base_offset, index=expected_index(seg)):
+            for rec in read_segment(store, seg):
                 if rec.offset < lo or (hi is not None and rec.offset >= hi):
                     continue
                 yield (seg.topic, seg.partition, rec.offset, rec.timestamp, rec.key, rec.value,
