@@ -390,26 +390,29 @@ def compact(ctx: Context, once: bool, everything: bool, as_json: bool, memory_mi
     """Run compaction jobs (`--once`); without --once, same as `silt compactor`."""
     from compactor import Compactor, CompactorConfig
 
+    config = CompactorConfig(memory_budget=memory_mib * 1024 * 1024)
     if engine == "spark":
+        if not once:
+            raise ValueError("--engine spark runs one round of jobs: add --once")
         try:
-            from spark.compaction import run_on_spark
+            from spark.compaction import DEFAULT_MASTER, run_on_spark, summarize
         except ImportError as exc:
             raise ValueError("--engine spark needs pyspark: pip install 'siltstream[spark]'"
                              ) from exc
         spark_reports = run_on_spark(ctx.store_url, ctx.metadata_url,
-                                     master=master or "local[2]", everything=everything)
-        if as_json:
-            click.echo(json.dumps(spark_reports))
-        else:
-            for r in spark_reports:
-                click.echo(f"job {r['spec_id']} {r['outcome']}: requests {r.get('requests')}"
-                           f" stats {r.get('stats')}")
-        if any(r["outcome"] == "failed" for r in spark_reports):
+                                     master=master or DEFAULT_MASTER, everything=everything,
+                                     config=config)
+        _print_reports(spark_reports, as_json)
+        if not as_json and spark_reports:
+            click.echo("summary: " + ", ".join(
+                f"{k} {v:,}" for k, v in summarize(spark_reports).items()))
+        if any(r.outcome == "failed" for r in spark_reports):
             sys.exit(1)
         return
+    if master is not None:
+        raise ValueError("--master needs --engine spark")
 
-    comp = Compactor(ctx.store, ctx.metadata,
-                     CompactorConfig(memory_budget=memory_mib * 1024 * 1024))
+    comp = Compactor(ctx.store, ctx.metadata, config)
     if not once:
         _run_forever(comp)
         return

@@ -1,21 +1,34 @@
 """Compaction on Spark executors: the planner runs on the driver, each job is one task.
 
+The driver plans with `Compactor.plan` and parallelizes the JobSpecs, one partition each.
 A task opens the store and the metadata store from their URLs and calls the very same
-`Compactor.run_job(spec)` as a local worker. Spark may retry a failed task or run a
-speculative copy: the job lease and its fencing token make a second attempt either finish
-the same job (after the first attempt's lease expired or was released) or lose cleanly;
-an attempt of a job that already committed reports `already_committed` and commits nothing.
+`Compactor.run_job(spec)` as a local worker; it returns the job report as a dict.
+
+Spark may retry a failed task or run a speculative copy. The job lease and its fencing token
+decide what a second attempt of the same spec does:
+- the job already committed (the first attempt's result was lost): the attempt commits
+  nothing and returns the report stored with the committed job;
+- the job is leased by an attempt that crashed after its merge, before its commit: a retry
+  waits for that lease to expire, takes the job over with fence + 1 and finishes it (the
+  crashed attempt's outputs stay pending; GC deletes them);
+- two attempts race (speculation): both may merge, only the lease holder with the current
+  fence can commit; the other loses cleanly (`lost`, outputs discarded) or sees the commit.
+A first attempt that finds the job leased elsewhere (another `silt compactor`) is skipped,
+exactly as a local worker would be.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
-from compactor import Compactor
+from compactor import Compactor, CompactorConfig, JobReport
 from metadata import MetadataStore
+from metadata.models import CompactionCommit
 from objectstore import open_store
 from planner import JobSpec
 
@@ -23,63 +36,158 @@ from .session import get_session
 
 log = logging.getLogger(__name__)
 
-# Tests: a path; the first task attempt that finds no file there creates it and fails
-# after its job committed (simulating a task whose result was lost).
-ENV_FAIL_ONCE_AFTER_COMMIT = "SILT_SPARK_FAIL_ONCE_AFTER_COMMIT"
+DEFAULT_MASTER = "local[2]"
+RETRY_POLL_S = 0.25
+RETRY_WAIT_LEASES = 3  # a retry waits at most this many lease periods for a stale lease
+
+# Tests only: "before_commit:<path>" or "after_commit:<path>". The first attempt that finds
+# no file at <path> creates it and crashes (the task fails, nothing is cleaned up) just
+# before, or just after, its `commit_compaction`.
+ENV_CRASH_ONCE = "SILT_SPARK_CRASH_ONCE"
+CRASH_BEFORE_COMMIT = "before_commit"
+CRASH_AFTER_COMMIT = "after_commit"
 
 
-def run_spec(store_url: str, metadata_url: str, spec: JobSpec,
-             fail_marker: str | None = None) -> dict[str, Any]:
-    """One job on an executor, through the local worker's code path."""
-    md = MetadataStore.open(metadata_url)
+class InjectedCrash(BaseException):
+    """Test fault: escapes `run_job`'s error handling like a dying executor would."""
+
+
+class _CrashOnceMetadata(MetadataStore):
+    """A metadata store whose compaction commit crashes once (see ENV_CRASH_ONCE)."""
+
+    crash: tuple[str, str] = ("", "")
+
+    def commit_compaction(self, *args: Any, **kwargs: Any) -> CompactionCommit:
+        when, marker = self.crash
+        first = not os.path.exists(marker)
+        if first:
+            with open(marker, "w") as f:
+                f.write(when)
+        if first and when == CRASH_BEFORE_COMMIT:
+            raise InjectedCrash("injected crash after the merge, before the commit")
+        result = super().commit_compaction(*args, **kwargs)
+        if first and when == CRASH_AFTER_COMMIT:
+            raise InjectedCrash("injected crash after the commit")
+        return result
+
+
+def _open_metadata(url: str, crash: str | None) -> MetadataStore:
+    if not crash:
+        return MetadataStore.open(url)
+    when, _, marker = crash.partition(":")
+    if when not in (CRASH_BEFORE_COMMIT, CRASH_AFTER_COMMIT) or not marker:
+        raise ValueError(f"{ENV_CRASH_ONCE} must be before_commit:<path> or after_commit:<path>")
+    md = _CrashOnceMetadata.open(url)
+    assert isinstance(md, _CrashOnceMetadata)
+    md.crash = (when, marker)
+    return md
+
+
+def _committed_report(md: MetadataStore, spec_id: str) -> dict[str, Any] | None:
+    """The stored report of this spec's committed job, if an earlier attempt committed it."""
+    for job in reversed(md.list_jobs(state="committed")):
+        if job.spec_id == spec_id:
+            stored = dict(job.result or {})
+            fields = {f.name for f in dataclasses.fields(JobReport)}
+            report = {k: v for k, v in stored.items() if k in fields}
+            report.update(spec_id=spec_id, outcome="committed", job_id=job.id, fence=job.fence)
+            return report
+    return None
+
+
+def _leased_until(md: MetadataStore, spec_id: str) -> int | None:
+    """When the current lease of this spec's job expires (ms), or None if it is not leased."""
+    held = [j.lease_expires_ms for j in md.list_jobs(state="leased") if j.spec_id == spec_id]
+    return max(held) if held else None
+
+
+def run_spec(store_url: str, metadata_url: str, spec: JobSpec, config: CompactorConfig,
+             *, attempt: int = 0, crash: str | None = None) -> tuple[dict[str, Any], bool]:
+    """One job on an executor through the local worker's code path.
+
+    Returns (report dict, recovered): `recovered` when an earlier attempt had committed it.
+    A retry (`attempt` > 0) whose job is still leased by a failed attempt waits until the
+    lease expires or the job commits, then runs or reports it.
+    """
+    md = _open_metadata(metadata_url, crash)
     try:
-        done = [j for j in md.list_jobs(state="committed") if j.spec_id == spec.spec_id]
-        if done:
-            return {"spec_id": spec.spec_id, "outcome": "already_committed",
-                    "job_id": done[-1].id, "requests": {}, "stats": {}}
-        report = Compactor(open_store(store_url), md).run_job(spec).as_dict()
+        deadline = time.monotonic() + RETRY_WAIT_LEASES * config.lease_ms / 1000
+        while True:
+            done = _committed_report(md, spec.spec_id)
+            if done is not None:
+                return done, True
+            expires = _leased_until(md, spec.spec_id)
+            if expires is not None and attempt > 0 and time.monotonic() < deadline:
+                left_s = (expires - time.time_ns() // 1_000_000) / 1000
+                time.sleep(min(max(left_s, 0.0) + 0.05, RETRY_POLL_S))
+                continue
+            compactor = Compactor(open_store(store_url), md, config)
+            return compactor.run_job(spec).as_dict(), False
     finally:
         md.close()
-    marker = fail_marker
-    if marker and report["outcome"] == "committed" and not os.path.exists(marker):
-        with open(marker, "w") as f:
-            f.write(spec.spec_id)
-        raise RuntimeError("injected task failure after commit")
-    return report
 
 
 def _run_partition(
-    rows: Iterator[tuple[str, str, JobSpec, str | None]],
-) -> Iterator[dict[str, Any]]:
-    for store_url, metadata_url, spec, marker in rows:
-        yield run_spec(store_url, metadata_url, spec, marker)
+    rows: Iterator[tuple[str, str, JobSpec, CompactorConfig, str | None]],
+) -> Iterator[tuple[dict[str, Any], bool]]:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    attempt = ctx.attemptNumber() if ctx is not None else 0
+    for store_url, metadata_url, spec, config, crash in rows:
+        try:
+            yield run_spec(store_url, metadata_url, spec, config, attempt=attempt, crash=crash)
+        except InjectedCrash as exc:
+            raise RuntimeError(str(exc)) from None
 
 
-def run_on_spark(store_url: str, metadata_url: str, *, master: str | None = None,
-                 everything: bool = False, session: Any = None) -> list[dict[str, Any]]:
-    """Plan on the driver, run each proposed job as one Spark task; returns job reports."""
+def summarize(reports: list[JobReport]) -> dict[str, int]:
+    """Totals over job reports: jobs, committed, bytes in/out, GETs, PUTs."""
+    return {
+        "jobs": len(reports),
+        "committed": sum(r.outcome == "committed" for r in reports),
+        "bytes_in": sum(r.input_bytes for r in reports),
+        "bytes_out": sum(r.output_bytes for r in reports),
+        "gets": sum(r.requests.get("GET", 0) for r in reports),
+        "puts": sum(r.requests.get("PUT", 0) for r in reports),
+    }
+
+
+def run_on_spark(store_url: str, metadata_url: str, *, master: str = DEFAULT_MASTER,
+                 everything: bool = False, config: CompactorConfig | None = None,
+                 session: Any = None) -> list[JobReport]:
+    """Plan on the driver, run each proposed job as one Spark task, collect garbage.
+
+    `session`: an existing SparkSession (else one is created for `master`). Returns one
+    report per proposed job, in plan order.
+    """
+    config = config or CompactorConfig()
+    store = open_store(store_url)
     md = MetadataStore.open(metadata_url)
     try:
-        specs = Compactor(open_store(store_url), md).plan(everything=everything).jobs
+        driver = Compactor(store, md, config)
+        specs = driver.plan(everything=everything).jobs
+        if not specs:
+            log.info("no compaction job to run")
+            return []
+        spark = session or get_session(master, "silt-compact")
+        crash = os.environ.get(ENV_CRASH_ONCE)
+        rdd = spark.sparkContext.parallelize(
+            [(store_url, metadata_url, spec, config, crash) for spec in specs],
+            numSlices=len(specs))
+        results: list[tuple[dict[str, Any], bool]] = rdd.mapPartitions(_run_partition).collect()
+        reports = []
+        for raw, recovered in results:
+            report = JobReport(**raw)
+            reports.append(report)
+            log.info("job %s: %s%s; %s files %d B -> %s files %d B; requests %s%s",
+                     report.spec_id, report.outcome,
+                     " (by an earlier task attempt)" if recovered else "",
+                     report.input_files, report.input_bytes, report.output_files,
+                     report.output_bytes, report.requests,
+                     f"; {report.error}" if report.error else "")
+        log.info("spark compaction summary: %s", summarize(reports))
+        driver.collect_garbage()
+        return reports
     finally:
         md.close()
-    if not specs:
-        log.info("no compaction job to run")
-        return []
-    spark = session or get_session(master, "silt-compact")
-    rdd = spark.sparkContext.parallelize(
-        [(store_url, metadata_url, spec, os.environ.get(ENV_FAIL_ONCE_AFTER_COMMIT))
-         for spec in specs], numSlices=len(specs))
-    reports: list[dict[str, Any]] = rdd.mapPartitions(_run_partition).collect()
-    for r in reports:
-        log.info("job %s: %s %s", r["spec_id"], r["outcome"], r.get("stats"))
-    summary = {
-        "jobs": len(reports),
-        "committed": sum(r["outcome"] == "committed" for r in reports),
-        "bytes_in": sum(r.get("input_bytes", 0) for r in reports),
-        "bytes_out": sum(r.get("output_bytes", 0) for r in reports),
-        "gets": sum(r.get("requests", {}).get("GET", 0) for r in reports),
-        "puts": sum(r.get("requests", {}).get("PUT", 0) for r in reports),
-    }
-    log.info("spark compaction summary: %s", summary)
-    return reports

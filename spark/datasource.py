@@ -13,6 +13,8 @@ objects).
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -26,13 +28,15 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.types import StructType
+from pyspark.sql.types import BinaryType, NullType, StringType, StructType
 
 from agent.partitioner import DefaultPartitioner
 from agent.producer import chunk_meta, new_object_key
 from agent.reader import read_segment
 from fileformat import ChunkBuilder, FileWriter, KeyHasher
 from metadata import ChunkMeta, MetadataStore, SegmentInfo
+from metadata.errors import CommitUnknownError, FileStateError
+from metadata.schema import FILE_LIVE
 from objectstore import open_store
 
 NAME = "silt"
@@ -149,8 +153,10 @@ class SiltReader(DataSourceReader):
         if not self.opts.latest_per_key:
             yield from rows
             return
-        latest: dict[bytes | None, tuple[Any, ...]] = {}
+        latest: dict[bytes, tuple[Any, ...]] = {}
         for row in rows:
+            if row[4] is None:  # no key, nothing to be the latest of
+                continue
             latest.pop(row[4], None)  # re-insert: dict order = offset order of the latest
             latest[row[4]] = row
         yield from (row for row in latest.values() if row[5] is not None)
@@ -174,6 +180,13 @@ class FileCommit(WriterCommitMessage):
     chunks: list[ChunkMeta]
 
 
+def _as_millis(ts: Any) -> int:
+    """A timestamp column value (epoch ms as a number, or a datetime) as epoch ms."""
+    if isinstance(ts, datetime.datetime):
+        return int(ts.timestamp() * 1000)
+    return int(ts)
+
+
 def _as_bytes(value: Any) -> bytes | None:
     if value is None:
         return None
@@ -187,10 +200,14 @@ class SiltWriter(DataSourceWriter):
 
     def __init__(self, opts: Options, schema: StructType) -> None:
         self.opts = opts
-        self.columns = set(schema.fieldNames())
-        if not {"key", "value"} <= self.columns:
+        types = {f.name: f.dataType for f in schema.fields}
+        if not {"key", "value"} <= types.keys():
             raise ValueError("format('silt') writes need columns 'key' and 'value'"
-                             " (and optionally 'partition', 'headers')")
+                             " (and optionally 'partition', 'timestamp', 'headers')")
+        for name in ("key", "value"):
+            if not isinstance(types[name], StringType | BinaryType | NullType):
+                raise ValueError(f"column {name!r} must be string or binary,"
+                                 f" not {types[name].simpleString()}")
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         md = MetadataStore.open(self.opts.metadata)
@@ -214,7 +231,8 @@ class SiltWriter(DataSourceWriter):
                 b = builders.get(p)
                 if b is None:
                     b = builders[p] = ChunkBuilder(info.name, p, hasher=hasher)
-                b.append(now, key, value, headers)
+                ts = d.get("timestamp")
+                b.append(now if ts is None else _as_millis(ts), key, value, headers)
             if not builders:
                 return FileCommit(-1, {}, [])
             key_name = new_object_key()
@@ -245,6 +263,10 @@ class SiltWriter(DataSourceWriter):
         md = MetadataStore.open(self.opts.metadata)
         try:
             md.commit_files(files)
+        except CommitUnknownError:
+            # One transaction: one file's state tells whether all of them went live.
+            if md.get_file(files[0][0]).state != FILE_LIVE:
+                raise  # Spark then calls abort(): the pending files are abandoned
         finally:
             md.close()
 
@@ -253,6 +275,8 @@ class SiltWriter(DataSourceWriter):
         try:
             for m in messages:
                 if isinstance(m, FileCommit) and m.file_id >= 0:
-                    md.abandon_file(m.file_id)
+                    # FileStateError: live, after a commit whose outcome was unknown
+                    with contextlib.suppress(FileStateError):
+                        md.abandon_file(m.file_id)
         finally:
             md.close()
