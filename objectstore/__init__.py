@@ -16,12 +16,19 @@ from .base import (
     ReadStream,
     RequestCounts,
 )
-from .errors import InvalidRangeError, ObjectStoreError, RetriableStoreError, UnsupportedUrlError
+from .errors import (
+    InvalidRangeError,
+    ObjectStoreError,
+    RetriableStoreError,
+    UnsupportedUrlError,
+)
 from .local import FileStore, MemoryStore
 from .s3 import S3Store
 from .wrappers import CountingStore, RetryingStore, RetryPolicy
 
 SCHEMES = ("file", "memory", "s3")
+DEFAULT_STORE_URL = "file://./silt-data/objects"  # the embedded default
+DEFAULT_RETRY = RetryPolicy()
 
 
 def open_backend(url: str) -> ObjectStore:
@@ -42,12 +49,23 @@ def open_backend(url: str) -> ObjectStore:
     )
 
 
-def open_store(url: str, *, retry: RetryPolicy | None = None) -> ObjectStore:
-    """The store for `url`: counting(retrying(backend)). `store.counters()` reads counts."""
-    return CountingStore(RetryingStore(open_backend(url), retry or RetryPolicy()))
+def open_store(
+    url: str, *, counting: bool = True, retry: RetryPolicy | None = DEFAULT_RETRY
+) -> ObjectStore:
+    """The store for `url`: counting(retrying(backend)); `store.counters()` reads counts.
+
+    `retry=None` leaves retries out; `counting=False` leaves counting out (counters() is
+    then all zeros).
+    """
+    store = open_backend(url)
+    if retry is not None:
+        store = RetryingStore(store, retry)
+    return CountingStore(store) if counting else store
 
 
 __all__ = [
+    "DEFAULT_RETRY",
+    "DEFAULT_STORE_URL",
     "REQUEST_TYPES",
     "CountingStore",
     "FileStore",

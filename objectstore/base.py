@@ -4,7 +4,11 @@ Contract for every backend (what raises what):
 - a missing key -> FileNotFoundError; a missing bucket -> FileNotFoundError naming it;
 - access denied -> PermissionError; a failed precondition -> FileExistsError;
 - throttling, 5xx, timeouts, resets -> RetriableStoreError (the RetryingStore retries those);
-- a range outside the object -> InvalidRangeError.
+- a range outside the object -> InvalidRangeError (a ValueError), also for `start >= size`
+  with an open end unless start is 0 (S3 answers 416 there); an empty range [s, s) makes no
+  request and is an empty stream, without checking the key;
+- writing to a closed or aborted ObjectWriter -> ValueError;
+- any other failure -> ObjectStoreError (see objectstore.errors).
 Keys are relative to the store's root or prefix. Every backend reports each request it
 makes to its listener (see `set_request_listener`), so counts are per HTTP request for S3.
 """
@@ -58,21 +62,27 @@ class ObjectWriter(abc.ABC):
     """A streaming upload: `write` as often as needed, `close` to commit, `abort` to drop.
 
     Nothing is visible under the key before `close` returns; an aborted or crashed upload
-    leaves no object (S3 multipart parts are aborted; local files are written aside).
+    leaves no object (S3 multipart parts are aborted; local files are written aside). A
+    failed `write` or `close` aborts the upload before raising. `close` and `abort` are
+    idempotent; used as a context manager, an exception aborts and normal exit commits.
     """
 
     @abc.abstractmethod
-    def write(self, data: bytes) -> int: ...
+    def write(self, data: bytes) -> int:
+        """Append `data` (may upload a part); returns len(data)."""
 
     @abc.abstractmethod
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Commit: the object becomes visible under the key, whole."""
 
     @abc.abstractmethod
-    def abort(self) -> None: ...
+    def abort(self) -> None:
+        """Drop everything written; no object is created."""
 
     @property
     @abc.abstractmethod
-    def bytes_written(self) -> int: ...
+    def bytes_written(self) -> int:
+        """Bytes accepted by `write` so far."""
 
     def __enter__(self) -> ObjectWriter:
         return self
@@ -134,11 +144,13 @@ class ObjectStore(abc.ABC):
 
     @abc.abstractmethod
     def put_stream(self, key: str) -> ObjectWriter:
-        """A streaming upload (multipart on S3 once it exceeds one part)."""
+        """A streaming upload: one PUT at close if small, else multipart with memory bounded
+        by about one part (S3); nothing is sent before the first part fills."""
 
     @abc.abstractmethod
     def open_stream(self, key: str, start: int = 0, end: int | None = None) -> ReadStream:
-        """A forward-only stream over bytes [start, end): exactly one GET request."""
+        """A forward-only stream over bytes [start, end) (`end=None`: to the end of the
+        object) read incrementally from exactly one GET request."""
 
     @abc.abstractmethod
     def get_range(self, key: str, start: int, end: int) -> bytes:

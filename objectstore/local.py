@@ -30,11 +30,24 @@ from .errors import InvalidRangeError
 COPY_BLOCK = 1 << 20
 
 
+def _bad_range(start: int, end: int | None) -> bool:
+    return start < 0 or (end is not None and end < start)
+
+
 def _check_range(size: int, start: int, end: int | None) -> int:
-    end = size if end is None else end
+    """The range's end, or InvalidRangeError exactly where S3 would answer 416 or short."""
+    if end is None:
+        if start == 0:
+            return size
+        end = size if start < size else -1  # S3: `bytes=N-` with N >= size is 416
     if start < 0 or end < start or end > size:
         raise InvalidRangeError(f"range [{start}, {end}) outside an object of {size} bytes")
     return end
+
+
+def _empty_stream() -> _FileRangeStream:
+    """The stream over an empty range: no request is made, as on S3."""
+    return _FileRangeStream(io.BytesIO(b""), 0, 0)
 
 
 class _FileRangeStream:
@@ -80,6 +93,8 @@ class _LocalWriter(ObjectWriter):
         self._done = False
 
     def write(self, data: bytes) -> int:
+        if self._done:
+            raise ValueError(f"write to a closed or aborted upload of {self._path}")
         self._f.write(data)
         self._n += len(data)
         return len(data)
@@ -92,10 +107,16 @@ class _LocalWriter(ObjectWriter):
         if self._done:
             return
         self._done = True
-        self._f.flush()
-        os.fsync(self._f.fileno())
-        self._f.close()
-        os.replace(self._tmp, self._path)
+        try:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            self._f.close()
+            os.replace(self._tmp, self._path)
+        except BaseException:
+            self._f.close()
+            self._tmp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(self._path.parent)
         self._report(PUT, self._n, 0)
 
     def abort(self) -> None:
@@ -104,6 +125,20 @@ class _LocalWriter(ObjectWriter):
         self._done = True
         self._f.close()
         self._tmp.unlink(missing_ok=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename in `path` durable (POSIX); a no-op where directories can't be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 class FileStore(ObjectStore):
@@ -132,6 +167,10 @@ class FileStore(ObjectStore):
 
     def open_stream(self, key: str, start: int = 0, end: int | None = None) -> ReadStream:
         path = self._path(key)
+        if _bad_range(start, end):
+            raise InvalidRangeError(f"bad range [{start}, {end}) for {key!r}")
+        if end == start:
+            return _empty_stream()
         f = path.open("rb")
         try:
             stop = _check_range(os.fstat(f.fileno()).st_size, start, end)
@@ -182,6 +221,8 @@ class _MemoryWriter(ObjectWriter):
         self._done = False
 
     def write(self, data: bytes) -> int:
+        if self._done:
+            raise ValueError(f"write to a closed or aborted upload of {self._key!r}")
         return self._buf.write(data)
 
     @property
@@ -224,6 +265,10 @@ class MemoryStore(ObjectStore):
         return _MemoryWriter(self, key)
 
     def open_stream(self, key: str, start: int = 0, end: int | None = None) -> ReadStream:
+        if _bad_range(start, end):
+            raise InvalidRangeError(f"bad range [{start}, {end}) for {key!r}")
+        if end == start:
+            return _empty_stream()
         data = self._get(key)
         stop = _check_range(len(data), start, end)
         self._report(GET, 0, 0)

@@ -18,7 +18,15 @@ from urllib.parse import urlparse
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    HTTPClientError,
+    IncompleteReadError,
+    NoCredentialsError,
+    ParamValidationError,
+)
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from .base import (
     ABORT_MULTIPART,
@@ -90,11 +98,21 @@ ERROR_TABLE: dict[str, type[Exception]] = {
     "504": RetriableStoreError,
 }
 
+# botocore's client-side errors -> exception class, first match wins. Transport failures
+# (connect/read timeouts, resets, truncated bodies) are retriable; the rest are not.
+TRANSPORT_TABLE: tuple[tuple[type[BotoCoreError], type[Exception]], ...] = (
+    (BotoConnectionError, RetriableStoreError),  # EndpointConnectionError, ConnectTimeout
+    (HTTPClientError, RetriableStoreError),  # ReadTimeout, ConnectionClosed, streaming
+    (IncompleteReadError, RetriableStoreError),
+    (NoCredentialsError, PermissionError),
+    (ParamValidationError, ValueError),
+)
+
 T = TypeVar("T")
 
 
 def translate(exc: Exception, what: str) -> Exception:
-    """Map a botocore error to the store's contract (see objectstore.base)."""
+    """Map a botocore error to the store's contract (see objectstore.base) by the tables."""
     if isinstance(exc, ClientError):
         err = exc.response.get("Error", {})
         code = str(err.get("Code", ""))
@@ -104,8 +122,11 @@ def translate(exc: Exception, what: str) -> Exception:
         if code == "NoSuchBucket":
             message = f"{what}: bucket does not exist ({err.get('BucketName', '')})"
         return cls(message)
-    if isinstance(exc, BotoCoreError):  # connection errors, timeouts, broken streams
-        return RetriableStoreError(f"{what}: {exc}")
+    if isinstance(exc, BotoCoreError):
+        for kind, target in TRANSPORT_TABLE:
+            if isinstance(exc, kind):
+                return target(f"{what}: {exc}")
+        return ObjectStoreError(f"{what}: {exc}")
     return exc
 
 
@@ -139,7 +160,9 @@ class _S3Stream:
                     break
                 chunks.append(piece)
                 want -= len(piece)
-        except (BotoCoreError, OSError) as exc:
+        except BotoCoreError as exc:
+            raise translate(exc, f"{self._what}: stream broke") from exc
+        except OSError as exc:  # a reset socket surfacing from below botocore
             raise RetriableStoreError(f"{self._what}: stream broke: {exc}") from exc
         data = b"".join(chunks)
         self._left -= len(data)
@@ -177,14 +200,20 @@ class _S3Writer(ObjectWriter):
         return self._n
 
     def write(self, data: bytes) -> int:
+        if self._done:
+            raise ValueError(f"write to a closed or aborted upload of {self._key!r}")
         self._buf += data
         self._n += len(data)
         if self._upload_id is None and len(self._buf) < self._s.multipart_threshold:
             return len(data)
-        while len(self._buf) >= self._part_size:
-            part = bytes(self._buf[: self._part_size])
-            del self._buf[: self._part_size]
-            self._upload_part(part)
+        try:
+            while len(self._buf) >= self._part_size:
+                part = bytes(self._buf[: self._part_size])
+                del self._buf[: self._part_size]
+                self._upload_part(part)
+        except BaseException:
+            self.abort()  # a part is lost: the upload cannot be completed any more
+            raise
         return len(data)
 
     def _upload_part(self, part: bytes) -> None:
@@ -291,9 +320,10 @@ class S3Store(ObjectStore):
             raise InvalidRangeError(f"{what}: bad range [{start}, {end})")
         if end == start:
             return _S3Stream(None, what, 0, self._report)
-        rng = f"bytes={start}-" if end is None else f"bytes={start}-{end - 1}"
-        resp = _call(what, self.client.get_object, Bucket=self.bucket, Key=self._key(key),
-                     Range=rng)
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(key)}
+        if start or end is not None:  # no Range for a whole object: S3 answers 416 if empty
+            kwargs["Range"] = f"bytes={start}-" if end is None else f"bytes={start}-{end - 1}"
+        resp = _call(what, self.client.get_object, **kwargs)
         length = int(resp.get("ContentLength", 0))
         if end is not None and length != end - start:
             resp["Body"].close()

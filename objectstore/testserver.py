@@ -27,20 +27,24 @@ class ServedRequest:
 
     @property
     def operation(self) -> str:
-        """S3 operation (as billed) from method, path-style path and query string."""
+        """S3 operation (as billed) from method, path-style path and query string.
+
+        `/` is the service, `/bucket` (or `/bucket/`) the bucket, `/bucket/key...` an object.
+        Object requests map to the names CountingStore uses (PUT, GET, UploadPart, ...);
+        bucket-level requests other than listing get their own names so they never pass
+        for object requests.
+        """
         params = {p.split("=", 1)[0] for p in self.query.split("&") if p}
-        on_bucket = self.path.strip("/").count("/") == 0  # "/bucket" or "/bucket/"
-        if self.method == "GET":
-            return "LIST" if on_bucket else "GET"
-        if self.method == "HEAD":
-            return "HEAD"
+        parts = self.path.lstrip("/").split("/", 1)
+        if not parts[0]:
+            return "ListBuckets" if self.method == "GET" else self.method
+        if len(parts) == 1 or not parts[1]:
+            return _BUCKET_OPS.get(
+                (self.method, "delete" in params), f"{self.method}Bucket"
+            )
         if self.method == "PUT":
-            if on_bucket:
-                return "CreateBucket"
             return "UploadPart" if "partNumber" in params else "PUT"
         if self.method == "POST":
-            if "delete" in params:
-                return "DELETE"
             if "uploads" in params:
                 return "CreateMultipartUpload"
             if "uploadId" in params:
@@ -48,7 +52,19 @@ class ServedRequest:
             return "POST"
         if self.method == "DELETE":
             return "AbortMultipartUpload" if "uploadId" in params else "DELETE"
-        return self.method
+        if self.method == "GET":
+            return "ListParts" if "uploadId" in params else "GET"
+        return self.method  # HEAD
+
+
+# (method, has `?delete`) on a bucket path -> operation.
+_BUCKET_OPS = {
+    ("GET", False): "LIST",  # ListObjects(V2), or ListMultipartUploads with ?uploads
+    ("POST", True): "DELETE",  # DeleteObjects (batch)
+    ("PUT", False): "CreateBucket",
+    ("HEAD", False): "HeadBucket",
+    ("DELETE", False): "DeleteBucket",
+}
 
 
 class RecordingMotoServer:

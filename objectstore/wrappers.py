@@ -25,15 +25,29 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """The one retry policy: exponential backoff with full jitter on retriable errors."""
+    """The one retry policy: exponential backoff with jitter on retriable errors.
+
+    `attempts` counts the first try; `jitter` is the random fraction of each delay
+    (1.0 = full jitter, uniform in [0, d]; 0.0 = exactly d).
+    """
 
     attempts: int = 5
     base_delay_s: float = 0.05
     max_delay_s: float = 2.0
+    jitter: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"attempts must be >= 1, not {self.attempts}")
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ValueError(f"jitter must be within [0, 1], not {self.jitter}")
+        if self.base_delay_s < 0 or self.max_delay_s < 0:
+            raise ValueError("retry delays must not be negative")
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number `attempt` (1-based)."""
-        return random.uniform(0, min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1)))
+        d = min(self.max_delay_s, self.base_delay_s * 2.0 ** (attempt - 1))
+        return d * (1.0 - self.jitter * random.random())
 
     def run(self, fn: Callable[[], T], sleep: Callable[[float], None] = time.sleep) -> T:
         """Call fn, retrying errors whose `retriable` attribute is true."""
@@ -51,9 +65,10 @@ class RetryPolicy:
 class RetryingStore(ObjectStore):
     """Retries each call under one RetryPolicy.
 
-    A stream that breaks mid-read is not transparently resumed (that would be a second GET
-    the caller did not ask for); only opening it is retried. A streaming upload retries its
-    commit as a whole only where the backend can (a single PUT).
+    `open_stream` retries only the opening: a stream that breaks mid-read raises
+    RetriableStoreError to the caller (resuming would be a second GET it did not ask for).
+    `put_stream` is not retried at all: a failed part aborts the upload and the caller
+    rewrites the object. `list` materialises the listing so that it can be retried whole.
     """
 
     def __init__(self, inner: ObjectStore, policy: RetryPolicy | None = None,
