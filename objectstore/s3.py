@@ -280,7 +280,9 @@ class S3Store(ObjectStore):
             endpoint = os.environ.get(ENV_ENDPOINT) or None
             region = os.environ.get(ENV_REGION) or os.environ.get(ENV_DEFAULT_REGION)
             config = Config(
-                retries={"max_attempts": 1, "mode": "standard"},
+                # total_max_attempts, not max_attempts: botocore reads max_attempts=1 as
+                # "one retry" (total 2), which would hide requests from the counts.
+                retries={"total_max_attempts": 1, "mode": "standard"},
                 s3={"addressing_style": "path"} if endpoint else {},
                 max_pool_connections=32,
             )

@@ -3,23 +3,40 @@ server-side proof of the request-count claims."""
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from botocore.exceptions import ClientError, EndpointConnectionError
+from botocore.exceptions import (
+    ClientError,
+    ConnectionClosedError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    ParamValidationError,
+    ReadTimeoutError,
+)
 
 from objectstore import (
+    CountingStore,
+    FileStore,
     InvalidRangeError,
+    MemoryStore,
     ObjectStore,
+    ObjectStoreError,
+    RequestCounts,
     RetriableStoreError,
     RetryingStore,
     RetryPolicy,
+    S3Store,
+    UnsupportedUrlError,
+    open_backend,
     open_store,
 )
-from objectstore.s3 import translate
-from objectstore.testserver import RecordingMotoServer
+from objectstore.s3 import DEFAULT_REGION, MIN_PART_SIZE, translate
+from objectstore.testserver import RecordingMotoServer, ServedRequest
 
 
 @pytest.fixture(params=["memory", "file", "s3"])
@@ -184,3 +201,287 @@ def test_error_table(code: str, status: int, expected: type[Exception]) -> None:
     assert isinstance(translate(err, "get k"), expected)
     conn = translate(EndpointConnectionError(endpoint_url="http://x"), "get k")
     assert isinstance(conn, RetriableStoreError) and conn.retriable
+
+
+# ------------------------------------------------------------ edge cases on every backend
+
+
+def test_empty_object_and_range_edges(store: ObjectStore) -> None:
+    store.put("empty", b"")
+    assert store.get("empty") == b""
+    assert store.size("empty") == 0
+    store.put("x", b"0123456789")
+    assert store.get_range("x", 9, 10) == b"9"
+    with store.open_stream("x", 4) as s:
+        assert s.read(100) == b"456789" and s.read(1) == b""
+    with pytest.raises(InvalidRangeError):
+        store.open_stream("x", 10)  # S3 answers 416 for `bytes=10-`; all backends agree
+    with pytest.raises(InvalidRangeError):
+        store.get_range("x", 5, 4)
+    with pytest.raises(InvalidRangeError):
+        store.get_range("x", -1, 4)
+    before = store.counters()
+    assert store.get_range("nope", 3, 3) == b""  # an empty range makes no request
+    assert store.counters() - before == RequestCounts()
+
+
+def test_writer_lifecycle(store: ObjectStore) -> None:
+    w = store.put_stream("w")
+    assert w.write(b"abc") == 3 and w.bytes_written == 3
+    assert list(store.list("w")) == []  # nothing visible before close
+    w.close()
+    w.close()  # idempotent
+    with pytest.raises(ValueError):
+        w.write(b"more")
+    assert store.get("w") == b"abc"
+    w2 = store.put_stream("w")
+    w2.write(b"replacement")
+    w2.abort()
+    with pytest.raises(ValueError):
+        w2.write(b"x")
+    assert store.get("w") == b"abc"  # an aborted overwrite leaves the old object
+
+
+def test_keys_are_relative_and_listing_is_ordered(store: ObjectStore) -> None:
+    for k in ["b", "a/2", "a/10", "a/1", "ab"]:
+        store.put(k, k.encode())
+    assert [o.key for o in store.list()] == sorted(["b", "a/2", "a/10", "a/1", "ab"])
+    assert [o.key for o in store.list("a")] == ["a/1", "a/10", "a/2", "ab"]
+    assert [o.key for o in store.list("zzz")] == []
+    store.delete_many([])
+    store.delete_many(o.key for o in store.list("a/"))
+    assert [o.key for o in store.list()] == ["ab", "b"]
+
+
+# ------------------------------------------------------------ URLs and local backends
+
+
+def test_urls_select_backends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    rel = open_backend("file://./silt-data/objects")
+    assert isinstance(rel, FileStore) and rel.root.resolve() == tmp_path / "silt-data/objects"
+    absolute = open_backend(f"file://{tmp_path}/abs")
+    assert isinstance(absolute, FileStore) and absolute.root == tmp_path / "abs"
+    assert isinstance(open_backend("memory://x"), MemoryStore)
+    with pytest.raises(UnsupportedUrlError):
+        open_backend("gs://bucket")
+    assert isinstance(open_store("memory://x"), CountingStore)
+    assert isinstance(open_store("memory://x", counting=False), RetryingStore)
+    assert isinstance(open_store("memory://x", counting=False, retry=None), MemoryStore)
+    assert isinstance(open_store("memory://x", retry=None).inner, MemoryStore)  # type: ignore[attr-defined]
+    with pytest.raises(ValueError):
+        open_store("s3:///no-bucket")
+
+
+def test_memory_namespaces() -> None:
+    ns = f"memory://ns-{os.urandom(4).hex()}"
+    open_store(ns).put("k", b"1")
+    assert open_store(ns).get("k") == b"1"  # shared within the process
+    with pytest.raises(FileNotFoundError):
+        open_store(ns + "-other").get("k")
+
+
+def test_file_writes_are_atomic(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    store.put("d/k", b"old")
+    w = store.put_stream("d/k")
+    w.write(b"new, half written")
+    assert (tmp_path / "d/k").read_bytes() == b"old"
+    assert [o.key for o in store.list()] == ["d/k"]  # the temp file is not an object
+    w.abort()
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["k"]
+    with pytest.raises(ValueError):
+        store.put("../escape", b"x")
+
+
+def test_counting_is_thread_safe() -> None:
+    store = open_store(f"memory://threads-{os.urandom(4).hex()}")
+
+    def work(i: int) -> None:
+        for j in range(200):
+            store.put(f"{i}/{j}", b"xy")
+            store.get(f"{i}/{j}")
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(work, range(8)))
+    c = store.counters()
+    assert (c.PUT, c.GET, c.bytes_sent, c.bytes_received) == (1600, 1600, 3200, 3200)
+    assert (c - c).as_dict() == RequestCounts().as_dict()
+
+
+# ------------------------------------------------------------ S3 specifics
+
+
+def test_s3_client_follows_aws_variables(s3_url: str, monkeypatch: pytest.MonkeyPatch,
+                                         moto_server: RecordingMotoServer) -> None:
+    s3 = S3Store(s3_url)
+    assert s3.client.meta.endpoint_url == moto_server.endpoint_url
+    assert s3.client.meta.config.retries["total_max_attempts"] == 1  # ours is the only policy
+    assert (s3.bucket, s3.prefix) == (s3_url[5:].split("/")[0], "prefix")
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    assert S3Store(s3_url).client.meta.region_name == DEFAULT_REGION
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    assert S3Store(s3_url).client.meta.region_name == "eu-west-1"
+    with pytest.raises(ValueError):
+        S3Store(s3_url, part_size=MIN_PART_SIZE - 1)
+
+
+def test_botocore_does_not_retry_behind_our_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")  # nothing listens there
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    store = open_store("s3://bucket/p", retry=RetryPolicy(attempts=3, base_delay_s=0.0))
+    with pytest.raises(RetriableStoreError):
+        store.size("k")
+    assert store.counters().HEAD == 3  # three attempts of ours, one HTTP request each
+
+
+def test_prefix_is_invisible_to_callers(s3_url: str) -> None:
+    import boto3
+
+    store = open_store(s3_url)
+    store.put("k", b"v")
+    bucket = s3_url[5:].split("/")[0]
+    raw = boto3.client("s3").list_objects_v2(Bucket=bucket)
+    assert [o["Key"] for o in raw["Contents"]] == ["prefix/k"]
+    assert [o.key for o in store.list()] == ["k"]
+
+
+def _pending_uploads(s3_url: str) -> list[object]:
+    import boto3
+
+    bucket = s3_url[5:].split("/")[0]
+    return list(boto3.client("s3").list_multipart_uploads(Bucket=bucket).get("Uploads", []))
+
+
+def test_aborted_multipart_upload_on_the_server(s3_url: str,
+                                                moto_server: RecordingMotoServer) -> None:
+    store = open_store(s3_url)
+    chunk = os.urandom(1 << 20)
+    with pytest.raises(RuntimeError), store.put_stream("big") as w:
+        for _ in range(17):  # past the single-PUT threshold: two parts go up
+            w.write(chunk)
+        raise RuntimeError("crash mid-upload")
+    server = moto_server.counts()
+    assert server == {"CreateMultipartUpload": 1, "UploadPart": 2, "AbortMultipartUpload": 1}
+    client = {k: v for k, v in store.counters().as_dict().items()
+              if v and not k.startswith("bytes")}
+    assert client == server
+    moto_server.clear_log()
+    assert list(store.list()) == [] and _pending_uploads(s3_url) == []
+
+
+def test_failed_part_aborts_the_upload(s3_url: str, moto_server: RecordingMotoServer) -> None:
+    s3 = S3Store(s3_url, multipart_threshold=MIN_PART_SIZE, part_size=MIN_PART_SIZE)
+    real = s3.client.upload_part
+    calls = []
+
+    def flaky_upload_part(**kwargs: object) -> object:
+        calls.append(kwargs["PartNumber"])
+        if len(calls) == 2:
+            raise ClientError({"Error": {"Code": "SlowDown", "Message": "slow"},
+                               "ResponseMetadata": {"HTTPStatusCode": 503}}, "UploadPart")
+        return real(**kwargs)
+
+    s3.client.upload_part = flaky_upload_part
+    w = s3.put_stream("k")
+    with pytest.raises(RetriableStoreError):
+        for _ in range(3):
+            w.write(b"z" * MIN_PART_SIZE)
+    assert moto_server.counts()["AbortMultipartUpload"] == 1
+    with pytest.raises(ValueError):
+        w.write(b"z")
+    assert list(s3.list()) == [] and _pending_uploads(s3_url) == []
+
+
+def test_part_size_boundaries(s3_url: str, moto_server: RecordingMotoServer) -> None:
+    s3 = S3Store(s3_url, part_size=MIN_PART_SIZE, multipart_threshold=MIN_PART_SIZE)
+    data = os.urandom(2 * MIN_PART_SIZE)
+    with s3.put_stream("exact") as w:
+        w.write(data)  # exactly two parts: no empty third part
+    assert moto_server.counts() == {"CreateMultipartUpload": 1, "UploadPart": 2,
+                                    "CompleteMultipartUpload": 1}
+    assert s3.get("exact") == data
+    moto_server.clear_log()
+    with s3.put_stream("under") as w:
+        w.write(data[: MIN_PART_SIZE - 1])
+    assert moto_server.counts() == {"PUT": 1}
+
+
+def test_whole_object_get_sends_no_range(s3_url: str, moto_server: RecordingMotoServer) -> None:
+    store = open_store(s3_url)
+    store.put("k", b"abc")
+    moto_server.clear_log()
+    assert store.get("k") == b"abc"
+    assert [(r.operation, r.range) for r in moto_server.requests] == [("GET", None)]
+
+
+# ------------------------------------------------------------ policy, translation, server log
+
+
+class FlakyStreams(Flaky):
+    def open_stream(self, key: str, start: int = 0, end: int | None = None) -> object:
+        self.size(key)
+        return io.BytesIO(b"data")
+
+
+def test_stream_opening_is_retried() -> None:
+    flaky = FlakyStreams(2, RetriableStoreError("reset"))
+    store = RetryingStore(flaky, RetryPolicy(), sleep=lambda s: None)  # type: ignore[arg-type]
+    assert store.open_stream("k").read() == b"data" and flaky.calls == 3
+
+
+def test_retry_delays() -> None:
+    exact = RetryPolicy(base_delay_s=0.1, max_delay_s=0.5, jitter=0.0)
+    assert [exact.delay(a) for a in range(1, 6)] == pytest.approx([0.1, 0.2, 0.4, 0.5, 0.5])
+    full = RetryPolicy(base_delay_s=0.1, max_delay_s=0.5)
+    assert all(0.0 <= full.delay(3) <= 0.4 for _ in range(100))
+    slept: list[float] = []
+    always = Flaky(99, RetriableStoreError("503"))
+    store = RetryingStore(always, exact, sleep=slept.append)  # type: ignore[arg-type]
+    with pytest.raises(RetriableStoreError):
+        store.size("k")
+    assert slept == pytest.approx([0.1, 0.2, 0.4, 0.5])
+    for bad in ({"attempts": 0}, {"jitter": 1.5}, {"base_delay_s": -1.0}):
+        with pytest.raises(ValueError):
+            RetryPolicy(**bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("exc,expected,retriable", [
+    (ReadTimeoutError(endpoint_url="http://x"), RetriableStoreError, True),
+    (ConnectionClosedError(endpoint_url="http://x"), RetriableStoreError, True),
+    (NoCredentialsError(), PermissionError, False),
+    (ParamValidationError(report="bad"), ValueError, False),
+    (ClientError({"Error": {"Code": "Weird"}, "ResponseMetadata": {"HTTPStatusCode": 400}},
+                 "GetObject"), ObjectStoreError, False),
+])
+def test_transport_errors(exc: Exception, expected: type[Exception], retriable: bool) -> None:
+    out = translate(exc, "get k")
+    assert isinstance(out, expected)
+    assert getattr(out, "retriable", False) is retriable
+
+
+@pytest.mark.parametrize("method,path,query,op", [
+    ("GET", "/b/k", "", "GET"),
+    ("GET", "/b/dir/k", "", "GET"),
+    ("GET", "/b", "list-type=2&prefix=p", "LIST"),
+    ("GET", "/b/", "list-type=2", "LIST"),
+    ("GET", "/", "", "ListBuckets"),
+    ("HEAD", "/b/k", "", "HEAD"),
+    ("HEAD", "/b", "", "HeadBucket"),
+    ("PUT", "/b/k", "", "PUT"),
+    ("PUT", "/b/k", "partNumber=1&uploadId=u", "UploadPart"),
+    ("PUT", "/b/k", "uploadId=u&partNumber=2", "UploadPart"),
+    ("PUT", "/b", "", "CreateBucket"),
+    ("POST", "/b/k", "uploads", "CreateMultipartUpload"),
+    ("POST", "/b/k", "uploads=", "CreateMultipartUpload"),
+    ("POST", "/b/k", "uploadId=u", "CompleteMultipartUpload"),
+    ("POST", "/b", "delete", "DELETE"),
+    ("POST", "/b/", "delete=", "DELETE"),
+    ("DELETE", "/b/k", "uploadId=u", "AbortMultipartUpload"),
+    ("DELETE", "/b/k", "", "DELETE"),
+    ("DELETE", "/b", "", "DeleteBucket"),
+])
+def test_served_request_operation(method: str, path: str, query: str, op: str) -> None:
+    assert ServedRequest(method, path, query, None).operation == op
