@@ -485,3 +485,17 @@ def test_transport_errors(exc: Exception, expected: type[Exception], retriable: 
 ])
 def test_served_request_operation(method: str, path: str, query: str, op: str) -> None:
     assert ServedRequest(method, path, query, None).operation == op
+
+
+def test_each_list_page_is_one_request(s3_url: str, moto_server: RecordingMotoServer) -> None:
+    store = open_store(s3_url)
+    for i in range(5):
+        store.put(f"k{i}", b"v")
+    s3 = store.inner.inner  # type: ignore[attr-defined]
+    real = s3.client.list_objects_v2
+    s3.client.list_objects_v2 = lambda **kw: real(MaxKeys=2, **kw)
+    moto_server.clear_log()
+    before = store.counters()
+    assert [o.key for o in store.list()] == [f"k{i}" for i in range(5)]
+    assert moto_server.counts() == {"LIST": 3}
+    assert (store.counters() - before).LIST == 3
