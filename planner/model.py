@@ -1,4 +1,7 @@
-"""What the planner sees (a snapshot) and what it proposes (job specs). Plain data, no I/O."""
+"""What the planner sees (a snapshot) and what it proposes (job specs). Plain data, no I/O.
+
+The input model is independent of the metadata package; `compactor/snapshot.py` adapts.
+"""
 
 from __future__ import annotations
 
@@ -6,25 +9,43 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from .errors import InvalidPlannerConfigError
+
 TopicPartition = tuple[str, int]
 
-# Config names (constants) and defaults. All thresholds are configurable.
+LONG_MAX = 2**63 - 1  # Kafka's Long.MAX_VALUE: "never" for max.compaction.lag.ms
+
+# Setting names (as in a config file / `SILT_` env) -> PlannerConfig attribute.
 L0_TRIGGER_FILES = "l0.trigger.files"
+L0_TRIGGER_BYTES = "l0.trigger.bytes"
+L0_MAX_AGE_MS = "l0.max.age.ms"
 LEVEL_TRIGGER_FILES = "level.trigger.files"
 LEVEL_TRIGGER_BYTES = "level.trigger.bytes"
-L0_MAX_AGE_MS = "l0.max.age.ms"
+LEVEL_MAX_AGE_MS = "level.max.age.ms"
 TARGET_FILE_BYTES = "target.file.bytes"
 MAX_LEVEL = "max.level"
+SETTINGS: dict[str, str] = {
+    L0_TRIGGER_FILES: "l0_trigger_files",
+    L0_TRIGGER_BYTES: "l0_trigger_bytes",
+    L0_MAX_AGE_MS: "l0_max_age_ms",
+    LEVEL_TRIGGER_FILES: "level_trigger_files",
+    LEVEL_TRIGGER_BYTES: "level_trigger_bytes",
+    LEVEL_MAX_AGE_MS: "level_max_age_ms",
+    TARGET_FILE_BYTES: "target_file_bytes",
+    MAX_LEVEL: "max_level",
+}
 
 
 @dataclass(frozen=True, slots=True)
 class PlannerConfig:
     """Size-tiered compaction thresholds.
 
-    A level is merged when it holds `trigger_files` files (32 at L0, as WarpStream),
-    `trigger_bytes` bytes, or (L0 only) when its oldest file is `l0_max_age_ms` old, so the
-    first dedupe happens within ~30 s even at low traffic. Outputs are bin-packed to
-    `target_file_bytes`.
+    Level L (< `max_level`) is merged into L+1 when it holds enough files (`l0_trigger_files`,
+    32 as WarpStream; `level_trigger_files` above, i.e. the fan-out), enough bytes, or when
+    its oldest file is old enough (`l0_max_age_ms`, 30 s, so the first dedupe happens within
+    ~30 s even at low traffic; `level_max_age_ms` above L0, None = never). Jobs are
+    bin-packed to about `target_file_bytes` of input each. L0 files younger than
+    `l0_max_age_ms` count as Kafka's active segment: they do not count toward a dirty ratio.
     """
 
     l0_trigger_files: int = 32
@@ -33,47 +54,85 @@ class PlannerConfig:
     l0_max_age_ms: int = 30_000
     target_file_bytes: int = 512 * 1024 * 1024
     max_level: int = 4
+    l0_trigger_bytes: int = 64 * 1024 * 1024
+    level_max_age_ms: int | None = None
 
     def __post_init__(self) -> None:
         checks = {
             L0_TRIGGER_FILES: self.l0_trigger_files >= 1,
+            L0_TRIGGER_BYTES: self.l0_trigger_bytes >= 1,
+            L0_MAX_AGE_MS: self.l0_max_age_ms >= 0,
             LEVEL_TRIGGER_FILES: self.level_trigger_files >= 2,
             LEVEL_TRIGGER_BYTES: self.level_trigger_bytes >= 1,
-            L0_MAX_AGE_MS: self.l0_max_age_ms >= 0,
+            LEVEL_MAX_AGE_MS: self.level_max_age_ms is None or self.level_max_age_ms >= 0,
             TARGET_FILE_BYTES: self.target_file_bytes >= 1,
             MAX_LEVEL: self.max_level >= 1,
         }
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
-            raise ValueError(f"invalid planner setting(s): {', '.join(bad)}")
+            raise InvalidPlannerConfigError(f"invalid planner setting(s): {', '.join(bad)}")
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, str | int | None]) -> PlannerConfig:
+        """Build from setting names (`l0.trigger.files`, ...); unknown names are an error."""
+        unknown = sorted(set(settings) - set(SETTINGS))
+        if unknown:
+            raise InvalidPlannerConfigError(f"unknown planner setting(s): {', '.join(unknown)}")
+        kwargs: dict[str, int | None] = {}
+        for name, value in settings.items():
+            try:
+                kwargs[SETTINGS[name]] = None if value is None or value == "" else int(value)
+            except ValueError as e:
+                raise InvalidPlannerConfigError(f"{name}: not an integer: {value!r}") from e
+        return cls(**kwargs)  # type: ignore[arg-type]
+
+    def trigger_files(self, level: int) -> int:
+        return self.l0_trigger_files if level == 0 else self.level_trigger_files
+
+    def trigger_bytes(self, level: int) -> int:
+        return self.l0_trigger_bytes if level == 0 else self.level_trigger_bytes
+
+    def max_age_ms(self, level: int) -> int | None:
+        return self.l0_max_age_ms if level == 0 else self.level_max_age_ms
 
 
 @dataclass(frozen=True, slots=True)
 class TopicPolicy:
-    """The Kafka configs that steer compaction of one topic."""
+    """The Kafka configs that steer compaction of one topic.
+
+    `compacted`: cleanup.policy has `compact`; `deletes`: it has `delete` (retention is
+    applied by the metadata store, not planned here; informational).
+    """
 
     name: str
     compacted: bool
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
-    max_compaction_lag_ms: int = 2**63 - 1
+    max_compaction_lag_ms: int = LONG_MAX
     delete_retention_ms: int = 86_400_000
+    deletes: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class PartitionState:
-    """A partition's log bounds."""
+    """A partition's log bounds and its cleaner checkpoint (first offset not yet clean)."""
 
     topic: str
     partition: int
     log_start_offset: int
     next_offset: int
-    clean_offset: int = 0  # the cleaner checkpoint
+    clean_offset: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class SegmentView:
-    """One live segment: a chunk of a file holding one partition's offset range."""
+    """One live segment: a chunk of a file holding one partition's offsets [base, last].
+
+    Live segments of a partition never overlap. `cleaned_at_ms` is set by a whole-log clean
+    (None = dirty, as below Kafka's cleaner checkpoint). `min_timestamp` (first record
+    timestamp, None if unknown) dates dirty data for max.compaction.lag.ms, like Kafka's
+    first batch timestamp; `created_at_ms` is the fallback.
+    """
 
     segment_id: int
     file_id: int
@@ -86,7 +145,8 @@ class SegmentView:
     tombstone_count: int
     max_timestamp: int
     created_at_ms: int
-    cleaned_at_ms: int | None  # set by a whole-log clean; None = dirty (Kafka's checkpoint)
+    cleaned_at_ms: int | None
+    min_timestamp: int | None = None
 
     @property
     def tp(self) -> TopicPartition:
@@ -95,7 +155,7 @@ class SegmentView:
 
 @dataclass(frozen=True, slots=True)
 class FileView:
-    """One live file and its live segments."""
+    """One live file and its live segments; `leased`: an unexpired job holds it."""
 
     file_id: int
     level: int
@@ -128,19 +188,36 @@ class Trigger(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class PartitionPlan:
-    """How the compactor treats one compacted partition of a job."""
+    """How the compactor treats one compacted partition of a job.
+
+    - `whole_log`: the inputs hold the partition's log from its start (every live segment
+      from the first one up to the job's last one), so no older value of a key exists
+      outside the job: tombstones past their horizon may go and the checkpoint may advance.
+    - `clean_upto_offset` (exclusive): Kafka's first uncleanable offset; records at or above
+      are younger than min.compaction.lag.ms and are kept as they are.
+    - `dirty_start_offset`: the cleaner checkpoint; the offset map is built from here.
+    - `dedupe`: some dirty input data lies below `clean_upto_offset` (else nothing to do).
+    - `tombstone_drop_segment_ids`: input segments whose tombstones are past the delete
+      horizon (whole_log, cleaned at least delete.retention.ms ago, entirely cleanable).
+    """
 
     topic: str
     partition: int
-    whole_log: bool  # the job holds every live segment from the log start: tombstones may go
-    clean_upto_offset: int  # exclusive; younger than min.compaction.lag.ms from here on
+    whole_log: bool
+    clean_upto_offset: int
     delete_retention_ms: int
-    dirty_start_offset: int = 0  # the cleaner checkpoint: the offset map starts here
+    dirty_start_offset: int = 0
+    dedupe: bool = True
+    tombstone_drop_segment_ids: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:
-    """A proposed job: whole input files merged into files at `output_level`."""
+    """A proposed job: whole input files merged into files at `output_level`.
+
+    `spec_id` depends only on the inputs and the level, so a duplicate or retried proposal
+    of the same work is recognisable. A spec is a description; a leased spec is a job.
+    """
 
     spec_id: str
     input_file_ids: tuple[int, ...]
@@ -153,7 +230,7 @@ class JobSpec:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """Jobs to run now, and what the planner is waiting for otherwise."""
+    """Jobs to run now (disjoint inputs), and what the planner is waiting for otherwise."""
 
     jobs: list[JobSpec]
     waiting: list[str]

@@ -1,17 +1,18 @@
-"""The compaction policy: `propose(snapshot, now_ms, config) -> Plan`. Pure and per segment.
+"""The compaction policy: `propose(snapshot, now_ms, config) -> Plan`. Pure; cost per segment.
 
 Rules:
 - Jobs take whole files and never share a file; leased files are never proposed.
-- A job's files are *closed* under partition contiguity: for every partition they hold,
-  any live segment of it lying between the job's first and last segment of it must be in
-  the job too, so the output segment (one per partition) overlaps no other live segment.
-- Compacted partitions follow Kafka: cleanable ratio = dirty bytes / total bytes (dirty =
-  never cleaned by a whole-log pass) above `min.cleanable.dirty.ratio`, dirtiest first, or
-  forced once the oldest dirty data is older than `max.compaction.lag.ms`; such a job holds
-  the partition's whole log. Data younger than `min.compaction.lag.ms` is not cleaned.
-- Size-tiered levels: level L is merged into L+1 when it has enough files or bytes, or
-  (L0 only) when its oldest file is old enough; bin-packed to the target file size. From
-  L1 on, files hold either compacted-topic data or delete-policy data, never both.
+- A job's files are *closed* under partition contiguity: for every partition they hold, any
+  live segment lying between the job's first and last segment of it is in the job too, so
+  the output segment (one per partition) overlaps no other live segment.
+- Compacted partitions follow Kafka's cleaner: cleanable ratio = dirty bytes / (clean +
+  dirty bytes) below the first uncleanable offset (min.compaction.lag.ms; fresh L0 files act
+  as the active segment). Above `min.cleanable.dirty.ratio` (dirtiest first), or once the
+  oldest dirty data is older than `max.compaction.lag.ms`, a job takes every file holding
+  the partition (its whole log). A whole-log job that needs a leased file waits.
+- Size-tiered levels: level L is merged into L+1 when it has enough files or bytes, or its
+  oldest file is old enough; jobs are bin-packed to the target size. From L1 on, files
+  hold either compacted-topic data or delete-policy data, and are merged per kind.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import hashlib
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from .model import (
@@ -30,6 +32,7 @@ from .model import (
     SegmentView,
     Snapshot,
     TopicPartition,
+    TopicPolicy,
     Trigger,
 )
 
@@ -42,156 +45,227 @@ def spec_id_of(input_file_ids: Iterable[int], output_level: int) -> str:
     return hashlib.sha256(f"{ids}->{output_level}".encode()).hexdigest()[:20]
 
 
-class _Index:
-    """Per-partition views of a snapshot."""
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    """A compacted partition due for a whole-log clean."""
 
-    def __init__(self, snap: Snapshot) -> None:
+    ratio: float
+    tp: TopicPartition
+    trigger: Trigger
+    reason: str
+
+
+class _Index:
+    """Per-partition views of a snapshot at one instant."""
+
+    def __init__(self, snap: Snapshot, now_ms: int, config: PlannerConfig) -> None:
         self.snap = snap
+        self.now_ms = now_ms
+        self.config = config
         self.files = {f.file_id: f for f in snap.files}
         self.by_tp: dict[TopicPartition, list[SegmentView]] = defaultdict(list)
         for f in snap.files:
             for s in f.segments:
                 self.by_tp[s.tp].append(s)
+        self.pos: dict[int, int] = {}  # segment id -> index in its partition's list
         for segs in self.by_tp.values():
             segs.sort(key=lambda s: s.base_offset)
+            for i, s in enumerate(segs):
+                self.pos[s.segment_id] = i
+        self._uncleanable: dict[TopicPartition, int] = {}
+
+    def policy(self, topic: str) -> TopicPolicy | None:
+        """The topic's policy if it is compacted, else None."""
+        p = self.snap.topics.get(topic)
+        return p if p is not None and p.compacted else None
+
+    def checkpoint(self, tp: TopicPartition) -> int:
+        state = self.snap.partitions.get(tp)
+        return state.clean_offset if state is not None else 0
 
     def dirty(self, s: SegmentView) -> bool:
-        """Not yet deduplicated by a whole-log pass (at or above the cleaner checkpoint)."""
-        state = self.snap.partitions.get(s.tp)
-        checkpoint = state.clean_offset if state is not None else 0
-        return s.cleaned_at_ms is None or s.last_offset >= checkpoint
+        """Not yet deduplicated by a whole-log pass (or straddling the cleaner checkpoint)."""
+        return s.cleaned_at_ms is None or s.last_offset >= self.checkpoint(s.tp)
 
-    def compacted(self, topic: str) -> bool:
-        policy = self.snap.topics.get(topic)
-        return policy is not None and policy.compacted
+    def first_uncleanable(self, tp: TopicPartition) -> int:
+        """Kafka's first uncleanable offset: the base of the first dirty segment holding a
+        record younger than min.compaction.lag.ms (by its max timestamp), else the log end."""
+        hit = self._uncleanable.get(tp)
+        if hit is not None:
+            return hit
+        segs = self.by_tp[tp]
+        policy = self.policy(tp[0])
+        end = segs[-1].last_offset + 1 if segs else 0
+        state = self.snap.partitions.get(tp)
+        if state is not None:
+            end = max(end, state.next_offset)
+        if policy is not None and policy.min_compaction_lag_ms > 0:
+            horizon = self.now_ms - policy.min_compaction_lag_ms
+            for s in segs:
+                if self.dirty(s) and s.max_timestamp > horizon:
+                    end = s.base_offset
+                    break
+        self._uncleanable[tp] = end
+        return end
 
-    def closure(self, file_ids: Iterable[int]) -> set[int]:
-        """The smallest superset whose segments are contiguous per partition."""
-        job = set(file_ids)
-        changed = True
-        while changed:
-            changed = False
-            ranges: dict[TopicPartition, tuple[int, int]] = {}
-            for fid in job:
-                for s in self.files[fid].segments:
-                    lo, hi = ranges.get(s.tp, (s.base_offset, s.last_offset))
-                    ranges[s.tp] = (min(lo, s.base_offset), max(hi, s.last_offset))
-            for tp, (lo, hi) in ranges.items():
-                for s in self.by_tp[tp]:
-                    if s.file_id not in job and s.last_offset >= lo and s.base_offset <= hi:
-                        job.add(s.file_id)
-                        changed = True
+    def fresh(self, f: FileView) -> bool:
+        """An L0 file still inside its age window: like Kafka's active segment."""
+        return f.level == 0 and self.now_ms - f.created_at_ms < self.config.l0_max_age_ms
+
+    def closure(self, seeds: Iterable[int]) -> set[int]:
+        """The smallest superset of `seeds` whose segments are contiguous per partition.
+
+        Keeps a covered index span per partition and only scans the part a new file adds,
+        so each segment is visited a bounded number of times.
+        """
+        job: set[int] = set()
+        span: dict[TopicPartition, list[int]] = {}
+        stack = list(seeds)
+        while stack:
+            fid = stack.pop()
+            if fid in job:
+                continue
+            job.add(fid)
+            for s in self.files[fid].segments:
+                k = self.pos[s.segment_id]
+                cur = span.get(s.tp)
+                if cur is None:
+                    span[s.tp] = [k, k + 1]
+                    continue
+                segs = self.by_tp[s.tp]
+                if k < cur[0]:
+                    stack.extend(x.file_id for x in segs[k:cur[0]])
+                    cur[0] = k
+                elif k >= cur[1]:
+                    stack.extend(x.file_id for x in segs[cur[1]:k + 1])
+                    cur[1] = k + 1
         return job
 
-    def partition_plans(self, file_ids: set[int], now_ms: int) -> tuple[PartitionPlan, ...]:
+    def partition_plans(self, file_ids: set[int]) -> tuple[PartitionPlan, ...]:
         """A plan for every compacted partition the files hold."""
         in_job: dict[TopicPartition, list[SegmentView]] = defaultdict(list)
         for fid in file_ids:
             for s in self.files[fid].segments:
-                if self.compacted(s.topic):
+                if self.policy(s.topic) is not None:
                     in_job[s.tp].append(s)
         plans = []
         for tp in sorted(in_job):
-            policy = self.snap.topics[tp[0]]
-            all_live = self.by_tp[tp]
-            state = self.snap.partitions.get(tp)
-            # Live segments always start at the log start, so holding all of them is holding
-            # the whole log: no older value of a key can exist outside the job.
-            whole = all(s.file_id in file_ids for s in all_live)
+            policy = self.policy(tp[0])
+            assert policy is not None
+            segs = in_job[tp]
+            upto = self.first_uncleanable(tp)
+            # Closed files hold a contiguous run; holding the first live segment means
+            # holding the log from its start (compaction leaves offset gaps, so compare
+            # segments, not offsets with log_start_offset).
+            whole = self.by_tp[tp][0].file_id in file_ids
+            drop = frozenset(
+                s.segment_id for s in segs
+                if whole and s.tombstone_count > 0 and s.cleaned_at_ms is not None
+                and self.now_ms >= s.cleaned_at_ms + policy.delete_retention_ms
+                and s.last_offset < upto
+            )
             plans.append(PartitionPlan(
-                tp[0], tp[1], whole_log=whole,
-                clean_upto_offset=_first_uncleanable(all_live, policy.min_compaction_lag_ms,
-                                                     now_ms),
+                tp[0], tp[1], whole_log=whole, clean_upto_offset=upto,
                 delete_retention_ms=policy.delete_retention_ms,
-                dirty_start_offset=state.clean_offset if state is not None else 0,
+                dirty_start_offset=self.checkpoint(tp),
+                dedupe=any(self.dirty(s) and s.base_offset < upto for s in segs),
+                tombstone_drop_segment_ids=drop,
             ))
         return tuple(plans)
 
+    def job(self, files: set[int], trigger: Trigger, reason: str) -> JobSpec:
+        level = min(self.config.max_level, max(self.files[f].level for f in files) + 1)
+        ids = tuple(sorted(files))
+        return JobSpec(
+            spec_id=spec_id_of(ids, level),
+            input_file_ids=ids,
+            output_level=level,
+            trigger=trigger,
+            reason=reason,
+            input_bytes=sum(self.files[f].size_bytes for f in files),
+            partitions=self.partition_plans(files),
+        )
 
-def _first_uncleanable(segs: list[SegmentView], min_lag_ms: int, now_ms: int) -> int:
-    """Kafka's first uncleanable offset: the first segment with data younger than the lag."""
-    if min_lag_ms <= 0:
-        return 2**63 - 1
-    for s in segs:  # by base offset
-        if s.max_timestamp > now_ms - min_lag_ms:
-            return s.base_offset
-    return 2**63 - 1
-
-
-def _job(ix: _Index, files: set[int], trigger: Trigger, reason: str, now_ms: int,
-         config: PlannerConfig) -> JobSpec:
-    level = min(config.max_level, max(ix.files[f].level for f in files) + 1)
-    ids = tuple(sorted(files))
-    return JobSpec(
-        spec_id=spec_id_of(ids, level),
-        input_file_ids=ids,
-        output_level=level,
-        trigger=trigger,
-        reason=reason,
-        input_bytes=sum(ix.files[f].size_bytes for f in files),
-        partitions=ix.partition_plans(files, now_ms),
-    )
-
-
-def _dirty_candidates(ix: _Index, now_ms: int,
-                      config: PlannerConfig) -> list[tuple[float, TopicPartition, Trigger, str]]:
-    """Compacted partitions due for a whole-log clean, dirtiest first."""
-    out = []
-    for tp, segs in ix.by_tp.items():
-        if not ix.compacted(tp[0]):
-            continue
-        policy = ix.snap.topics[tp[0]]
-        # Fresh L0 data is left to the age trigger (it dedupes too), like Kafka leaves the
-        # active segment alone.
-        settled = [s for s in segs if ix.files[s.file_id].level > 0
-                   or now_ms - s.created_at_ms >= config.l0_max_age_ms]
-        total = sum(s.size_bytes for s in segs)
-        dirty = [s for s in settled if ix.dirty(s)]
-        if not dirty or total == 0:
-            continue
-        ratio = sum(s.size_bytes for s in dirty) / total
-        oldest = min(s.created_at_ms for s in dirty)
-        if now_ms - oldest >= policy.max_compaction_lag_ms:
-            out.append((2.0 + ratio, tp, Trigger.MAX_COMPACTION_LAG,
-                        f"{tp[0]}/{tp[1]}: dirty data older than max.compaction.lag.ms="
-                        f"{policy.max_compaction_lag_ms}"))
-        elif ratio > policy.min_cleanable_dirty_ratio:
-            out.append((ratio, tp, Trigger.DIRTY_RATIO,
-                        f"{tp[0]}/{tp[1]}: cleanable ratio {ratio:.2f} > "
-                        f"min.cleanable.dirty.ratio={policy.min_cleanable_dirty_ratio}"))
-    out.sort(key=lambda c: -c[0])
-    return out
+    def dirty_candidates(self) -> tuple[list[_Candidate], str | None]:
+        """Compacted partitions due for a whole-log clean (dirtiest first), and a summary
+        of the dirtiest one that is not due yet."""
+        out: list[_Candidate] = []
+        best: tuple[float, TopicPartition, float] | None = None
+        for tp in sorted(self.by_tp):
+            policy = self.policy(tp[0])
+            if policy is None:
+                continue
+            upto = self.first_uncleanable(tp)
+            clean = dirty = 0
+            oldest: int | None = None
+            for s in self.by_tp[tp]:
+                if s.last_offset >= upto or self.fresh(self.files[s.file_id]):
+                    break  # Kafka only weighs what lies below the first uncleanable offset
+                if self.dirty(s):
+                    dirty += s.size_bytes
+                    ts = s.min_timestamp if s.min_timestamp is not None else s.created_at_ms
+                    oldest = ts if oldest is None else min(oldest, ts)
+                else:
+                    clean += s.size_bytes
+            if oldest is None or dirty == 0:
+                continue
+            ratio = dirty / (clean + dirty)
+            name = f"{tp[0]}/{tp[1]}"
+            if self.now_ms - oldest >= policy.max_compaction_lag_ms:
+                out.append(_Candidate(ratio, tp, Trigger.MAX_COMPACTION_LAG,
+                                      f"{name}: dirty data {self.now_ms - oldest} ms old >= "
+                                      f"max.compaction.lag.ms={policy.max_compaction_lag_ms}"))
+            elif ratio > policy.min_cleanable_dirty_ratio:
+                out.append(_Candidate(ratio, tp, Trigger.DIRTY_RATIO,
+                                      f"{name}: cleanable ratio {ratio:.2f} > "
+                                      f"min.cleanable.dirty.ratio="
+                                      f"{policy.min_cleanable_dirty_ratio}"))
+            elif best is None or ratio > best[0]:
+                best = (ratio, tp, policy.min_cleanable_dirty_ratio)
+        out.sort(key=lambda c: (-c.ratio, c.tp))  # Kafka: the filthiest log first
+        summary = None
+        if best is not None:
+            summary = (f"compacted {best[1][0]}/{best[1][1]}: cleanable ratio {best[0]:.2f}, "
+                       f"cleans above min.cleanable.dirty.ratio={best[2]} (dirtiest not due)")
+        return out, summary
 
 
 def propose(snap: Snapshot, now_ms: int, config: PlannerConfig | None = None) -> Plan:
-    """Jobs to run now (never overlapping, never touching leased files) and what waits."""
+    """Jobs to run now (never overlapping, never touching leased files) and what waits.
+
+    Whole-log cleans of compacted partitions come first (dirtiest first), then the
+    size-tiered merges per level, over the files the cleans left.
+    """
     config = config or PlannerConfig()
-    ix = _Index(snap)
+    ix = _Index(snap, now_ms, config)
     taken: set[int] = {f.file_id for f in snap.files if f.leased}
+    leased = set(taken)
     jobs: list[JobSpec] = []
     waiting: list[str] = []
 
-    def admit(files: set[int], trigger: Trigger, reason: str) -> bool:
-        full = ix.closure(files)
+    def admit(seeds: set[int], trigger: Trigger, reason: str, single_ok: bool) -> None:
+        full = ix.closure(seeds)
         busy = full & taken
         if busy:
-            waiting.append(f"{reason}: waits for files {sorted(busy)} held by another job")
-            return False
-        if len(full) == 1 and ix.files[next(iter(full))].level > 0 and trigger not in (
-                Trigger.DIRTY_RATIO, Trigger.MAX_COMPACTION_LAG):
-            return False
-        extra = f" (+{len(full) - len(files)} files for contiguity)" if full != files else ""
-        jobs.append(_job(ix, full, trigger, reason + extra, now_ms, config))
+            who = "running jobs" if busy <= leased else "jobs proposed above"
+            waiting.append(f"{reason}: waits for files {sorted(busy)} held by {who}")
+            return
+        if len(full) == 1 and not single_ok:
+            return
+        extra = f" (+{len(full) - len(seeds)} files for contiguity)" if full != seeds else ""
+        jobs.append(ix.job(full, trigger, reason + extra))
         taken.update(full)
-        return True
 
-    for _, tp, trigger, reason in _dirty_candidates(ix, now_ms, config):
-        files = {s.file_id for s in ix.by_tp[tp]}
-        if files & {f for j in jobs for f in j.input_file_ids}:
-            continue  # already cleaned whole by a job proposed above
-        admit(files, trigger, reason)
+    candidates, summary = ix.dirty_candidates()
+    for c in candidates:
+        files = {s.file_id for s in ix.by_tp[c.tp]}
+        if any(files <= set(j.input_file_ids) for j in jobs):
+            continue  # a job above already holds (and cleans) this partition's whole log
+        admit(files, c.trigger, c.reason, single_ok=True)
+    if summary is not None:
+        waiting.append(summary)
 
-    for level in range(config.max_level + 1):
+    for level in range(config.max_level):
         at_level = [f for f in snap.files if f.level == level and f.file_id not in taken]
         groups: list[tuple[str, list[FileView]]]
         if level == 0:
@@ -203,32 +277,41 @@ def propose(snap: Snapshot, now_ms: int, config: PlannerConfig | None = None) ->
             if not members:
                 continue
             members.sort(key=lambda f: (f.created_at_ms, f.file_id))
-            count, size = len(members), sum(f.size_bytes for f in members)
-            age = now_ms - members[0].created_at_ms
-            trigger_files = config.l0_trigger_files if level == 0 else config.level_trigger_files
-            due: Trigger | None = None
-            if count >= trigger_files:
-                due = Trigger.FILE_COUNT
-            elif size >= config.level_trigger_bytes:
-                due = Trigger.BYTES
-            elif level == 0 and age >= config.l0_max_age_ms:
-                due = Trigger.AGE
-            if due is None or (level > 0 and count < 2) or level >= config.max_level:
-                if level < config.max_level:
-                    waiting.append(
-                        f"{name}: {count} files, {size / MIB:.1f} MiB; triggers at "
-                        f"{trigger_files} files / {config.level_trigger_bytes / MIB:.0f} MiB"
-                        + (f" / oldest {config.l0_max_age_ms / 1000:g} s (now {age / 1000:.1f} s)"
-                           if level == 0 else ""))
+            due, status = _due(level, members, now_ms, config)
+            if due is None:
+                waiting.append(f"{name}: {status}")
                 continue
             for bin_ in _bin_pack(members, config.target_file_bytes):
-                admit({f.file_id for f in bin_}, due,
-                      f"{name}: {due.value} ({count} files, {size / MIB:.1f} MiB)")
+                # Above L0 a lone file would only be copied one level up.
+                admit({f.file_id for f in bin_}, due, f"{name}: {due.value} ({status})",
+                      single_ok=level == 0)
     return Plan(jobs, waiting)
 
 
+def _due(level: int, members: list[FileView], now_ms: int,
+         config: PlannerConfig) -> tuple[Trigger | None, str]:
+    """Which trigger fires for a level's group (None: not yet), and a status line."""
+    count, size = len(members), sum(f.size_bytes for f in members)
+    age = now_ms - members[0].created_at_ms
+    files, nbytes, max_age = (config.trigger_files(level), config.trigger_bytes(level),
+                              config.max_age_ms(level))
+    status = (f"{count} files, {size / MIB:.1f} MiB; triggers at {files} files / "
+              f"{nbytes / MIB:g} MiB"
+              + (f" / oldest {max_age / 1000:g} s (now {age / 1000:.1f} s)"
+                 if max_age is not None else ""))
+    if level > 0 and count < 2:
+        return None, status
+    if count >= files:
+        return Trigger.FILE_COUNT, status
+    if size >= nbytes:
+        return Trigger.BYTES, status
+    if max_age is not None and age >= max_age:
+        return Trigger.AGE, status
+    return None, status
+
+
 def _bin_pack(files: list[FileView], target: int) -> list[list[FileView]]:
-    """Consecutive runs (oldest first) of about `target` bytes each."""
+    """Consecutive runs (oldest first) of at most about `target` bytes each."""
     bins: list[list[FileView]] = [[]]
     size = 0
     for f in files:
@@ -241,47 +324,96 @@ def _bin_pack(files: list[FileView], target: int) -> list[list[FileView]]:
 
 
 def propose_all(snap: Snapshot, now_ms: int, config: PlannerConfig | None = None) -> Plan:
-    """Ignore triggers: one job over every file not held by a running job, fully cleaned."""
+    """Ignore triggers: as few jobs as possible covering every file not held by a running
+    job, each cleaning its compacted partitions as fully as it can (whole log where the
+    leases allow).
+
+    Usually one job: a job writes compacted and delete-policy data to separate outputs, so
+    the two groups need no separate jobs. Leased files split the rest into greedy jobs that
+    avoid them. A lone file above L0 with nothing to dedupe and no tombstone to drop is
+    already fully compacted and left alone.
+    """
     config = config or PlannerConfig()
-    ix = _Index(snap)
+    ix = _Index(snap, now_ms, config)
     leased = {f.file_id for f in snap.files if f.leased}
-    free = {f.file_id for f in snap.files} - leased
+    free = [f.file_id for f in sorted(snap.files, key=lambda f: (f.level, f.created_at_ms,
+                                                                    f.file_id))
+            if not f.leased]
     waiting = [f"files {sorted(leased)} are held by running jobs"] if leased else []
-    # Drop files whose contiguity closure needs a leased file.
-    usable = {f for f in free if not ix.closure({f}) & leased}
-    if not usable:
-        return Plan([], [*waiting, "nothing to compact"])
-    full = ix.closure(usable)
-    if full & leased:
-        return Plan([], [*waiting, "every candidate overlaps a running job"])
-    only = ix.files[next(iter(full))] if len(full) == 1 else None
-    if only is not None and only.level > 0 and all(
-            not s.tombstone_count and not (ix.compacted(s.topic) and ix.dirty(s))
-            for s in only.segments):
-        return Plan([], [*waiting, "already fully compacted"])
-    job = _job(ix, full, Trigger.FORCED_ALL, f"--all: {len(full)} files", now_ms, config)
-    return Plan([job], waiting)
+    groups: list[set[int]] = []
+    whole = ix.closure(free)
+    if not whole & leased:
+        groups = [whole] if whole else []
+    else:
+        assigned: set[int] = set()
+        for fid in free:
+            if fid in assigned:
+                continue
+            own = ix.closure([fid])
+            if own & leased:
+                continue
+            hits = [i for i, g in enumerate(groups) if g & own]
+            if len(hits) > 1:
+                continue
+            placed = False
+            for i in hits or range(len(groups)):  # join the group it touches, else any
+                merged = ix.closure(groups[i] | own)
+                if not merged & leased and not any(
+                        merged & g for j, g in enumerate(groups) if j != i):
+                    groups[i] = merged
+                    assigned |= merged
+                    placed = True
+                    break
+            if not placed and not hits:
+                groups.append(own)
+                assigned |= own
+        blocked = set(free) - assigned
+        if blocked:
+            waiting.append(f"files {sorted(blocked)} are contiguous with files held by "
+                           f"running jobs")
+    jobs = []
+    for files in groups:
+        spec = ix.job(files, Trigger.FORCED_ALL, f"--all: {len(files)} files")
+        if len(files) == 1 and ix.files[spec.input_file_ids[0]].level > 0 and not any(
+                p.dedupe or p.tombstone_drop_segment_ids for p in spec.partitions):
+            waiting.append(f"file {spec.input_file_ids[0]} is already fully compacted")
+            continue
+        jobs.append(spec)
+    if not jobs and not waiting:
+        waiting.append("nothing to compact")
+    return Plan(jobs, waiting)
 
 
 def validate(spec: JobSpec, snap: Snapshot) -> list[str]:
-    """Why the spec can no longer run as proposed (empty list: it can)."""
+    """Why the spec can no longer run as proposed (empty list: it can).
+
+    The inputs must all still be live and unleased, still contiguous per partition (no
+    segment committed in between since), and each whole-log partition must still start in
+    the inputs.
+    """
     files = {f.file_id: f for f in snap.files}
     problems = []
     for fid in spec.input_file_ids:
         f = files.get(fid)
         if f is None:
-            problems.append(f"file {fid} is no longer live")
+            problems.append(f"file {fid} is no longer live (or unknown)")
         elif f.leased:
             problems.append(f"file {fid} is held by another job")
-    if not problems:
-        ix = _Index(snap)
-        if ix.closure(spec.input_file_ids) != set(spec.input_file_ids):
-            problems.append("inputs are no longer contiguous per partition")
+    if problems:
+        return problems
+    ix = _Index(snap, 0, PlannerConfig())
+    inputs = set(spec.input_file_ids)
+    if ix.closure(inputs) != inputs:
+        problems.append("inputs are no longer contiguous per partition")
+    for p in spec.partitions:
+        segs = ix.by_tp.get((p.topic, p.partition))
+        if p.whole_log and (not segs or segs[0].file_id not in inputs):
+            problems.append(f"{p.topic}/{p.partition}: inputs no longer hold the log start")
     return problems
 
 
 def describe(plan: Plan) -> dict[str, Any]:
-    """JSON-able form for `silt plan --json`."""
+    """JSON-able form for `silt plan --json`: {"jobs": [...], "waiting": [...]}."""
     return {
         "jobs": [
             {
@@ -293,8 +425,20 @@ def describe(plan: Plan) -> dict[str, Any]:
                 "output_level": j.output_level,
                 "compacted_partitions": len(j.partitions),
                 "whole_log_partitions": sum(p.whole_log for p in j.partitions),
+                "partitions": [
+                    {
+                        "topic": p.topic,
+                        "partition": p.partition,
+                        "dedupe": p.dedupe,
+                        "whole_log": p.whole_log,
+                        "clean_upto_offset": p.clean_upto_offset,
+                        "dirty_start_offset": p.dirty_start_offset,
+                        "tombstone_drop_segments": sorted(p.tombstone_drop_segment_ids),
+                    }
+                    for p in j.partitions
+                ],
             }
             for j in plan.jobs
         ],
-        "waiting": plan.waiting,
+        "waiting": list(plan.waiting),
     }
