@@ -144,8 +144,8 @@ class ObjectStore(abc.ABC):
 
     @abc.abstractmethod
     def put_stream(self, key: str) -> ObjectWriter:
-        """A streaming upload: one PUT at close if small, else multipart with memory bounded
-        by about one part (S3); nothing is sent before the first part fills."""
+        """A streaming upload: one PUT at close while the object stays under the S3 backend's
+        multipart threshold, else multipart; memory is bounded by that threshold."""
 
     @abc.abstractmethod
     def open_stream(self, key: str, start: int = 0, end: int | None = None) -> ReadStream:
