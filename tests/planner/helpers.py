@@ -21,9 +21,10 @@ _seg_ids = itertools.count(1)
 
 def seg(fid: int, topic: str, base: int, last: int, *, part: int = 0, size: int = 1000,
         cleaned: int | None = None, created: int = NOW - 100_000, max_ts: int | None = None,
-        tombstones: int = 0) -> SegmentView:
-    return SegmentView(next(_seg_ids), fid, topic, part, base, last, size, last - base + 1,
-                       tombstones, created if max_ts is None else max_ts, created, cleaned)
+        tombstones: int = 0, sid: int | None = None) -> SegmentView:
+    sid = next(_seg_ids) if sid is None else sid
+    return SegmentView(sid, fid, topic, part, base, last, size, last - base + 1, tombstones,
+                       created if max_ts is None else max_ts, created, cleaned)
 
 
 def file(fid: int, *segs: SegmentView, level: int = 0, created: int = NOW - 100_000,

@@ -102,7 +102,7 @@ def test_l0_files_may_hold_both_kinds() -> None:
 def test_config_validation_and_settings_by_name() -> None:
     with pytest.raises(InvalidPlannerConfigError):
         PlannerConfig(l0_trigger_files=0)
-    with pytest.raises(ValueError, match="level.trigger.files"):
+    with pytest.raises(ValueError, match=r"level\.trigger\.files"):
         PlannerConfig(level_trigger_files=1)
     cfg = PlannerConfig.from_settings({L0_TRIGGER_FILES: "8", L0_MAX_AGE_MS: 5,
                                        LEVEL_MAX_AGE_MS: None})
