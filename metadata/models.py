@@ -72,6 +72,7 @@ class FileInfo:
     created_at_ms: int
     state_changed_at_ms: int
     job_id: int | None
+    leased: bool = False  # held by a leased, unexpired compaction job (snapshot, get_file)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,3 +222,4 @@ class JobInfo:
     created_at_ms: int
     updated_at_ms: int
     result: Mapping[str, Any] | None
+    input_segments: int = 0  # live segments of the inputs when first leased

@@ -15,6 +15,12 @@ Schema (version 1):
   tombstone_count, live, created_at_ms, cleaned_at_ms)`; the partial index
   `(topic_id, partition, last_offset) WHERE live` serves reads by offset in one range scan.
   Live segments of one partition never overlap, so last_offset order is base_offset order.
+- `jobs(id, spec_id, state, input_file_ids JSON text, owner, fence, input_segments,
+  lease_expires_ms, attempts, created_at_ms, updated_at_ms, result JSON text)`: compaction
+  jobs. States: leased → committed | failed | abandoned; a leased job past its expiry may be
+  taken over (fence + 1). At most one leased job per spec_id (partial unique index).
+  `files.job_id` names the job currently holding the file. Files replaced by a compaction
+  go live → retired → deleting → deleted, retired ones only after the GC grace period.
 
 A migration is a function of a connection inside the transaction that also records its
 version; `MIGRATIONS[i]` brings the schema from version i to i + 1. Migrations are frozen once
@@ -148,6 +154,10 @@ jobs = sa.Table(
     sa.Column("input_file_ids", sa.Text, nullable=False),  # JSON list
     sa.Column("owner", sa.String(255), nullable=False),
     sa.Column("fence", sa.BigInteger, nullable=False),  # +1 on every takeover
+    # Live segments of the inputs at the first lease. A live file's segment set is fixed
+    # (segments are inserted only while it is pending) and `live` only goes true -> false,
+    # so an equal count at commit means the very same segments are still live.
+    sa.Column("input_segments", sa.BigInteger, nullable=False),
     sa.Column("lease_expires_ms", sa.BigInteger, nullable=False),
     sa.Column("attempts", sa.Integer, nullable=False),
     sa.Column("created_at_ms", sa.BigInteger, nullable=False),
@@ -158,6 +168,9 @@ jobs = sa.Table(
     ),
     sa.Index("jobs_spec", "spec_id", "state"),
 )
+# At most one leased job per spec, whatever the lock order of racing lessees.
+sa.Index("jobs_one_leased_per_spec", jobs.c.spec_id, unique=True,
+         postgresql_where=jobs.c.state == JOB_LEASED, sqlite_where=jobs.c.state == JOB_LEASED)
 
 LIVE = segments.c.live == sa.true()  # queries must use this exact predicate to hit the index
 # The read path: live segments of one partition from an offset on, in offset order.

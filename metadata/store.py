@@ -16,6 +16,7 @@ that read fails too.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import os
@@ -177,7 +178,48 @@ def _job_info(row: sa.Row[Any]) -> JobInfo:
         attempts=int(row.attempts), created_at_ms=int(row.created_at_ms),
         updated_at_ms=int(row.updated_at_ms),
         result=None if row.result is None else json.loads(row.result),
+        input_segments=int(row.input_segments),
     )
+
+
+def _not_live(rows: Sequence[sa.Row[Any]], ids: Sequence[int]) -> str | None:
+    """Why one of the files `ids` (locked `rows`) is not live, or None."""
+    states = {int(r.id): str(r.state) for r in rows}
+    for fid in ids:
+        if states.get(fid) != s.FILE_LIVE:
+            return f"input file {fid} is {states.get(fid, 'unknown')}, not live"
+    return None
+
+
+def _validate_outputs(outputs: Sequence[CompactionOutput], inputs: Sequence[int]) -> None:
+    """InvalidCommitError unless the outputs are well formed: distinct pending-file ids that
+    are not inputs, each with segments; sane offsets and counts; no two output segments of
+    a partition overlapping."""
+    seen_files: set[int] = set()
+    spans: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for o in outputs:
+        if o.file_id in seen_files or o.file_id in inputs:
+            raise InvalidCommitError(f"output file {o.file_id} repeated or also an input")
+        seen_files.add(o.file_id)
+        if not o.segments:
+            raise InvalidCommitError(f"output file {o.file_id} has no segments")
+        if min(o.size, o.data_offset, o.data_length, o.meta_offset, o.meta_length) < 0:
+            raise InvalidCommitError(f"output file {o.file_id}: negative layout field")
+        for x in o.segments:
+            where = f"output {x.topic}/{x.partition} [{x.base_offset}, {x.last_offset}]"
+            if not 0 <= x.base_offset <= x.last_offset:
+                raise InvalidCommitError(f"{where}: need 0 <= base_offset <= last_offset")
+            if not 0 <= x.record_count <= x.last_offset - x.base_offset + 1:
+                raise InvalidCommitError(f"{where}: record_count {x.record_count} out of range")
+            if min(x.data_pos, x.data_len, x.hash_pos, x.hash_count, x.batch_count,
+                   x.tombstone_count) < 0:
+                raise InvalidCommitError(f"{where}: negative position or count")
+            spans.setdefault((x.topic, x.partition), []).append((x.base_offset, x.last_offset))
+    for (topic, part), ranges in spans.items():
+        ranges.sort()
+        for (_, last), (base, _) in itertools.pairwise(ranges):
+            if base <= last:
+                raise InvalidCommitError(f"two output segments of {topic}/{part} overlap")
 
 
 def _validate_chunks(chunks: Sequence[ChunkMeta]) -> None:
@@ -608,31 +650,38 @@ class MetadataStore:
         """One file's row; UnknownFileError if missing."""
         with self._read() as conn:
             row = conn.execute(sa.select(s.files).where(s.files.c.id == file_id)).first()
-        if row is None:
-            raise UnknownFileError(f"no file with id {file_id}")
-        return _file_info(row)
+            if row is None:
+                raise UnknownFileError(f"no file with id {file_id}")
+            held = self._held_jobs(conn, [] if row.job_id is None else [row.job_id],
+                                   self._clock())
+        return dataclasses.replace(_file_info(row), leased=row.job_id in held)
 
     def files_to_gc(self, older_than_ms: int) -> list[FileInfo]:
-        """Pending, abandoned, deleting and retired files whose state changed before
-        `older_than_ms`.
+        """Files whose objects may be deleted: pending, abandoned, deleting and retired files
+        whose state changed at or before `older_than_ms`.
 
-        Pass `now - grace` so that pending files still being uploaded are left alone.
+        Pass `now - grace` (compactor default 60 s, like Kafka's file.delete.delay.ms): a
+        pending file younger than that may still be uploading, and a file retired by a
+        compaction more recently may still be read by a reader that found its segments
+        before the swap. A retired file is never listed before the grace has passed.
         """
         f = s.files.c
         gc_states = (s.FILE_PENDING, s.FILE_ABANDONED, s.FILE_DELETING, s.FILE_RETIRED)
         with self._read() as conn:
             rows = conn.execute(
                 sa.select(s.files)
-                .where(f.state.in_(gc_states), f.state_changed_at_ms < older_than_ms)
+                .where(f.state.in_(gc_states), f.state_changed_at_ms <= older_than_ms)
                 .order_by(f.id)
             ).all()
         return [_file_info(r) for r in rows]
 
     def mark_deleting(self, file_ids: Iterable[int]) -> list[int]:
-        """GC step 1: pending/abandoned → deleting (a late `commit_file` then fails cleanly).
+        """GC step 1: pending/abandoned/retired → deleting (a late commit then fails cleanly).
 
-        Returns the ids that are now deleting; delete only their objects. Crash before COMMIT:
-        nothing changed; after: the files are listed by `files_to_gc` until `mark_deleted`.
+        Pass ids from `files_to_gc` (which applies the grace period). Returns the ids that are
+        now deleting; delete only their objects (step 2). Live files are never touched.
+        Crash before COMMIT: nothing changed; after: the files are listed by `files_to_gc`
+        until `mark_deleted`.
         """
         return self._transition(
             file_ids, (s.FILE_PENDING, s.FILE_ABANDONED, s.FILE_DELETING, s.FILE_RETIRED),
@@ -748,7 +797,8 @@ class MetadataStore:
 
     def snapshot(self) -> Snapshot:
         """Topics, partitions, live files and live segments, read in one consistent snapshot
-        (PostgreSQL: REPEATABLE READ; SQLite: one read transaction)."""
+        (PostgreSQL: REPEATABLE READ; SQLite: one read transaction). A file is `leased` when
+        a leased, unexpired job holds it (also listed in `leased_file_ids`)."""
         t, f, sg = s.topics, s.files, s.segments
         with self._engine.connect() as conn:
             if self._pg:
@@ -781,57 +831,129 @@ class MetadataStore:
                               r.clean_offset)
                 for r in part_rows
             ),
-            files=tuple(_file_info(r) for r in file_rows),
+            files=tuple(dataclasses.replace(_file_info(r), leased=r.job_id in held)
+                        for r in file_rows),
             segments=tuple(_segment_info(r) for r in seg_rows),
             leased_file_ids=frozenset(int(r.id) for r in file_rows if r.job_id in held),
         )
 
     # ------------------------------------------------------------------ compaction jobs
+    #
+    # Lock order, everywhere: the input file rows (FOR UPDATE, in id order), then the job
+    # row. lease_job, commit_compaction and release_job all follow it, so on PostgreSQL a
+    # lease racing a commit of the same job waits for it instead of deadlocking with it.
+    # (SQLite: BEGIN IMMEDIATE serializes writers; there are no row locks.)
 
     def lease_job(self, spec_id: str, input_file_ids: Sequence[int], *, owner: str,
                   lease_ms: int) -> Lease:
-        """Hold a compaction job's input files for `lease_ms` (one transaction).
+        """Hold a compaction job's input files until now + `lease_ms` (one transaction).
 
-        A job with this spec id that is leased and unexpired → JobLeasedError; leased but
-        expired → taken over with fence + 1 (the old holder can no longer commit). Otherwise
-        every input must be live and not held by another unexpired job (JobConflictError).
-        Crash before COMMIT: nothing held; after: the lease expires if the worker dies.
+        - a job with this spec id is leased and unexpired → JobLeasedError;
+        - leased but expired → taken over: fence + 1, new owner, attempts + 1 (the old
+          holder can no longer commit or renew). `input_file_ids` must be the job's. If an
+          input is no longer live the job can never commit: it is marked abandoned, its
+          files freed, and JobConflictError raised;
+        - otherwise a new job: every input must be live and not held by another unexpired
+          job (JobConflictError naming the file), and the number of their live segments is
+          recorded for commit_compaction's revalidation.
+
+        Crash before COMMIT: nothing held. After: the job holds its inputs until it is
+        committed or released, or its lease expires (then it may be taken over, and other
+        jobs may take its files).
         """
         ids = sorted(set(input_file_ids))
         j, f = s.jobs.c, s.files.c
         now = self._clock()
-        with self._write() as conn:
-            rows = conn.execute(
-                sa.select(s.files).where(f.id.in_(ids)).order_by(f.id).with_for_update()
-            ).all()
-            existing = conn.execute(
-                sa.select(s.jobs).where(j.spec_id == spec_id, j.state == s.JOB_LEASED)
-                .with_for_update()
-            ).first()
-            if existing is not None:
-                if existing.lease_expires_ms > now:
+        expires = now + lease_ms
+        ended: JobConflictError | None = None
+        lease: Lease | None = None
+        try:
+            with self._write() as conn:
+                rows = self._lock_files(conn, ids)
+                existing = conn.execute(
+                    sa.select(s.jobs).where(j.spec_id == spec_id, j.state == s.JOB_LEASED)
+                    .with_for_update()
+                ).first()
+                if existing is None:
+                    problem = (_not_live(rows, ids)
+                               or self._held_elsewhere(conn, rows, None, now))
+                    if problem is not None:
+                        raise JobConflictError(f"cannot lease {spec_id}: {problem}")
+                    job_id = int(conn.execute(s.jobs.insert().values(
+                        spec_id=spec_id, state=s.JOB_LEASED, input_file_ids=json.dumps(ids),
+                        owner=owner, fence=1, input_segments=self._live_segments(conn, ids),
+                        lease_expires_ms=expires, attempts=1, created_at_ms=now,
+                        updated_at_ms=now).returning(j.id)).scalar_one())
+                    conn.execute(s.files.update().where(f.id.in_(ids)).values(job_id=job_id))
+                    lease = Lease(job_id, spec_id, 1, owner, tuple(ids), expires)
+                elif existing.lease_expires_ms > now:
                     raise JobLeasedError(
                         f"job {existing.id} ({spec_id}) is leased by {existing.owner} until"
                         f" {existing.lease_expires_ms}")
-                fence = int(existing.fence) + 1
-                conn.execute(s.jobs.update().where(j.id == existing.id).values(
-                    owner=owner, fence=fence, lease_expires_ms=now + lease_ms,
-                    attempts=existing.attempts + 1, updated_at_ms=now))
-                return Lease(int(existing.id), spec_id, fence, owner, tuple(ids), now + lease_ms)
-            found = {r.id: r for r in rows}
-            held = self._held_jobs(conn, [r.job_id for r in rows if r.job_id is not None], now)
-            for fid in ids:
-                r = found.get(fid)
-                if r is None or r.state != s.FILE_LIVE:
-                    raise JobConflictError(f"input file {fid} is not live")
-                if r.job_id is not None and r.job_id in held:
-                    raise JobConflictError(f"input file {fid} is held by job {r.job_id}")
-            job_id = conn.execute(s.jobs.insert().values(
-                spec_id=spec_id, state=s.JOB_LEASED, input_file_ids=json.dumps(ids),
-                owner=owner, fence=1, lease_expires_ms=now + lease_ms, attempts=1,
-                created_at_ms=now, updated_at_ms=now).returning(j.id)).scalar_one()
-            conn.execute(s.files.update().where(f.id.in_(ids)).values(job_id=job_id))
-        return Lease(int(job_id), spec_id, 1, owner, tuple(ids), now + lease_ms)
+                else:
+                    job_id = int(existing.id)
+                    stored = sorted(json.loads(existing.input_file_ids))
+                    if stored != ids:
+                        raise JobConflictError(
+                            f"job {job_id} ({spec_id}) has inputs {stored}, not {ids}")
+                    held = self._held_elsewhere(conn, rows, job_id, now)
+                    if held is not None:
+                        raise JobConflictError(f"cannot take over {spec_id}: {held}")
+                    gone = _not_live(rows, ids)
+                    if gone is None and (self._live_segments(conn, ids)
+                                         != existing.input_segments):
+                        gone = "segments of its input files are no longer live"
+                    if gone is not None:
+                        conn.execute(s.jobs.update().where(j.id == job_id).values(
+                            state=s.JOB_ABANDONED, updated_at_ms=now,
+                            result=json.dumps({"abandoned": gone})))
+                        conn.execute(s.files.update().where(f.job_id == job_id)
+                                     .values(job_id=None))
+                        ended = JobConflictError(
+                            f"job {job_id} ({spec_id}) can never commit ({gone}): abandoned")
+                    else:
+                        fence = int(existing.fence) + 1
+                        conn.execute(s.jobs.update().where(j.id == job_id).values(
+                            owner=owner, fence=fence, lease_expires_ms=expires,
+                            attempts=existing.attempts + 1, updated_at_ms=now))
+                        conn.execute(s.files.update().where(f.id.in_(ids))
+                                     .values(job_id=job_id))
+                        lease = Lease(job_id, spec_id, fence, owner, tuple(ids), expires)
+        except sa.exc.IntegrityError as exc:  # jobs_one_leased_per_spec: a racing lessee won
+            raise JobLeasedError(f"job {spec_id} was leased concurrently") from exc
+        if ended is not None:
+            raise ended
+        assert lease is not None
+        return lease
+
+    @staticmethod
+    def _lock_files(conn: sa.Connection, ids: Sequence[int]) -> list[sa.Row[Any]]:
+        """The file rows, locked in id order (PostgreSQL; SQLite holds the write lock)."""
+        if not ids:
+            return []
+        f = s.files.c
+        return list(conn.execute(
+            sa.select(s.files).where(f.id.in_(ids)).order_by(f.id).with_for_update()).all())
+
+    @staticmethod
+    def _live_segments(conn: sa.Connection, ids: Sequence[int]) -> int:
+        """How many live segments these files hold."""
+        if not ids:
+            return 0
+        sg = s.segments.c
+        return int(conn.execute(
+            sa.select(sa.func.count()).select_from(s.segments)
+            .where(sg.file_id.in_(ids), s.LIVE)).scalar_one())
+
+    def _held_elsewhere(self, conn: sa.Connection, rows: Sequence[sa.Row[Any]],
+                        own_job: int | None, now: int) -> str | None:
+        """Why one of these files is held by another leased, unexpired job, or None."""
+        others = [r for r in rows if r.job_id is not None and r.job_id != own_job]
+        held = self._held_jobs(conn, [r.job_id for r in others], now)
+        for r in others:
+            if r.job_id in held:
+                return f"input file {r.id} is held by job {r.job_id}"
+        return None
 
     @staticmethod
     def _held_jobs(conn: sa.Connection, job_ids: Sequence[int], now: int) -> set[int]:
@@ -844,6 +966,7 @@ class MetadataStore:
                                   j.lease_expires_ms > now)).scalars()}
 
     def _check_fence(self, conn: sa.Connection, lease: Lease) -> Any:
+        """Lock the job row; StaleLeaseError unless it is leased with this lease's fence."""
         j = s.jobs.c
         row = conn.execute(
             sa.select(s.jobs).where(j.id == lease.job_id).with_for_update()).first()
@@ -853,8 +976,21 @@ class MetadataStore:
                 f"job {lease.job_id} fence {lease.fence} is stale (job is {state})")
         return row
 
+    def _job_inputs(self, conn: sa.Connection, lease: Lease) -> list[int]:
+        """The job's inputs plus the lease's, read unlocked (a job's inputs never change)."""
+        stored = conn.execute(
+            sa.select(s.jobs.c.input_file_ids).where(s.jobs.c.id == lease.job_id)).scalar()
+        ids = set(lease.input_file_ids)
+        if stored is not None:
+            ids.update(json.loads(stored))
+        return sorted(ids)
+
     def renew_lease(self, lease: Lease, lease_ms: int) -> Lease:
-        """Extend the lease; StaleLeaseError if someone took the job over."""
+        """Extend the lease to now + `lease_ms`; StaleLeaseError if the fence moved or the job
+        is no longer leased. Works on an expired lease nobody took over.
+
+        Crash before COMMIT: the old expiry stands; after: the new one.
+        """
         now = self._clock()
         with self._write() as conn:
             self._check_fence(conn, lease)
@@ -864,11 +1000,17 @@ class MetadataStore:
 
     def release_job(self, lease: Lease, *, state: str = s.JOB_FAILED,
                     result: Mapping[str, Any] | None = None) -> None:
-        """End a job without committing; frees its inputs. No-op if the lease is stale."""
+        """End a job without committing (`failed` or `abandoned`) and free the inputs it still
+        holds. A no-op if the lease is stale or the job is already over.
+
+        Crash before COMMIT: the job stays leased until its lease expires (then its files
+        are free for other jobs); after: ended, files free at once.
+        """
         if state not in (s.JOB_FAILED, s.JOB_ABANDONED):
             raise ValueError(f"release state must be failed or abandoned, not {state!r}")
         now = self._clock()
         with self._write() as conn:
+            self._lock_files(conn, self._job_inputs(conn, lease))
             try:
                 self._check_fence(conn, lease)
             except StaleLeaseError:
@@ -883,23 +1025,41 @@ class MetadataStore:
                           result: Mapping[str, Any] | None = None,
                           checkpoints: Mapping[tuple[str, int], int] | None = None,
                           ) -> CompactionCommit:
-        """Replace the job's input segments with the outputs' segments, atomically.
+        """Replace the job's input segments with the outputs' segments, in ONE transaction.
 
-        Refused with StaleLeaseError (fence moved: a zombie worker) or CommitConflictError
-        (an input is no longer live, or an output segment would overlap a live segment that
-        is not an input); either way nothing changed. Crash before COMMIT: nothing changed
-        (outputs stay pending, GC removes them); after: outputs live, inputs retired (their
-        objects are deleted after the grace period). A failed COMMIT is resolved by reading
-        the job back: committed with this fence → success, else CommitUnknownError.
+        Locks the input files, then the job row, and revalidates everything the job read:
+        - the job is leased with this fence, else StaleLeaseError (a zombie: its lease was
+          taken over, or the job ended). An expired lease nobody took over still commits;
+        - every input file is live and all the segments it had when leased are still live,
+          else CommitConflictError;
+        - no output segment overlaps a live segment that is not an input's (live segments of
+          a partition never overlap), else CommitConflictError; every output file is pending
+          (not collected meanwhile), else CommitConflictError.
+        Malformed outputs raise InvalidCommitError (also before any change), unknown topics
+        or partitions UnknownTopicError / UnknownPartitionError. Then: input segments not
+        live, outputs pending → live with their segments, inputs live → retired (GC deletes
+        them after its grace period, so readers in flight finish), job committed with
+        `result`, cleaner `checkpoints` advanced (never backwards), files.job_id cleared.
+
+        Crash before COMMIT: nothing changed (outputs stay pending and GC removes them; the
+        job stays leased until it expires). After: all of it. A failed COMMIT is resolved by
+        reading the job back: committed with this fence → success, else CommitUnknownError
+        (keep the output objects: they may be live).
         """
+        _validate_outputs(outputs, lease.input_file_ids)
         try:
             return self._commit_compaction_once(lease, outputs, result, checkpoints or {})
         except _OutcomeUnknown as exc:
-            with self._read() as conn:
-                row = conn.execute(
-                    sa.select(s.jobs).where(s.jobs.c.id == lease.job_id)).first()
+            try:
+                with self._read() as conn:
+                    row = conn.execute(
+                        sa.select(s.jobs).where(s.jobs.c.id == lease.job_id)).first()
+            except sa.exc.DBAPIError as read_exc:
+                raise CommitUnknownError(
+                    f"commit of job {lease.job_id} failed during COMMIT ({exc.cause}) and its"
+                    f" outcome could not be read back: {read_exc}") from read_exc
             if row is not None and row.state == s.JOB_COMMITTED and row.fence == lease.fence:
-                return CompactionCommit(lease.job_id, tuple(lease.input_file_ids),
+                return CompactionCommit(lease.job_id, tuple(sorted(lease.input_file_ids)),
                                         tuple(o.file_id for o in outputs))
             raise CommitUnknownError(
                 f"commit of job {lease.job_id} failed during COMMIT: {exc.cause}") from exc
@@ -908,40 +1068,60 @@ class MetadataStore:
                                 result: Mapping[str, Any] | None,
                                 checkpoints: Mapping[tuple[str, int], int],
                                 ) -> CompactionCommit:
-        f, sg, t = s.files.c, s.segments.c, s.topics.c
-        inputs = sorted(lease.input_file_ids)
+        f, sg, t, pc = s.files.c, s.segments.c, s.topics.c, s.partitions.c
         now = self._clock()
         conn = self._engine.connect()
         try:
             conn.execution_options(silt_write=True)
             trans = conn.begin()
             try:
-                self._check_fence(conn, lease)
-                states = {int(r.id): str(r.state) for r in conn.execute(
-                    sa.select(f.id, f.state).where(f.id.in_(inputs)).order_by(f.id)
-                    .with_for_update())}
+                # 1. Lock the inputs, then the job row (the module's lock order).
+                inputs = self._job_inputs(conn, lease)
+                states = {int(r.id): str(r.state) for r in self._lock_files(conn, inputs)}
+                job = self._check_fence(conn, lease)
+                # 2. Revalidate the inputs.
                 for fid in inputs:
                     if states.get(fid) != s.FILE_LIVE:
                         raise CommitConflictError(
                             f"input file {fid} is {states.get(fid)}, no longer live")
-                names = sorted({sgm.topic for o in outputs for sgm in o.segments})
-                ids = {r.name: r.id for r in conn.execute(
+                stored = sorted(json.loads(job.input_file_ids))
+                if self._live_segments(conn, stored) != job.input_segments:
+                    raise CommitConflictError(
+                        f"segments of job {lease.job_id}'s inputs are no longer live")
+                # 3. Resolve partitions and refuse overlaps with live non-input segments.
+                wanted = sorted({(x.topic, x.partition) for o in outputs for x in o.segments}
+                                | set(checkpoints))
+                names = sorted({name for name, _ in wanted})
+                ids = {r.name: int(r.id) for r in conn.execute(
                     sa.select(t.id, t.name).where(t.name.in_(names)))}
+                next_offset = {(int(r.topic_id), int(r.partition)): int(r.next_offset)
+                               for r in conn.execute(
+                    sa.select(pc.topic_id, pc.partition, pc.next_offset).where(
+                        pc.topic_id.in_(sorted(set(ids.values())))))}
+                for name, part in wanted:
+                    if name not in ids:
+                        raise UnknownTopicError(f"unknown topic {name!r}")
+                    if (ids[name], part) not in next_offset:
+                        raise UnknownPartitionError(f"topic {name!r} has no partition {part}")
                 rows = []
                 for o in outputs:
                     for x in o.segments:
-                        tid = ids.get(x.topic)
-                        if tid is None:
-                            raise UnknownTopicError(f"unknown topic {x.topic!r}")
-                        clash = conn.execute(
-                            sa.select(sg.id).where(
+                        tid = ids[x.topic]
+                        if x.last_offset >= next_offset[(tid, x.partition)]:
+                            raise InvalidCommitError(
+                                f"output {x.topic}/{x.partition} ends at {x.last_offset},"
+                                f" past the log end {next_offset[(tid, x.partition)]}")
+                        # The first live non-input segment ending at or after base_offset is
+                        # the only candidate (live segments are ordered and disjoint).
+                        nxt = conn.execute(
+                            sa.select(sg.id, sg.base_offset).where(
                                 sg.topic_id == tid, sg.partition == x.partition, s.LIVE,
-                                sg.last_offset >= x.base_offset, sg.base_offset <= x.last_offset,
-                                sg.file_id.not_in(inputs)).limit(1)).first()
-                        if clash is not None:
+                                sg.last_offset >= x.base_offset, sg.file_id.not_in(inputs))
+                            .order_by(sg.last_offset).limit(1)).first()
+                        if nxt is not None and nxt.base_offset <= x.last_offset:
                             raise CommitConflictError(
                                 f"output {x.topic}/{x.partition} [{x.base_offset}, "
-                                f"{x.last_offset}] overlaps live segment {clash.id}")
+                                f"{x.last_offset}] overlaps live segment {nxt.id}")
                         rows.append({
                             "file_id": o.file_id, "topic_id": tid, "partition": x.partition,
                             "base_offset": x.base_offset, "last_offset": x.last_offset,
@@ -953,8 +1133,10 @@ class MetadataStore:
                             "live": True, "created_at_ms": now,
                             "cleaned_at_ms": x.cleaned_at_ms,
                         })
-                conn.execute(s.segments.update().where(sg.file_id.in_(inputs), s.LIVE)
-                             .values(live=False))
+                # 4. Swap: inputs' segments out, outputs live with their segments in.
+                if inputs:
+                    conn.execute(s.segments.update().where(sg.file_id.in_(inputs), s.LIVE)
+                                 .values(live=False))
                 for o in outputs:
                     flipped = conn.execute(
                         s.files.update().where(f.id == o.file_id, f.state == s.FILE_PENDING)
@@ -965,16 +1147,17 @@ class MetadataStore:
                         raise CommitConflictError(f"output file {o.file_id} is not pending")
                 if rows:
                     conn.execute(s.segments.insert(), rows)
-                conn.execute(s.files.update().where(f.id.in_(inputs)).values(
-                    state=s.FILE_RETIRED, state_changed_at_ms=now, job_id=None))
-                # Advance cleaner checkpoints (never backwards).
-                pc = s.partitions.c
+                # 5. Retire the inputs (GC'd after the grace period), free what the job held.
+                if inputs:
+                    conn.execute(s.files.update().where(f.id.in_(inputs)).values(
+                        state=s.FILE_RETIRED, state_changed_at_ms=now, job_id=None))
+                conn.execute(s.files.update().where(f.job_id == lease.job_id)
+                             .values(job_id=None))
+                # 6. Advance cleaner checkpoints (never backwards, never past the log end).
                 for (topic, part), offset in sorted(checkpoints.items()):
-                    tid = ids.get(topic)
-                    if tid is None:
-                        tid = conn.execute(sa.select(t.id).where(t.name == topic)).scalar()
                     conn.execute(s.partitions.update().where(
-                        pc.topic_id == tid, pc.partition == part, pc.clean_offset < offset,
+                        pc.topic_id == ids[topic], pc.partition == part,
+                        pc.clean_offset < offset,
                     ).values(clean_offset=sa.func.least(offset, pc.next_offset)
                              if self._pg else sa.func.min(offset, pc.next_offset)))
                 conn.execute(s.jobs.update().where(s.jobs.c.id == lease.job_id).values(
@@ -986,6 +1169,7 @@ class MetadataStore:
             except sa.exc.DBAPIError as exc:
                 _rollback_quietly(trans)
                 raise CommitConflictError(f"compaction commit not applied: {exc}") from exc
+            # 7. COMMIT: a failure here leaves the outcome unknown until read back.
             try:
                 trans.commit()
             except sa.exc.DBAPIError as exc:
@@ -995,7 +1179,7 @@ class MetadataStore:
         return CompactionCommit(lease.job_id, tuple(inputs), tuple(o.file_id for o in outputs))
 
     def get_job(self, job_id: int) -> JobInfo:
-        """One job row."""
+        """One job row; MetadataError if there is none."""
         with self._read() as conn:
             row = conn.execute(sa.select(s.jobs).where(s.jobs.c.id == job_id)).first()
         if row is None:
@@ -1003,13 +1187,12 @@ class MetadataStore:
         return _job_info(row)
 
     def list_jobs(self, state: str | None = None) -> list[JobInfo]:
-        """Jobs, oldest first, optionally in one state."""
+        """Jobs, oldest first, optionally only those in `state`."""
         q = sa.select(s.jobs).order_by(s.jobs.c.id)
         if state is not None:
             q = q.where(s.jobs.c.state == state)
         with self._read() as conn:
             return [_job_info(r) for r in conn.execute(q).all()]
-
 
 
 class _NotApplied(Exception):

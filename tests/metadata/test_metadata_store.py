@@ -410,11 +410,11 @@ def test_pending_abandon_and_gc(store: MetadataStore, clock: FakeClock) -> None:
     def gc(cutoff: int) -> list[tuple[str, str]]:
         return [(f.object_key, f.state) for f in store.files_to_gc(cutoff)]
 
-    start = clock.now_ms - 2000
-    assert gc(start) == []
-    assert gc(start + 1) == [("old-pending", "pending")]
-    assert gc(start + 1001) == [("old-pending", "pending"), ("abandoned", "abandoned")]
-    assert gc(clock.now_ms + 1) == [
+    start = clock.now_ms - 2000  # when old-pending was registered; the cutoff is inclusive
+    assert gc(start - 1) == []
+    assert gc(start) == [("old-pending", "pending")]
+    assert gc(start + 1000) == [("old-pending", "pending"), ("abandoned", "abandoned")]
+    assert gc(clock.now_ms) == [
         ("old-pending", "pending"), ("abandoned", "abandoned"), ("new-pending", "pending")]
 
     # GC protocol: mark deleting (fences late commits), delete objects, mark deleted.
