@@ -63,8 +63,9 @@ class FileStateError(MetadataError):
 
 
 class CommitConflictError(MetadataError):
-    """The commit was definitely not applied (lock timeout, deadlock, lost connection before
-    COMMIT); retrying it is safe."""
+    """The commit was definitely not applied (what it read changed — an input no longer live,
+    an overlapping live segment, an output file collected — or a lock timeout, deadlock or
+    lost connection before COMMIT); retrying it is safe."""
 
     retriable = True
 
@@ -75,11 +76,14 @@ class CommitUnknownError(MetadataError):
 
 
 class JobLeasedError(MetadataError):
-    """Another worker holds an unexpired lease on this job."""
+    """Another worker holds an unexpired lease on this job; wait for it to end or expire."""
+
+    retriable = False
 
 
 class JobConflictError(MetadataError):
-    """An input file of the job is not live or is held by another running job."""
+    """An input file of the job is not live or is held by another running job (a job that
+    can never commit is abandoned on takeover)."""
 
 
 class StaleLeaseError(MetadataError):

@@ -6,6 +6,8 @@ lock (busy timeout 30 s) instead of failing with "database is locked" on a lock 
 lets readers run alongside. On PostgreSQL (READ COMMITTED) `commit_file` locks the file row and
 then the partition rows in sorted (topic_id, partition) order with `SELECT … FOR UPDATE`, so
 committers touching overlapping partitions serialize per partition and cannot deadlock.
+Compaction jobs lock their input file rows (in id order), then the job row — in lease_job,
+commit_compaction and release_job alike — so a lease racing a commit waits, not deadlocks.
 
 Failure model of a commit: an error before COMMIT is sent means nothing was applied
 (`CommitConflictError`, retriable); an error during COMMIT is resolved by reading the file's
