@@ -5,7 +5,9 @@ Byte layout (big-endian; see docs/format.md for the field tables)::
     HEADER   magic "SILT" (4) | version u16 | flags u16 (0)                         8 bytes
     DATA     chunk 0 batches | chunk 1 batches | ...     (ordered by (topic, partition))
     META     entry 0 | hashes 0 | crc 0 | entry 1 | hashes 1 | crc 1 | ... | TRAILER
-             entry   = ENTRY struct | topic utf-8 | offsets bitmap | tombstone bitmap
+             entry   = ENTRY struct | topic utf-8 | offsets bitmap | tombstone block
+             tombstone block = bitmap_len u32 | tombstone bitmap | cleaned-at times
+             cleaned-at times = nothing (all 0) | tombstone count x u64, in bitmap order
              hashes  = hash_count x 16-byte keyed key hashes, in offset order
              crc     = CRC32C(entry + hashes)                                         4 bytes
              TRAILER = chunk_count u32 | CRC32C(all entry bytes before the trailer)   8 bytes
@@ -19,6 +21,10 @@ skips the first 17 bytes of a batch (baseOffset, length, leaderEpoch, magic); th
 `frame_crc` is CRC32C over those 17-byte prefixes of all the chunk's batches in order, so every
 byte of an object is covered by some checksum, and readers additionally require the batches to
 tile `data_len` exactly with increasing base offsets inside `offset_span`.
+
+Keyed chunks record, per tombstone, the time (ms) a whole-log clean first retained it (0 =
+not yet): the base of Kafka's delete horizon, kept per record instead of per batch. Writers
+omit the times when all are 0; readers always expose one value per tombstone.
 
 Readers are forward-only: `iter_meta` reads the META section as one sequential stream and
 `DataReader` reads the DATA section chunk by chunk; neither seeks.
@@ -91,6 +97,7 @@ ENTRY = struct.Struct(
 # nothing (every tombstone never cleaned) or one u64 per tombstone in bitmap order: the
 # time (ms) a whole-log clean first retained it, 0 = not yet (Kafka's delete horizon base).
 TOMB_HEAD = struct.Struct(">I")
+CLEANED_AT_DTYPE = np.dtype(">u8")  # on disk; in memory int64, 0 <= value < 2**63
 ENTRY_SIZE_FIELD = struct.Struct(">I")
 ENTRY_CRC = struct.Struct(">I")
 TRAILER = struct.Struct(
@@ -151,9 +158,11 @@ class ChunkIndex:
     tombstones: BitMap = field(compare=False, repr=False)
     flags: int = 0
     frame_crc: int = 0
-    # Per tombstone (bitmap order): ms when a whole-log clean first kept it; 0 = never.
     tombstone_cleaned_at: np.ndarray[Any, np.dtype[np.int64]] = field(
-        default_factory=lambda: np.zeros(0, dtype=np.int64), compare=False, repr=False)
+        default_factory=lambda: _frozen(np.zeros(0, dtype=np.int64)), compare=False, repr=False
+    )
+    """Per tombstone, in bitmap (ascending offset) order: the time (ms) a whole-log clean
+    first retained it, 0 = never. Read-only int64, `len(tombstones)` long."""
 
     @property
     def data_end(self) -> int:
@@ -212,8 +221,9 @@ class Chunk:
     frame_crc: int
     batch_count: int
     streamed: bool = False
-    tombstone_cleaned_at: np.ndarray[Any, np.dtype[np.int64]] | None = None
     """True if the batches already went to a FileWriter (see `FileWriter.open_chunk`)."""
+    tombstone_cleaned_at: np.ndarray[Any, np.dtype[np.int64]] | None = None
+    """Per tombstone first-cleaned ms in bitmap order (see `ChunkIndex`); None = all 0."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -225,6 +235,26 @@ def _as_offsets(values: Any) -> np.ndarray[Any, np.dtype[np.int64]]:
     if arr.ndim != 1:
         raise ValueError("offsets must be one-dimensional")
     return arr
+
+
+def _frozen(arr: np.ndarray[Any, np.dtype[np.int64]]) -> np.ndarray[Any, np.dtype[np.int64]]:
+    arr.flags.writeable = False
+    return arr
+
+
+def _as_cleaned_at(values: Any, n: int) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """Validated first-cleaned times: n non-negative int64 values (a fresh, read-only copy)."""
+    raw = np.asarray(values)
+    if raw.ndim != 1 or len(raw) != n:
+        raise ValueError(f"tombstone_cleaned_at must hold one value per tombstone ({n})")
+    if n and raw.dtype.kind not in "iu":
+        raise ValueError("tombstone_cleaned_at must be integers (ms)")
+    if raw.dtype.kind == "u" and n and int(raw.max()) >= 2**63:
+        raise ValueError("tombstone_cleaned_at values must be below 2**63")
+    times = raw.astype(np.int64)  # always a copy: callers may reuse their buffer
+    if n and int(times.min()) < 0:
+        raise ValueError("tombstone_cleaned_at values must be >= 0")
+    return _frozen(times)
 
 
 def _bitmap_of(arr: np.ndarray[Any, np.dtype[np.int64]]) -> BitMap:
@@ -276,9 +306,9 @@ class ChunkBuilder:
         self._count = 0
         self._offsets = BitMap()
         self._tombstones = BitMap()
-        # (relative tombstone offsets, first-cleaned ms) given by the compactor.
-        self._tomb_times: list[tuple[np.ndarray[Any, np.dtype[np.int64]],
-                                     np.ndarray[Any, np.dtype[np.int64]]]] = []
+        # Non-zero first-cleaned times from append_compacted: (relative offsets, ms) arrays.
+        self._tomb_rels: list[np.ndarray[Any, np.dtype[np.int64]]] = []
+        self._tomb_times: list[np.ndarray[Any, np.dtype[np.int64]]] = []
         self._hashes = bytearray()
         self._min_ts: int | None = None
         self._max_ts: int | None = None
@@ -430,8 +460,10 @@ class ChunkBuilder:
         """Place a compactor-made batch at relative `base`, trusting the caller's index data.
 
         `offsets` (sorted, chunk-relative) are the records present in the batch,
-        `tombstones` the subset with null values, `key_hashes` one hash per offset (keyed
-        chunks only). The batch is CRC-checked, not decoded.
+        `tombstones` the (sorted) subset with null values, `key_hashes` one hash per offset
+        (keyed chunks only). `tombstone_cleaned_at`, aligned with `tombstones`, gives each
+        tombstone's first-cleaned time in ms (0 = not yet); None means all 0. The batch is
+        CRC-checked, not decoded. On ValueError the builder is unchanged.
         """
         self._check_open()
         view = memoryview(raw)
@@ -452,23 +484,26 @@ class ChunkBuilder:
         if offs[0] < base or offs[-1] != span_end - 1 or not rising:
             raise ValueError("offsets must rise strictly within the batch, ending at its last")
         tomb_arr = _as_offsets(tombstones)
+        if len(tomb_arr) > 1 and not bool(np.all(np.diff(tomb_arr) > 0)):
+            raise ValueError("tombstones must rise strictly")
         tombs = _bitmap_of(tomb_arr)
         present = _bitmap_of(offs)
-        if tombstone_cleaned_at is not None:
-            times = np.asarray(tombstone_cleaned_at, dtype=np.int64)
-            if len(times) != len(tomb_arr):
-                raise ValueError("tombstone_cleaned_at must align with tombstones")
-            if np.any(times):
-                self._tomb_times.append((tomb_arr, times))
-        if not tombs.issubset(present):
+        if not tombs.issubset(present) or (len(tomb_arr) and tomb_arr[0] < 0):
             raise ValueError("tombstones must be a subset of offsets")
+        times = None
+        if tombstone_cleaned_at is not None:
+            times = _as_cleaned_at(tombstone_cleaned_at, len(tomb_arr))
         if self._keyed:
             if len(key_hashes) != n * KEY_HASH_SIZE:
                 raise ValueError(f"need {n} key hashes, got {len(key_hashes)} bytes")
-            self._hashes += key_hashes
-            self._tombstones |= tombs
         elif key_hashes or tombs:
             raise ValueError("key hashes/tombstones given for an unkeyed chunk")
+        if self._keyed:
+            self._hashes += key_hashes
+            self._tombstones |= tombs
+            if times is not None and times.any():
+                self._tomb_rels.append(tomb_arr.copy())  # the caller may reuse it
+                self._tomb_times.append(times)
         self._offsets |= present
         self._timestamps(header.first_timestamp, header.max_timestamp)
         self._store(with_base_offset(view, base))
@@ -506,22 +541,27 @@ class ChunkBuilder:
             return None
         order = np.frombuffer(self._tombstones.to_array(), dtype=np.uint32).astype(np.int64)
         out = np.zeros(len(order), dtype=np.int64)
-        for rel, times in self._tomb_times:
-            out[np.searchsorted(order, rel)] = times
-        return out
+        out[np.searchsorted(order, np.concatenate(self._tomb_rels))] = np.concatenate(
+            self._tomb_times
+        )
+        return _frozen(out)
 
 
 # ---------------------------------------------------------------------------------------
 # writing objects
 
 
-def _encode_entry(chunk: Chunk, data_pos: int, entry_rel: int) -> tuple[bytes, bytes, bytes]:
-    """(entry bytes incl. variable parts, key hashes, crc) for an entry at `entry_rel` in META."""
+def _encode_entry(
+    chunk: Chunk, times: np.ndarray[Any, np.dtype[np.int64]], data_pos: int, entry_rel: int
+) -> tuple[bytes, bytes, bytes]:
+    """(entry bytes incl. variable parts, key hashes, crc) for an entry at `entry_rel` in META.
+
+    `times` are the chunk's validated first-cleaned times (one per tombstone).
+    """
     topic = chunk.topic.encode()
     offsets = chunk.offsets.serialize()
     bitmap = chunk.tombstones.serialize()
-    times = chunk.tombstone_cleaned_at
-    tail = b"" if times is None or not np.any(times) else times.astype(">u8").tobytes()
+    tail = times.astype(CLEANED_AT_DTYPE).tobytes() if times.any() else b""
     tombs = TOMB_HEAD.pack(len(bitmap)) + bitmap + tail
     hashes = chunk.key_hashes
     size = ENTRY.size + len(topic) + len(offsets) + len(tombs) + len(hashes) + ENTRY_CRC.size
@@ -611,6 +651,7 @@ class FileWriter:
 
     def add(self, chunk: Chunk) -> None:
         """Write `chunk`'s batches now; (topic, partition) must strictly increase."""
+        times = self._cleaned_at_of(chunk)
         if chunk.streamed:
             if self._open is None or (chunk.topic, chunk.partition) != (
                 self._open[0].topic,
@@ -626,7 +667,7 @@ class FileWriter:
             data_pos = self._pos
             for batch in chunk.batches:
                 self._emit_data(batch)
-        entry, hashes, crc = _encode_entry(chunk, data_pos, self._meta_len)
+        entry, hashes, crc = _encode_entry(chunk, times, data_pos, self._meta_len)
         hash_rel = self._meta_len + len(entry)
         for part in (entry, hashes, crc):
             self._spool.write(part)
@@ -649,10 +690,16 @@ class FileWriter:
             tombstones=chunk.tombstones,
             flags=chunk.flags,
             frame_crc=chunk.frame_crc,
-            tombstone_cleaned_at=_times_or_zeros(chunk.tombstone_cleaned_at,
-                                                 len(chunk.tombstones)),
+            tombstone_cleaned_at=times,
         )
         self._chunks.append(index)
+
+    @staticmethod
+    def _cleaned_at_of(chunk: Chunk) -> np.ndarray[Any, np.dtype[np.int64]]:
+        n = len(chunk.tombstones)
+        if chunk.tombstone_cleaned_at is None:
+            return _frozen(np.zeros(n, dtype=np.int64))
+        return _as_cleaned_at(chunk.tombstone_cleaned_at, n)
 
     def finish(self) -> FileLayout:
         """Write META and footer; returns the layout with absolute positions."""
@@ -732,12 +779,6 @@ def _read_exact(stream: Readable, n: int, what: str) -> bytes:
     return b"".join(parts)
 
 
-def _times_or_zeros(
-    times: np.ndarray[Any, np.dtype[np.int64]] | None, n: int
-) -> np.ndarray[Any, np.dtype[np.int64]]:
-    return np.zeros(n, dtype=np.int64) if times is None else times
-
-
 def _decode_tombstones(raw: bytes) -> tuple[BitMap, np.ndarray[Any, np.dtype[np.int64]]]:
     """The tombstone block: bitmap and per-tombstone first-cleaned times."""
     if len(raw) < TOMB_HEAD.size:
@@ -748,11 +789,13 @@ def _decode_tombstones(raw: bytes) -> tuple[BitMap, np.ndarray[Any, np.dtype[np.
     bitmap = _deserialize(raw[TOMB_HEAD.size : TOMB_HEAD.size + blen], "tombstones")
     tail = raw[TOMB_HEAD.size + blen :]
     if not tail:
-        return bitmap, np.zeros(len(bitmap), dtype=np.int64)
-    if len(tail) != 8 * len(bitmap):
-        raise CorruptDataError(
-            f"tombstone times: {len(tail)} bytes for {len(bitmap)} tombstones")
-    return bitmap, np.frombuffer(tail, dtype=">u8").astype(np.int64)
+        return bitmap, _frozen(np.zeros(len(bitmap), dtype=np.int64))
+    if len(tail) != CLEANED_AT_DTYPE.itemsize * len(bitmap):
+        raise CorruptDataError(f"tombstone times: {len(tail)} bytes for {len(bitmap)} tombstones")
+    stored = np.frombuffer(tail, dtype=CLEANED_AT_DTYPE)
+    if int(stored.max()) >= 2**63:
+        raise CorruptDataError("tombstone first-cleaned time beyond 2**63 - 1 ms")
+    return bitmap, _frozen(stored.astype(np.int64))
 
 
 def _deserialize(raw: bytes, what: str) -> BitMap:
