@@ -105,18 +105,8 @@ def test_concurrent_workers_commit_each_input_set_once(h: Harness, metadata_url:
         for t in threads:
             t.join()
         outcomes = sorted(r.outcome for r in reports)
-        assert outcomes.count("committed") <= 1, outcomes
-        assert all(o in ("committed", "skipped", "lost") for o in outcomes), reports
-        if h.md.dialect == "sqlite" or outcomes.count("committed") == 1:
-            assert outcomes.count("committed") == 1, [r.error for r in reports]
-        else:
-            # Known PostgreSQL bug (see test_commit_is_not_a_deadlock_victim_of_a_lease):
-            # the winner's commit may be chosen as a deadlock victim; the job then stays
-            # leased and is finished by a takeover after the lease expires.
-            assert all("deadlock" in (r.error or "") for r in reports if r.outcome == "lost")
-            h.clock.advance(CompactorConfig().lease_ms + 1)
-            (again,) = h.compactor().run_once(everything=True)
-            assert again.outcome == "committed", again.error
+        assert outcomes.count("committed") == 1, [r.error for r in reports]
+        assert all(o in ("committed", "skipped") for o in outcomes), [r.error for r in reports]
         jobs = [j for j in h.md.list_jobs() if tuple(sorted(j.input_file_ids)) == tuple(inputs)]
         assert [j.state for j in jobs] == ["committed"]  # one job row, committed once
         files = {f.id: f.state for f in (h.md.get_file(i) for i in inputs)}
@@ -241,12 +231,10 @@ def wait_for_lock_waiters(conn: sa.Connection, n: int) -> None:
     raise AssertionError(f"never saw {n} sessions waiting for a lock")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: metadata/store.py lease_job locks the input files then the job row (FOR UPDATE) "
-    "while commit_compaction locks the job row (_check_fence) then the input files: a "
-    "second worker leasing the same job during a commit deadlocks with it on PostgreSQL "
-    "and the commit is aborted (reported 'lost', work thrown away, job stuck until expiry)"))
 def test_commit_is_not_a_deadlock_victim_of_a_concurrent_lease(postgres_url: str) -> None:
+    """Regression (fixed in 1981471): lease_job locked the input files then the job row,
+    commit_compaction the job row then the files; a second worker leasing the same job
+    during a commit deadlocked with it and PostgreSQL aborted the commit ('lost')."""
     h = Harness.open(postgres_url)
     # The second worker's session never runs the deadlock check first, so the outcome does
     # not depend on timing: with the bug the committing session finds the cycle.
