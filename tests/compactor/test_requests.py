@@ -58,7 +58,7 @@ def test_job_does_two_gets_per_input_file_on_the_server(
         assert report.output_files == (2 if plain else 1)
         assert counts["PUT"] == report.output_files
 
-        for p in range(compacted):
+        for p in range(0, compacted, max(1, compacted // 40)):
             got = h.read("state", p)
             assert_preserved(got, h.produced[("state", p)])
             assert got == sorted(latest_per_key(h.produced[("state", p)]).values(),
