@@ -19,6 +19,7 @@ def planner_snapshot(snap: MetadataSnapshot, now_ms: int) -> Snapshot:
             min_compaction_lag_ms=t.config.min_compaction_lag_ms,
             max_compaction_lag_ms=t.config.max_compaction_lag_ms,
             delete_retention_ms=t.config.delete_retention_ms,
+            deletes=t.config.deletes,
         )
         for t in snap.topics
     }
@@ -46,6 +47,7 @@ def planner_snapshot(snap: MetadataSnapshot, now_ms: int) -> Snapshot:
                     size_bytes=s.data_len, record_count=s.record_count,
                     tombstone_count=s.tombstone_count, max_timestamp=s.max_timestamp,
                     created_at_ms=s.created_at_ms, cleaned_at_ms=s.cleaned_at_ms,
+                    min_timestamp=s.min_timestamp,
                 )
                 for s in by_file.get(f.id, ())
             ),

@@ -330,8 +330,9 @@ def propose_all(snap: Snapshot, now_ms: int, config: PlannerConfig | None = None
 
     Usually one job: a job writes compacted and delete-policy data to separate outputs, so
     the two groups need no separate jobs. Leased files split the rest into greedy jobs that
-    avoid them. A lone file above L0 with nothing to dedupe and no tombstone to drop is
-    already fully compacted and left alone.
+    avoid them. Files above L0 with nothing to dedupe, no tombstone to drop and at most one
+    file per kind (compacted, delete-policy) are already fully compacted and left alone, so
+    repeated runs settle.
     """
     config = config or PlannerConfig()
     ix = _Index(snap, now_ms, config)
@@ -374,14 +375,31 @@ def propose_all(snap: Snapshot, now_ms: int, config: PlannerConfig | None = None
     jobs = []
     for files in groups:
         spec = ix.job(files, Trigger.FORCED_ALL, f"--all: {len(files)} files")
-        if len(files) == 1 and ix.files[spec.input_file_ids[0]].level > 0 and not any(
-                p.dedupe or p.tombstone_drop_segment_ids for p in spec.partitions):
-            waiting.append(f"file {spec.input_file_ids[0]} is already fully compacted")
+        if _settled(ix, spec):
+            ids = ", ".join(str(i) for i in spec.input_file_ids)
+            noun = "file" if len(files) == 1 else "files"
+            waiting.append(f"{noun} {ids} {'is' if len(files) == 1 else 'are'} already "
+                           f"fully compacted")
             continue
         jobs.append(spec)
     if not jobs and not waiting:
         waiting.append("nothing to compact")
     return Plan(jobs, waiting)
+
+
+def _settled(ix: _Index, spec: JobSpec) -> bool:
+    """Rewriting the spec's files would change nothing but their level: none is in L0,
+    no compacted partition has dirty data or droppable tombstones, and there is at most one
+    file per kind (a job would write the same one or two files again). Without this, a
+    compacted-topic file beside a delete-policy file would be rewritten on every `--all`.
+    """
+    files = [ix.files[f] for f in spec.input_file_ids]
+    if any(f.level == 0 for f in files):
+        return False
+    if any(p.dedupe or p.tombstone_drop_segment_ids for p in spec.partitions):
+        return False
+    compacted = sum(f.holds_compacted for f in files)
+    return compacted <= 1 and len(files) - compacted <= 1
 
 
 def validate(spec: JobSpec, snap: Snapshot) -> list[str]:

@@ -86,3 +86,17 @@ def test_describe_is_json() -> None:
     assert job["partitions"][0]["whole_log"] and job["reason"].startswith("c/0: cleanable")
     assert out["waiting"] == [
         "L0: 1 files, 0.0 MiB; triggers at 32 files / 64 MiB / oldest 30 s (now 0.0 s)"]
+
+
+def test_propose_all_settles_on_one_file_per_kind() -> None:
+    # What a job leaves behind: one clean compacted-topic file and one delete-policy file.
+    clean = file(1, seg(1, "c", 0, 9, cleaned=NOW - 5), level=1)
+    other = file(2, seg(2, "d", 0, 9), level=1)
+    plan = propose_all(snapshot(clean, other), NOW)
+    assert plan.jobs == [] and plan.waiting == ["files 1, 2 are already fully compacted"]
+    # Two files of one kind still merge; so does dirty data beside the pair.
+    more = file(3, seg(3, "d", 10, 19), level=1)
+    (job,) = propose_all(snapshot(clean, other, more), NOW).jobs
+    assert set(job.input_file_ids) == {1, 2, 3}
+    dirty = file(4, seg(4, "c", 10, 19), level=1)
+    assert propose_all(snapshot(clean, other, dirty), NOW).jobs
