@@ -12,7 +12,7 @@ import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import IO, Any, ParamSpec, TypeVar
 
 import click
@@ -329,6 +329,27 @@ def stats(ctx: Context, as_json: bool) -> None:
     click.echo("level  files  bytes  segments")
     for row in data["levels"]:
         click.echo(f"{row['level']:>5}  {row['files']:>5}  {row['bytes']:>5}  {row['segments']:>8}")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+@one_line_errors
+def retention(ctx: Context, as_json: bool) -> None:
+    """Apply retention.ms / retention.bytes now (every compaction round does this first)."""
+    result = ctx.metadata.apply_retention()
+    rows = [asdict(c) for c in result.changes]
+    if as_json:
+        click.echo(json.dumps({"partitions": rows,
+                               "retired_files": list(result.retired_file_ids)}))
+        return
+    if not rows:
+        click.echo("nothing past retention")
+    for r in rows:
+        click.echo(f"{r['topic']}/{r['partition']}: log start -> {r['log_start_offset']} "
+                   f"({r['segments']} segments, {r['records']} records, {r['bytes']} bytes)")
+    if result.retired_file_ids:
+        click.echo(f"{len(result.retired_file_ids)} files retired (deleted after the GC grace)")
 
 
 @cli.command()

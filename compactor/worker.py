@@ -12,6 +12,8 @@ One job, step by step, and what a crash at each step leaves:
    Crash after it: the new data is visible; the inputs are deleted after the grace period.
    If the commit is refused (stale fence, inputs changed) nothing changed and the outputs
    are deleted; if its outcome is unknown the outputs are left alone (they may be live).
+0. Each round first applies retention (`MetadataStore.apply_retention`, one transaction):
+   files it empties are retired like replaced inputs.
 5. GC: retired inputs whose grace period (file.delete.delay.ms, 60 s) has passed are
    marked deleting, their objects deleted, then marked deleted.
 """
@@ -39,7 +41,7 @@ from metadata.errors import (
     JobLeasedError,
     StaleLeaseError,
 )
-from metadata.models import CompactionOutput, OutputSegment
+from metadata.models import CompactionOutput, OutputSegment, RetentionResult
 from metadata.models import Snapshot as MetadataSnapshot
 from objectstore import ObjectStore, ObjectWriter
 from planner import JobSpec, Plan, PlannerConfig, propose, propose_all, validate
@@ -171,7 +173,9 @@ class Compactor:
         return fn(snap, self.clock(), self.config.planner)
 
     def run_once(self, *, everything: bool = False) -> list[JobReport]:
-        """Run every job proposed now, one after the other; then collect garbage."""
+        """Apply retention, run every job proposed now one after the other, then collect
+        garbage. Retention goes first so no job rewrites data that is past its retention."""
+        self.apply_retention()
         reports = [self.run_job(spec) for spec in self.plan(everything=everything).jobs]
         self.collect_garbage()
         return reports
@@ -306,6 +310,13 @@ class Compactor:
                 self.metadata.abandon_file(o.file_id)
         except Exception:
             log.warning("could not clean up outputs %s; GC will", keys, exc_info=True)
+
+    # ----------------------------------------------------------------- retention
+
+    def apply_retention(self) -> RetentionResult:
+        """retention.ms / retention.bytes of delete-policy topics (one metadata transaction);
+        emptied files are retired and deleted by `collect_garbage` after the grace period."""
+        return self.metadata.apply_retention()
 
     # ----------------------------------------------------------------- garbage
 

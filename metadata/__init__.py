@@ -31,6 +31,8 @@ __all__ = [
     "MetadataStore",
     "OutputSegment",
     "PartitionInfo",
+    "RetentionChange",
+    "RetentionResult",
     "SegmentInfo",
     "Snapshot",
     "StoreStats",

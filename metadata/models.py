@@ -208,6 +208,27 @@ class CompactionCommit:
 
 
 @dataclass(frozen=True, slots=True)
+class RetentionChange:
+    """What retention removed from one partition: a prefix of its log, up to the new start."""
+
+    topic: str
+    partition: int
+    log_start_offset: int  # the new log start (one past the last removed offset)
+    segments: int
+    records: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionResult:
+    """One retention pass: the partitions it shortened and the files left with no live
+    segment (retired: their objects are deleted after the GC grace period)."""
+
+    changes: tuple[RetentionChange, ...]
+    retired_file_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class JobInfo:
     """One row of the jobs table."""
 

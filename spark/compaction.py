@@ -156,7 +156,8 @@ def summarize(reports: list[JobReport]) -> dict[str, int]:
 def run_on_spark(store_url: str, metadata_url: str, *, master: str = DEFAULT_MASTER,
                  everything: bool = False, config: CompactorConfig | None = None,
                  session: Any = None) -> list[JobReport]:
-    """Plan on the driver, run each proposed job as one Spark task, collect garbage.
+    """Apply retention and plan on the driver, run each proposed job as one Spark task,
+    collect garbage.
 
     `session`: an existing SparkSession (else one is created for `master`). Returns one
     report per proposed job, in plan order.
@@ -166,6 +167,7 @@ def run_on_spark(store_url: str, metadata_url: str, *, master: str = DEFAULT_MAS
     md = MetadataStore.open(metadata_url)
     try:
         driver = Compactor(store, md, config)
+        driver.apply_retention()
         specs = driver.plan(everything=everything).jobs
         if not specs:
             log.info("no compaction job to run")

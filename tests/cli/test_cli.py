@@ -160,3 +160,27 @@ def test_compact_once_all_then_consume(local_env: dict[str, str]) -> None:
     events = run(["consume", "e"], local_env)[1].splitlines()
     assert len(events) == 36
     assert json.loads(run(["stats", "--json"], local_env)[1])["levels"][0]["level"] == 1
+
+
+def test_retention_moves_the_log_start(local_env: dict[str, str]) -> None:
+    import time
+
+    run(["topics", "create", "r", "--partitions", "2", "--config", "retention.ms=1000"],
+        local_env)
+    old = "".join(json.dumps({"partition": i % 2, "value": f"old-{i}"}) + "\n" for i in range(6))
+    assert run(["produce", "r"], local_env, input=old)[0] == 0
+    time.sleep(1.1)
+    new = "".join(json.dumps({"partition": i % 2, "value": f"new-{i}"}) + "\n" for i in range(4))
+    assert run(["produce", "r"], local_env, input=new)[0] == 0
+    code, out, err = run(["retention", "--json"], local_env)
+    assert code == 0, err
+    got = json.loads(out)
+    assert sorted((p["partition"], p["log_start_offset"], p["records"])
+                  for p in got["partitions"]) == [(0, 3, 3), (1, 3, 3)]
+    assert len(got["retired_files"]) == 1
+    rows = [json.loads(x) for x in run(["consume", "r"], local_env)[1].splitlines()]
+    assert sorted((r["partition"], r["offset"], r["value"]) for r in rows) == [
+        (0, 3, "new-0"), (0, 4, "new-2"), (1, 3, "new-1"), (1, 4, "new-3")]
+    code, _, err = run(["consume", "r", "--partition", "0", "--from-offset", "0"], local_env)
+    assert code == 1 and "below log start 3" in err
+    assert run(["retention"], local_env)[1] == "nothing past retention\n"
