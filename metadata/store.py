@@ -82,6 +82,17 @@ COMMIT_ATTEMPTS = 3
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 
+# segments columns in the order of the agent commit's row tuples, with PostgreSQL array types.
+_SEGMENT_ROW: tuple[tuple[str, str], ...] = (
+    ("file_id", "bigint"), ("topic_id", "bigint"), ("partition", "integer"),
+    ("base_offset", "bigint"), ("last_offset", "bigint"), ("record_count", "bigint"),
+    ("data_pos", "bigint"), ("data_len", "bigint"), ("hash_pos", "bigint"),
+    ("hash_count", "bigint"), ("batch_count", "integer"), ("min_timestamp", "bigint"),
+    ("max_timestamp", "bigint"), ("tombstone_count", "bigint"), ("frame_crc", "bigint"),
+    ("live", "boolean"), ("created_at_ms", "bigint"), ("cleaned_at_ms", "bigint"),
+)
+
+
 def wall_clock_ms() -> int:
     """Milliseconds since the Unix epoch."""
     return time.time_ns() // 1_000_000
@@ -518,7 +529,7 @@ class MetadataStore:
     def _commit_many(
         self, files: Sequence[tuple[int, Mapping[str, int], Sequence[ChunkMeta]]]
     ) -> list[dict[tuple[str, int], int]]:
-        f, t, p, seg = s.files.c, s.topics.c, s.partitions.c, s.segments
+        f, t = s.files.c, s.topics.c
         now = self._clock()
         conn = self._engine.connect()
         try:
@@ -548,13 +559,7 @@ class MetadataStore:
                         raise UnknownTopicError(f"unknown topic {name!r}")
                 # 3. lock the partition rows in sorted (topic_id, partition) order.
                 wanted = sorted({(ids[c.topic], c.partition) for c in all_chunks})
-                rows = conn.execute(
-                    sa.select(p.topic_id, p.partition, p.next_offset)
-                    .where(sa.tuple_(p.topic_id, p.partition).in_(wanted))
-                    .order_by(p.topic_id, p.partition)
-                    .with_for_update()
-                ).all()
-                next_offset = {(r.topic_id, r.partition): int(r.next_offset) for r in rows}
+                next_offset = self._lock_partitions(conn, wanted)
                 for c in all_chunks:
                     if (ids[c.topic], c.partition) not in next_offset:
                         raise UnknownPartitionError(
@@ -569,27 +574,14 @@ class MetadataStore:
                         base = next_offset[key]
                         next_offset[key] = base + c.offset_span
                         bases[(c.topic, c.partition)] = base
-                        seg_rows.append({
-                            "file_id": file_id, "topic_id": key[0], "partition": c.partition,
-                            "base_offset": base, "last_offset": base + c.offset_span - 1,
-                            "record_count": c.record_count, "data_pos": c.data_pos,
-                            "data_len": c.data_len, "hash_pos": c.hash_pos,
-                            "hash_count": c.hash_count, "batch_count": c.batch_count,
-                            "min_timestamp": c.min_timestamp,
-                            "max_timestamp": c.max_timestamp,
-                            "tombstone_count": c.tombstone_count, "frame_crc": c.frame_crc,
-                            "live": True, "created_at_ms": now, "cleaned_at_ms": None,
-                        })
+                        seg_rows.append((
+                            file_id, key[0], c.partition, base, base + c.offset_span - 1,
+                            c.record_count, c.data_pos, c.data_len, c.hash_pos, c.hash_count,
+                            c.batch_count, c.min_timestamp, c.max_timestamp,
+                            c.tombstone_count, c.frame_crc, True, now, None))
                     results.append(bases)
-                conn.execute(seg.insert(), seg_rows)
-                conn.execute(
-                    s.partitions.update()
-                    .where(p.topic_id == sa.bindparam("k_topic"),
-                           p.partition == sa.bindparam("k_partition"))
-                    .values(next_offset=sa.bindparam("k_next")),
-                    [{"k_topic": k[0], "k_partition": k[1], "k_next": v}
-                     for k, v in sorted(next_offset.items())],
-                )
+                self._insert_segments(conn, seg_rows)
+                self._set_next_offsets(conn, sorted(next_offset.items()))
             except MetadataError:
                 trans.rollback()
                 raise
@@ -604,6 +596,66 @@ class MetadataStore:
             return results
         finally:
             _close_quietly(conn)
+
+    def _lock_partitions(self, conn: sa.Connection,
+                         wanted: Sequence[tuple[int, int]]) -> dict[tuple[int, int], int]:
+        """Lock the (topic_id, partition) rows in sorted order; their next offsets.
+
+        One statement driven by the wanted keys (primary-key probes), passed as arrays
+        (PostgreSQL: unnest, rows locked FOR UPDATE in key order) or one JSON text (SQLite:
+        json_each; the write transaction already holds the database lock) rather than a
+        thousand-placeholder IN list, whose compiling and parsing dominated agent commits.
+        """
+        if self._pg:
+            rows = conn.exec_driver_sql(
+                'SELECT p.topic_id, p."partition", p.next_offset FROM partitions AS p '
+                'JOIN unnest(%s::bigint[], %s::integer[]) AS v(t, q) '
+                'ON p.topic_id = v.t AND p."partition" = v.q '
+                'ORDER BY p.topic_id, p."partition" FOR UPDATE OF p',
+                ([k[0] for k in wanted], [k[1] for k in wanted])).all()
+        else:
+            rows = conn.exec_driver_sql(
+                'SELECT p.topic_id, p."partition", p.next_offset FROM json_each(?) AS j '
+                'JOIN partitions AS p ON p.topic_id = json_extract(j.value, \'$[0]\') '
+                'AND p."partition" = json_extract(j.value, \'$[1]\')',
+                (json.dumps(wanted),)).all()
+        return {(int(r[0]), int(r[1])): int(r[2]) for r in rows}
+
+    def _insert_segments(self, conn: sa.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Insert segment rows (tuples in `_SEGMENT_ROW` order) in one driver call.
+
+        An agent commit inserts one row per partition (1,000 and more): SQLAlchemy's
+        per-row parameter processing and psycopg's per-row pipelined executemany cost tens
+        of milliseconds per commit, so this goes to the driver directly — SQLite's C
+        executemany over tuples, PostgreSQL one INSERT … SELECT FROM unnest(column arrays).
+        """
+        if not rows:
+            return
+        cols = ", ".join(f'"{name}"' for name, _ in _SEGMENT_ROW)
+        if self._pg:
+            arrays = ", ".join(f"%s::{pg}[]" for _, pg in _SEGMENT_ROW)
+            conn.exec_driver_sql(f"INSERT INTO segments ({cols}) SELECT * FROM unnest({arrays})",
+                                 tuple(list(col) for col in zip(*rows, strict=True)))
+        else:
+            marks = ", ".join("?" for _ in _SEGMENT_ROW)
+            conn.exec_driver_sql(f"INSERT INTO segments ({cols}) VALUES ({marks})", list(rows))
+
+    def _set_next_offsets(self, conn: sa.Connection,
+                          items: Sequence[tuple[tuple[int, int], int]]) -> None:
+        """partitions.next_offset for ((topic_id, partition), next_offset) pairs, in one
+        driver call (see `_insert_segments`); the rows are already locked."""
+        if not items:
+            return
+        if self._pg:
+            conn.exec_driver_sql(
+                'UPDATE partitions AS p SET next_offset = v.n FROM unnest('
+                '%s::bigint[], %s::integer[], %s::bigint[]) AS v(t, q, n) '
+                'WHERE p.topic_id = v.t AND p."partition" = v.q',
+                ([k[0] for k, _ in items], [k[1] for k, _ in items], [n for _, n in items]))
+        else:
+            conn.exec_driver_sql(
+                'UPDATE partitions SET next_offset = ? WHERE topic_id = ? AND "partition" = ?',
+                [(n, k[0], k[1]) for k, n in items])
 
     def _resolve_commit(
         self, file_id: int, cause: Exception
