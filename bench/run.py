@@ -65,7 +65,8 @@ def machine() -> dict[str, Any]:
 def run_ingest_suite(quick: bool) -> list[dict[str, Any]]:
     """Ingest with 1 KiB and 100 B values over 1,000 partitions on file:// and S3 (moto)."""
     sizes = {1024: 20_000 if quick else 200_000, 100: 50_000 if quick else 500_000}
-    results = [run_ingest(IngestParams("file", v, n)) for v, n in sizes.items()]
+    results = [run_ingest(IngestParams("file", v, n, api=api))
+               for api in ("produce", "produce_batch") for v, n in sizes.items()]
     import boto3
 
     with moto_server_process() as endpoint:
@@ -74,7 +75,8 @@ def run_ingest_suite(quick: bool) -> list[dict[str, Any]]:
         for v, n in sizes.items():
             bucket = f"bench-{uuid.uuid4().hex[:8]}"
             boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
-            results.append(run_ingest(IngestParams(f"s3://{bucket}/b", v, n // 4)))
+            for api in ("produce", "produce_batch"):
+                results.append(run_ingest(IngestParams(f"s3://{bucket}/b", v, n // 4, api=api)))
     return results
 
 

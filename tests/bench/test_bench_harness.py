@@ -22,3 +22,13 @@ def test_quick_run_prints_json_and_writes_markdown(tmp_path: Path,
     assert all(r["gets"] == 2 * r["input_files"] for r in comp)
     assert all(r["records_out"] < r["records_in"] for r in comp)
     assert "## Compaction" in out.read_text()
+
+
+@pytest.mark.parametrize("api", ["produce", "produce_batch"])
+def test_ingest_runs_both_agent_apis(api: str) -> None:
+    from bench.ingest import IngestParams, run_ingest
+
+    r = run_ingest(IngestParams("file", 100, 3200, partitions=100, api=api))
+    assert (r["api"], r["records"]) == (api, 3200)
+    assert r["flushes"] >= 1 and r["put_requests_per_flush"] == 1.0
+    assert r["mib_per_s_per_core"] > 0 and r["latency_ms_p50"] is not None
