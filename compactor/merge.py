@@ -5,8 +5,9 @@ many partitions it holds: stream A over the META section (index entries + key ha
 pass 1) and stream B over the DATA section (record batches, pass 2). All inputs are walked
 partition by partition in the common (topic, partition) order; no stream seeks back or is
 reopened. Per compacted partition, pass 1 decides the survivors from the key hashes alone
-(`dedupe`), then pass 2 copies surviving batches byte for byte or re-encodes partially
-surviving ones with their original offsets. Compacted-topic data and delete-policy data go
+(`dedupe`), then pass 2 copies surviving batches byte for byte and rewrites partially
+surviving ones from their survivors' record bytes (`filter_batch`: new header, same base
+offset, so every offset is unchanged). Compacted-topic data and delete-policy data go
 to two different output objects, each streamed to the store (multipart when large).
 """
 
@@ -26,11 +27,10 @@ from fileformat import (
     ChunkIndex,
     Compression,
     FileWriter,
-    build_batch,
     iter_batches,
     iter_meta,
 )
-from fileformat.batch import iter_records
+from fileformat.batch import filter_batch
 from fileformat.objectfile import DataReader
 from objectstore import ObjectStore
 
@@ -350,19 +350,14 @@ def _merge_partition(
                     )
                 rel = offsets[pos : pos + bn] - out_base
                 sel = np.flatnonzero(bk)
+                new_base: int = header.base_offset + base - out_base
                 if bk.all():
                     raw = bytes(view)
-                    new_base: int = header.base_offset + base - out_base
                     stats.batches_copied += 1
                 else:
-                    recs = list(iter_records(view, header, base - out_base))
-                    kept = [recs[j] for j in sel]
-                    new_base = int(kept[0].offset)
-                    raw = build_batch(
-                        [(r.offset - new_base, r.timestamp, r.key, r.value, r.headers)
-                         for r in kept],
-                        base_offset=new_base, compression=compression,
-                    )
+                    # Survivors' record bytes are copied as they are; the batch keeps its
+                    # base offset and timestamp, so their deltas (offsets) stay valid.
+                    raw = filter_batch(view, header, sel.tolist(), compression=compression)
                     stats.batches_reencoded += 1
                 hashes = b""
                 tombs: Any = ()

@@ -376,6 +376,131 @@ def iter_records(view: memoryview, header: BatchHeader, offset_shift: int = 0) -
         )
 
 
+def _varint(buf: Any, pos: int, end: int) -> tuple[int, int]:
+    """Zigzag varint (Kafka's varint/varlong) at `pos`: (value, position after it)."""
+    result = shift = 0
+    while True:
+        if pos >= end:
+            raise CorruptDataError("record varint runs past the batch")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 63:
+            raise CorruptDataError("record varint longer than 10 bytes")
+
+
+def _record_deltas(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    """(timestampDelta, offsetDelta) of the record framed at buf[pos:end] (hot: inlined)."""
+    try:
+        while buf[pos] & 0x80:  # the length prefix
+            pos += 1
+        pos += 2  # its last byte, then the attributes byte
+        b = buf[pos]
+        pos += 1
+        ts = b & 0x7F
+        shift = 7
+        while b & 0x80:
+            b = buf[pos]
+            pos += 1
+            ts |= (b & 0x7F) << shift
+            shift += 7
+        b = buf[pos]
+        pos += 1
+        off = b & 0x7F
+        shift = 7
+        while b & 0x80:
+            b = buf[pos]
+            pos += 1
+            off |= (b & 0x7F) << shift
+            shift += 7
+    except IndexError:
+        pos = end + 1
+    if pos > end or shift > 70:
+        raise CorruptDataError("record header runs past the record")
+    return (ts >> 1) ^ -(ts & 1), (off >> 1) ^ -(off & 1)
+
+
+def filter_batch(
+    view: memoryview,
+    header: BatchHeader,
+    keep: Sequence[int],
+    *,
+    compression: Compression = Compression.NONE,
+) -> bytes:
+    """A copy of a VERIFIED batch holding only the records at indices `keep` (ascending).
+
+    The kept records' bytes are copied as they are (no decode, no re-encode): the copy
+    keeps the batch's baseOffset and firstTimestamp, against which every record's offset
+    and timestamp deltas are stored, so offsets and timestamps are unchanged. The header
+    gets the new record count, the last kept record's offset delta, the kept records'
+    largest timestamp (unless LogAppendTime), the codec `compression` and a new CRC;
+    producer id, epoch, sequence and leader epoch are kept. Walks every record's length
+    prefix (a byte or two) and parses only the kept records' timestamp and offset deltas.
+    """
+    if not keep:
+        raise ValueError("a batch needs at least one record")
+    buf = bytes(uncompressed_view(view, header))  # bytes index faster than a memoryview
+    end = len(buf)
+    n = header.record_count
+    starts = [0] * (n + 1)
+    pos = HEADER_SIZE
+    for i in range(n):
+        starts[i] = pos
+        if pos + 1 < end:  # fast paths: 1- and 2-byte prefixes of non-negative lengths
+            b = buf[pos]
+            if b < 0x80:
+                if not b & 1:
+                    pos += 1 + (b >> 1)
+                    continue
+            elif buf[pos + 1] < 0x80 and not b & 1:
+                pos += 2 + (((b & 0x7F) | (buf[pos + 1] << 7)) >> 1)
+                continue
+        size, body = _varint(buf, pos, end)
+        if size < 0:
+            raise CorruptDataError(f"batch at offset {header.base_offset}: record {i} "
+                                   f"has a negative length")
+        pos = body + size
+    if pos != end:
+        raise CorruptDataError(f"batch at offset {header.base_offset}: its {n} records do "
+                               f"not frame the records section")
+    starts[n] = end
+    parts = []
+    max_delta: int | None = None
+    last_delta = -1
+    prev = -1
+    for j in keep:
+        if not prev < j < n:
+            raise ValueError(f"record indices must rise within 0..{n - 1}")
+        prev = j
+        at = starts[j]
+        ts_delta, last_delta = _record_deltas(buf, at, starts[j + 1])
+        if max_delta is None or ts_delta > max_delta:
+            max_delta = ts_delta
+        parts.append(buf[at : starts[j + 1]])
+    if last_delta > header.last_offset_delta or last_delta < 0:
+        raise CorruptDataError(f"batch at offset {header.base_offset}: record offset delta "
+                               f"{last_delta} outside the batch")
+    records = b"".join(parts)
+    if compression != Compression.NONE:
+        records = compress(records, compression)
+    assert max_delta is not None
+    max_ts = (header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK
+              else header.first_timestamp + max_delta)
+    out = bytearray(HEADER_SIZE + len(records))
+    HEADER.pack_into(
+        out, 0, header.base_offset, len(out) - LOG_OVERHEAD, header.leader_epoch, MAGIC, 0,
+        (header.attributes & ~CODEC_MASK) | int(compression), last_delta,
+        header.first_timestamp, max_ts, header.producer_id, header.producer_epoch,
+        header.base_sequence, len(parts),
+    )
+    out[HEADER_SIZE:] = records
+    _CRC.pack_into(out, CRC_POS, crc32c.crc32c(memoryview(out)[ATTRIBUTES_POS:]))
+    return bytes(out)
+
+
 def decode_batch(buf: Any) -> list[Record]:
     """Verify and decode one batch; offsets are absolute (baseOffset + delta)."""
     view = memoryview(buf)
