@@ -147,6 +147,8 @@ class Agent:
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         self._hasher = KeyHasher(metadata.cluster_secret())
         self._topics: dict[str, TopicInfo] = {}
+        # Per topic: (info, compacted, max.message.bytes), for the produce hot path.
+        self._rules: dict[str, tuple[TopicInfo, bool, int]] = {}
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._buffer = _Buffer()
@@ -181,31 +183,47 @@ class Agent:
         headers: Headers = (),
         timestamp: int | None = None,
     ) -> ProduceFuture:
-        """Buffer one record; the future resolves to its offset once it is durable and visible."""
-        info = self.topic(topic)
-        self._check_partition(info, partition)
-        if key is None and info.config.compacted:
+        """Buffer one record; the future resolves to its offset once it is durable and visible.
+
+        The hot path: one cached topic lookup, the checks, then under the lock one append to
+        the partition's builder (the per-record cost is what bounds ingest; keep it flat).
+        """
+        rules = self._rules.get(topic)
+        if rules is None:
+            rules = self._load_rules(topic)
+        info, compacted, max_bytes = rules
+        if self._closed:
+            raise AgentClosedError("agent is closed")
+        if not 0 <= partition < info.partitions:
+            self._check_partition(info, partition)
+        if key is None and compacted:
             raise InvalidRecordError(
                 f"topic {topic!r} is compacted: records must have a key (Kafka rejects null keys)"
             )
-        size = (
-            RECORD_OVERHEAD
-            + (len(key) if key else 0)
-            + (len(value) if value else 0)
-            + sum(len(k) + (len(v) if v else 0) + 8 for k, v in headers)
-        )
-        if size > info.config.max_message_bytes:
+        size = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+        if headers:
+            size += sum(len(k) + (len(v) if v else 0) + 8 for k, v in headers)
+        if size > max_bytes:
             raise RecordTooLargeError(
-                f"record of {size} bytes exceeds max.message.bytes={info.config.max_message_bytes}"
+                f"record of {size} bytes exceeds max.message.bytes={max_bytes}"
                 f" of topic {topic!r}"
             )
         ts = self._clock() if timestamp is None else timestamp
         with self._cond:
-            self._reserve(size)
-            pb = self._partition_buffer(info, partition)
+            if self._in_flight_bytes + size > self._config.buffer_memory:
+                self._reserve(size)
+            pb = self._buffer.partitions.get((topic, partition))
+            if pb is None:
+                pb = self._partition_buffer(info, partition)
             rel = pb.builder.append(ts, key, value, headers)
             self._account(size)
             return ProduceFuture(pb.chunk, rel)
+
+    def _load_rules(self, topic: str) -> tuple[TopicInfo, bool, int]:
+        info = self.topic(topic)
+        rules = (info, info.config.compacted, info.config.max_message_bytes)
+        self._rules[topic] = rules
+        return rules
 
     def produce_batch(self, topic: str, partition: int, raw_batch: bytes) -> ProduceFuture:
         """Buffer a ready-made Kafka RecordBatch v2 (stored byte for byte).

@@ -38,7 +38,7 @@ import struct
 import tempfile
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import crc32c
@@ -240,6 +240,9 @@ def _as_offsets(values: Any) -> np.ndarray[Any, np.dtype[np.int64]]:
 def _frozen(arr: np.ndarray[Any, np.dtype[np.int64]]) -> np.ndarray[Any, np.dtype[np.int64]]:
     arr.flags.writeable = False
     return arr
+
+
+_NO_TIMES = _frozen(np.zeros(0, dtype=np.int64))
 
 
 def _as_cleaned_at(values: Any, n: int) -> np.ndarray[Any, np.dtype[np.int64]]:
@@ -561,7 +564,7 @@ def _encode_entry(
     topic = chunk.topic.encode()
     offsets = chunk.offsets.serialize()
     bitmap = chunk.tombstones.serialize()
-    tail = times.astype(CLEANED_AT_DTYPE).tobytes() if times.any() else b""
+    tail = times.astype(CLEANED_AT_DTYPE).tobytes() if len(times) and times.any() else b""
     tombs = TOMB_HEAD.pack(len(bitmap)) + bitmap + tail
     hashes = chunk.key_hashes
     size = ENTRY.size + len(topic) + len(offsets) + len(tombs) + len(hashes) + ENTRY_CRC.size
@@ -698,7 +701,7 @@ class FileWriter:
     def _cleaned_at_of(chunk: Chunk) -> np.ndarray[Any, np.dtype[np.int64]]:
         n = len(chunk.tombstones)
         if chunk.tombstone_cleaned_at is None:
-            return _frozen(np.zeros(n, dtype=np.int64))
+            return _NO_TIMES if n == 0 else _frozen(np.zeros(n, dtype=np.int64))
         return _as_cleaned_at(chunk.tombstone_cleaned_at, n)
 
     def finish(self) -> FileLayout:
@@ -737,7 +740,11 @@ class FileWriter:
             ]
         )
         self._emit(footer)
-        chunks = [replace(c, hash_pos=meta_offset + c.hash_pos) for c in self._chunks]
+        # The entries are this writer's own, unseen until now: make hash_pos absolute in
+        # place (dataclasses.replace costs ~10 µs a chunk, 1,000 chunks per agent flush).
+        for c in self._chunks:
+            object.__setattr__(c, "hash_pos", meta_offset + c.hash_pos)
+        chunks = self._chunks
         return FileLayout(
             size=meta_offset + meta_length + FOOTER_SIZE,
             data_offset=OBJECT_HEADER_SIZE,
