@@ -289,9 +289,13 @@ def new_builder() -> Any:
 
 
 def seal_batch(built: Any, base_offset: int, compression: Compression) -> bytes:
-    """Finish an uncompressed batch from `new_builder().build()`: set base, compress, re-CRC."""
+    """Finish an uncompressed batch from `new_builder().build()`: set base, compress, re-CRC.
+
+    Uncompressed, the base offset is patched into `built` itself (a builder output nobody
+    else holds), saving a copy of the batch.
+    """
     if compression == Compression.NONE:
-        out = bytearray(built)
+        out = built if isinstance(built, bytearray) else bytearray(built)  # aiokafka's own
         _BASE_OFFSET.pack_into(out, BASE_OFFSET_POS, base_offset)
         return bytes(out)
     view = memoryview(built)

@@ -378,33 +378,35 @@ class ChunkBuilder:
         value: bytes | None,
         headers: Sequence[tuple[str, bytes | None]] = (),
     ) -> int:
-        """Buffer one record; returns its relative offset."""
-        self._check_open()
-        hasher = self._need_hasher()
+        """Buffer one record; returns its relative offset. (Hot: checks are inlined.)"""
+        if self._finished:
+            raise RuntimeError("chunk builder already finished")
+        hasher = self._hasher
+        if hasher is None and self._keyed:
+            raise ValueError("keyed chunk without a hasher accepts only append_compacted")
         rel = self._next
-        if rel + 1 > MAX_OFFSET_SPAN:
+        if rel >= MAX_OFFSET_SPAN:
             raise ValueError("chunk offset span exceeds 2**32")
-        if self._open is None:
-            self._open = new_builder()
+        builder = self._open
+        if builder is None:
+            builder = self._open = new_builder()
             self._open_base = rel
-        self._open.append(
-            rel - self._open_base,
-            timestamp=timestamp,
-            key=key,
-            value=value,
-            headers=list(headers) if headers else [],
-        )
+        builder.append(rel - self._open_base, timestamp, key, value,
+                       list(headers) if headers else [])
         self._next = rel + 1
         self._count += 1
         if hasher is not None:
             self._hashes += hasher.hash(key)
             if value is None:
                 self._tombstones.add(rel)
-        if self._min_ts is None or timestamp < self._min_ts:
+        lo = self._min_ts
+        if lo is None:
+            self._min_ts = self._max_ts = timestamp
+        elif timestamp < lo:
             self._min_ts = timestamp
-        if self._max_ts is None or timestamp > self._max_ts:
+        elif timestamp > self._max_ts:  # type: ignore[operator]
             self._max_ts = timestamp
-        if self._open.size() >= self._max_batch_bytes:
+        if builder.size() >= self._max_batch_bytes:
             self._seal_open()
         return rel
 
@@ -672,10 +674,10 @@ class FileWriter:
                 self._emit_data(batch)
         entry, hashes, crc = _encode_entry(chunk, times, data_pos, self._meta_len)
         hash_rel = self._meta_len + len(entry)
-        for part in (entry, hashes, crc):
-            self._spool.write(part)
-            self._meta_crc = crc32c.crc32c(part, self._meta_crc)
-        self._meta_len += len(entry) + len(hashes) + len(crc)
+        record = b"".join((entry, hashes, crc)) if hashes else entry + crc
+        self._spool.write(record)
+        self._meta_crc = crc32c.crc32c(record, self._meta_crc)
+        self._meta_len += len(record)
         index = ChunkIndex(
             topic=chunk.topic,
             partition=chunk.partition,
