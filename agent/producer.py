@@ -212,20 +212,11 @@ class Agent:
         with self._lock:  # the condition's lock (its __enter__ is a Python-level call)
             if self._in_flight_bytes + size > self._config.buffer_memory:
                 self._reserve(size)
-            buf = self._buffer
-            pb = buf.partitions.get((topic, partition))
+            pb = self._buffer.partitions.get((topic, partition))
             if pb is None:
                 pb = self._partition_buffer(info, partition)
             rel = pb.builder.append(ts, key, value, headers)
-            # _account, inlined
-            if buf.records == 0:
-                buf.first_at = time.monotonic()
-                self._cond.notify_all()  # the flusher starts the linger clock
-            buf.records += 1
-            buf.nbytes += size
-            self._in_flight_bytes += size
-            if buf.nbytes >= self._config.flush_bytes:
-                self._seal()
+            self._account(size)
             return ProduceFuture(pb.chunk, rel)
 
     def _load_rules(self, topic: str) -> tuple[TopicInfo, bool, int]:

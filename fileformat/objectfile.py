@@ -489,12 +489,15 @@ class ChunkBuilder:
         if offs[0] < base or offs[-1] != span_end - 1 or not rising:
             raise ValueError("offsets must rise strictly within the batch, ending at its last")
         tomb_arr = _as_offsets(tombstones)
-        if len(tomb_arr) > 1 and not bool(np.all(np.diff(tomb_arr) > 0)):
-            raise ValueError("tombstones must rise strictly")
-        tombs = _bitmap_of(tomb_arr)
         present = _bitmap_of(offs)
-        if not tombs.issubset(present) or (len(tomb_arr) and tomb_arr[0] < 0):
-            raise ValueError("tombstones must be a subset of offsets")
+        if len(tomb_arr):
+            if len(tomb_arr) > 1 and not bool(np.all(np.diff(tomb_arr) > 0)):
+                raise ValueError("tombstones must rise strictly")
+            tombs = _bitmap_of(tomb_arr)
+            if not tombs.issubset(present) or tomb_arr[0] < 0:
+                raise ValueError("tombstones must be a subset of offsets")
+        else:
+            tombs = BitMap()
         times = None
         if tombstone_cleaned_at is not None:
             times = _as_cleaned_at(tombstone_cleaned_at, len(tomb_arr))

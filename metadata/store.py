@@ -175,14 +175,15 @@ _SEGMENT_COLUMNS = [
 ]
 
 
+_SEGMENT_FIELDS = tuple(fld.name for fld in dataclasses.fields(SegmentInfo))
+
+
 def _segment_info(row: sa.Row[Any]) -> SegmentInfo:
-    m = row._mapping
-    return SegmentInfo(
-        **{c.name: m[c.name] for c in s.segments.c},
-        topic=m["topic"],
-        object_key=m["object_key"],
-        file_size=m["file_size"],
-    )
+    """A SegmentInfo from a row holding (at least) its fields by name. A plain dict, not
+    the row's mapping: snapshots build thousands of these, and name lookups on a row
+    mapping cost several times more."""
+    d = dict(zip(row._fields, row, strict=True))
+    return SegmentInfo(*[d[name] for name in _SEGMENT_FIELDS])
 
 
 def _job_info(row: sa.Row[Any]) -> JobInfo:

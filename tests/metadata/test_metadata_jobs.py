@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,18 +26,6 @@ from metadata.errors import (
 
 LEASE_MS = 30_000
 GRACE_MS = 60_000
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(metadata_url: str, clock: FakeClock) -> Iterator[MetadataStore]:
-    md = MetadataStore.open(metadata_url, clock=clock)
-    yield md
-    md.close()
 
 
 def oseg(topic: str, partition: int, base: int, last: int, records: int = 1,

@@ -5,7 +5,6 @@ files wait, and a compaction whose inputs lost segments is refused."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 
 import pytest
 from metadata_helpers import FakeClock, chunk, commit
@@ -15,18 +14,6 @@ from metadata import schema as s
 from metadata.errors import CommitConflictError, OffsetOutOfRangeError
 
 DAY = 86_400_000
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(metadata_url: str, clock: FakeClock) -> Iterator[MetadataStore]:
-    md = MetadataStore.open(metadata_url, clock=clock)
-    yield md
-    md.close()
 
 
 def stamped(topic: str, partition: int, span: int, max_ts: int) -> ChunkMeta:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
@@ -29,19 +28,6 @@ from metadata.errors import (
     UnsupportedUrlError,
 )
 from metadata.schema import LATEST_VERSION
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(metadata_url: str, clock: FakeClock) -> Iterator[MetadataStore]:
-    md = MetadataStore.open(metadata_url, clock=clock)
-    yield md
-    md.close()
-
 
 # ------------------------------------------------------------------ open / schema
 

@@ -1,0 +1,22 @@
+"""Fixtures of the metadata tests: a controllable clock and a store on each backend."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from metadata_helpers import FakeClock
+
+from metadata import MetadataStore
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(metadata_url: str, clock: FakeClock) -> Iterator[MetadataStore]:
+    md = MetadataStore.open(metadata_url, clock=clock)
+    yield md
+    md.close()
