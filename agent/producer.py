@@ -73,40 +73,48 @@ def chunk_meta(c: ChunkIndex) -> ChunkMeta:
     )
 
 
+# What a flush resolves to: per partition, the chunk's base offset or the flush's error.
+FlushOutcome = dict[tuple[str, int], "int | BaseException"]
+
+
 class ProduceFuture:
     """The outcome of one produce: resolves to the record's offset.
 
-    All records of one partition in one flush share a single `concurrent.futures.Future`
-    resolving to the chunk's base offset; this adds the record's relative offset. That keeps
-    the per-record cost of `produce` to a small object instead of a lock and a condition.
+    All records of one flush share a single `concurrent.futures.Future`, resolved once the
+    flush is done to each partition's base offset (or error); this adds the partition and
+    the record's relative offset. That keeps the per-record cost of `produce` to a small
+    object, and a flush to one Future whatever the number of partitions.
     """
 
-    __slots__ = ("_chunk", "_rel")
+    __slots__ = ("_flush", "_rel", "_tp")
 
-    def __init__(self, chunk: Future[int], rel: int) -> None:
-        self._chunk = chunk
+    def __init__(self, flush: Future[FlushOutcome], tp: tuple[str, int], rel: int) -> None:
+        self._flush = flush
+        self._tp = tp
         self._rel = rel
 
     def result(self, timeout: float | None = None) -> int:
         """The offset; raises the flush's error if it failed."""
-        return self._chunk.result(timeout) + self._rel
+        outcome = self._flush.result(timeout)[self._tp]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome + self._rel
 
     def done(self) -> bool:
-        return self._chunk.done()
+        return self._flush.done()
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        return self._chunk.exception(timeout)
+        outcome = self._flush.result(timeout)[self._tp]  # the flush Future itself never fails
+        return outcome if isinstance(outcome, BaseException) else None
 
     def add_done_callback(self, fn: Callable[[ProduceFuture], object]) -> None:
-        self._chunk.add_done_callback(lambda _: fn(self))
+        self._flush.add_done_callback(lambda _: fn(self))
 
 
 @dataclass(slots=True)
 class _PartitionBuffer:
     builder: ChunkBuilder
     compacted: bool
-    # Resolves to the chunk's base offset once the flush is committed.
-    chunk: Future[int] = field(default_factory=Future)
 
 
 @dataclass(slots=True)
@@ -115,6 +123,8 @@ class _Buffer:
     nbytes: int = 0
     records: int = 0
     first_at: float = 0.0
+    # Resolved once the whole buffer is flushed (every object committed or failed).
+    done: Future[FlushOutcome] = field(default_factory=Future)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,8 +226,9 @@ class Agent:
             if pb is None:
                 pb = self._partition_buffer(info, partition)
             rel = pb.builder.append(ts, key, value, headers)
+            done = self._buffer.done  # before _account, which may seal this buffer
             self._account(size)
-            return ProduceFuture(pb.chunk, rel)
+            return ProduceFuture(done, (topic, partition), rel)
 
     def _load_rules(self, topic: str) -> tuple[TopicInfo, bool, int]:
         info = self.topic(topic)
@@ -241,8 +252,9 @@ class Agent:
             self._reserve(len(raw_batch))
             pb = self._partition_buffer(info, partition)
             first, _count = pb.builder.append_batch(raw_batch)
+            done = self._buffer.done  # before _account, which may seal this buffer
             self._account(len(raw_batch))
-            return ProduceFuture(pb.chunk, first)
+            return ProduceFuture(done, (topic, partition), first)
 
     def flush(self, timeout: float | None = None) -> None:
         """Block until every record buffered before this call has been flushed (or failed)."""
@@ -357,14 +369,25 @@ class Agent:
 
     def _flush(self, buf: _Buffer) -> None:
         items = sorted(buf.partitions.items())
-        if self._config.objects == OBJECTS_PER_PARTITION:
-            for item in items:
-                self._flush_object([item], item[1].builder.record_count)
-        else:
-            self._flush_object(items, buf.records)
+        outcome: FlushOutcome = {}
+        try:
+            if self._config.objects == OBJECTS_PER_PARTITION:
+                for item in items:
+                    self._flush_object([item], item[1].builder.record_count, outcome)
+            else:
+                self._flush_object(items, buf.records, outcome)
+        except BaseException as exc:  # a bug, not a flush failure: fail what is left
+            error = FlushError(f"flush crashed: {exc}")
+            error.__cause__ = exc
+            for tp, _ in items:
+                outcome.setdefault(tp, error)
+            raise
+        finally:
+            buf.done.set_result(outcome)
 
     def _flush_object(
-        self, items: list[tuple[tuple[str, int], _PartitionBuffer]], records: int
+        self, items: list[tuple[tuple[str, int], _PartitionBuffer]], records: int,
+        outcome: FlushOutcome,
     ) -> None:
         """Write `items` as one object and commit it (the steps in the module docstring)."""
         key = new_object_key()
@@ -373,7 +396,8 @@ class Agent:
                 key, level=0, holds_compacted=any(pb.compacted for _, pb in items)
             )
         except Exception as exc:
-            self._fail(items, FlushError(f"could not register object {key}: {exc}"), exc)
+            self._fail(items, FlushError(f"could not register object {key}: {exc}"), exc,
+                       outcome)
             return
         try:
             with self._store.put_stream(key) as out:
@@ -392,25 +416,26 @@ class Agent:
             )
         except CommitUnknownError as exc:
             unknown = FlushOutcomeUnknownError(f"commit of {key} has unknown outcome: {exc}")
-            self._fail(items, unknown, exc)
+            self._fail(items, unknown, exc, outcome)
             return
         except Exception as exc:
             try:
                 self._metadata.abandon_file(file_id)
             except Exception:  # the row stays pending; GC treats it the same way
                 log.warning("could not mark %s abandoned", key, exc_info=True)
-            self._fail(items, FlushError(f"flush of {key} failed, nothing committed: {exc}"), exc)
+            self._fail(items, FlushError(f"flush of {key} failed, nothing committed: {exc}"),
+                       exc, outcome)
             return
-        for tp, pb in items:
-            base = bases[tp]
-            pb.chunk.set_result(base)
+        for tp, _ in items:
+            outcome[tp] = bases[tp]
         self.reports.append(FlushReport(key, len(items), records, layout.size))
 
     @staticmethod
     def _fail(
-        items: list[tuple[tuple[str, int], _PartitionBuffer]], error: Exception, cause: Exception
+        items: list[tuple[tuple[str, int], _PartitionBuffer]], error: Exception,
+        cause: Exception, outcome: FlushOutcome,
     ) -> None:
         error.__cause__ = cause
         log.error("%s", error)
-        for _, pb in items:
-            pb.chunk.set_exception(error)
+        for tp, _ in items:
+            outcome[tp] = error

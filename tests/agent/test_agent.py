@@ -124,6 +124,44 @@ def test_failed_flush_fails_every_future_and_shows_nothing(tmp_path: object) -> 
     md.close()
 
 
+class FailSecondPutStore(FailingPutStore):
+    """Only the second object upload fails."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.puts = 0
+
+    def put_stream(self, key: str) -> object:
+        self.puts += 1
+        if self.puts == 2:
+            raise OSError("injected upload failure")
+        return self._inner.put_stream(key)
+
+
+def test_per_partition_objects_fail_and_succeed_per_partition(tmp_path: object) -> None:
+    """With one object per partition (the costs tool's design 3), one flush can commit some
+    partitions and fail others: each future reports its own partition's outcome."""
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
+    md.create_topic("t", 3)
+    store = FailSecondPutStore(open_store("memory://partly"))
+    agent = Agent(store, md, AgentConfig(linger_ms=10_000, objects="per_partition"))  # type: ignore[arg-type]
+    futs = [(i % 3, agent.produce("t", i % 3, b"k", b"v")) for i in range(9)]
+    seen: list[int] = []
+    futs[0][1].add_done_callback(lambda f: seen.append(f.result()))
+    agent.close()
+    for part, fut in futs:
+        assert fut.done()
+        if part == 1:  # partitions flush in order: the second object is partition 1's
+            assert isinstance(fut.exception(), FlushError)
+            with pytest.raises(FlushError, match="injected upload failure"):
+                fut.result()
+        else:
+            assert fut.exception() is None and fut.result() in (0, 1, 2)
+    assert seen == [0]
+    assert [p.next_offset for p in md.partitions("t")] == [3, 0, 3]
+    md.close()
+
+
 class BlockingPutStore(FailingPutStore):
     def __init__(self, inner: ObjectStore, gate: threading.Event) -> None:
         super().__init__(inner)
