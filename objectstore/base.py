@@ -58,6 +58,26 @@ class ReadStream(Protocol):
     ) -> None: ...
 
 
+class StreamBase(abc.ABC):
+    """What every ReadStream implementation shares: used as a context manager, exit closes."""
+
+    @abc.abstractmethod
+    def read(self, n: int = -1, /) -> bytes:
+        """Exactly n bytes unless the range ends first; n < 0 reads to the end."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the underlying file or HTTP body."""
+
+    def __enter__(self) -> StreamBase:
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
 class ObjectWriter(abc.ABC):
     """A streaming upload: `write` as often as needed, `close` to commit, `abort` to drop.
 

@@ -9,7 +9,6 @@ import tempfile
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from types import TracebackType
 from typing import BinaryIO
 
 from .base import (
@@ -23,6 +22,7 @@ from .base import (
     ObjectWriter,
     ReadStream,
     RequestListener,
+    StreamBase,
     _no_listener,
 )
 from .errors import InvalidRangeError
@@ -50,7 +50,7 @@ def _empty_stream() -> _FileRangeStream:
     return _FileRangeStream(io.BytesIO(b""), 0, 0)
 
 
-class _FileRangeStream:
+class _FileRangeStream(StreamBase):
     """Reads [start, end) of an open file forward-only."""
 
     def __init__(self, f: BinaryIO, start: int, end: int,
@@ -70,13 +70,6 @@ class _FileRangeStream:
 
     def close(self) -> None:
         self._f.close()
-
-    def __enter__(self) -> _FileRangeStream:
-        return self
-
-    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
 
 class _LocalWriter(ObjectWriter):

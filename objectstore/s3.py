@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterable, Iterator
-from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
@@ -43,6 +42,7 @@ from .base import (
     ObjectWriter,
     ReadStream,
     RequestListener,
+    StreamBase,
     _no_listener,
 )
 from .errors import InvalidRangeError, ObjectStoreError, RetriableStoreError
@@ -137,7 +137,7 @@ def _call(what: str, fn: Callable[..., T], **kwargs: Any) -> T:
         raise translate(exc, what) from exc
 
 
-class _S3Stream:
+class _S3Stream(StreamBase):
     """The body of one ranged GetObject, read incrementally."""
 
     def __init__(self, body: Any, what: str, length: int, report: RequestListener) -> None:
@@ -172,13 +172,6 @@ class _S3Stream:
     def close(self) -> None:
         if self._body is not None:
             self._body.close()
-
-    def __enter__(self) -> _S3Stream:
-        return self
-
-    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
 
 class _S3Writer(ObjectWriter):
