@@ -9,20 +9,9 @@ from compactor import Compactor, CompactorConfig
 from metadata import MetadataStore
 from objectstore import ObjectStore
 
+from .support import Clock
+
 Rec = tuple[int, bytes | None, bytes | None]  # offset, key, value
-
-
-class Clock:
-    """Milliseconds that move only when told to."""
-
-    def __init__(self, now: int = 1_700_000_000_000) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
 
 
 @dataclass
