@@ -156,8 +156,8 @@ class Agent:
         self._config = config or AgentConfig()
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         self._hasher = KeyHasher(metadata.cluster_secret())
-        self._topics: dict[str, TopicInfo] = {}
-        # Per topic: (info, compacted, max.message.bytes), for the produce hot path.
+        # Per topic: (info, compacted, max.message.bytes); the configs are unpacked once so
+        # the produce hot path does not parse cleanup.policy per record.
         self._rules: dict[str, tuple[TopicInfo, bool, int]] = {}
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -178,11 +178,8 @@ class Agent:
 
     def topic(self, name: str) -> TopicInfo:
         """The topic's metadata (cached: partition counts and configs don't change here)."""
-        info = self._topics.get(name)
-        if info is None:
-            info = self._metadata.get_topic(name)
-            self._topics[name] = info
-        return info
+        rules = self._rules.get(name)
+        return (rules or self._load_rules(name))[0]
 
     def produce(
         self,
@@ -231,7 +228,7 @@ class Agent:
             return ProduceFuture(done, (topic, partition), rel)
 
     def _load_rules(self, topic: str) -> tuple[TopicInfo, bool, int]:
-        info = self.topic(topic)
+        info = self._metadata.get_topic(topic)
         rules = (info, info.config.compacted, info.config.max_message_bytes)
         self._rules[topic] = rules
         return rules
