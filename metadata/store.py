@@ -794,15 +794,23 @@ class MetadataStore:
                 ti.config.retention_ms >= 0 or ti.config.retention_bytes >= 0)}
             if not rules:
                 return RetentionResult((), ())
-            first = self._retention_prefixes(conn, rules, now, None)
-            wanted = sorted({r.file_id for segs in first.values() for r in segs})
+            due = self._retention_prefixes(conn, rules, now)
+            if not due:
+                return RetentionResult((), ())
+            wanted = sorted({r.file_id for segs in due.values() for r in segs})
             locked = self._lock_files(conn, wanted)
             held = self._held_jobs(conn, [r.job_id for r in locked if r.job_id is not None],
                                    now)
             usable = {int(r.id) for r in locked
                       if r.state == s.FILE_LIVE and r.job_id not in held}
-            # Re-read under the locks (PostgreSQL: a compaction may have swapped segments).
-            cut = self._retention_prefixes(conn, rules, now, usable)
+            if self._pg:  # a compaction may have swapped segments before the locks were taken
+                due = self._retention_prefixes(conn, rules, now)  # (SQLite: BEGIN IMMEDIATE)
+            # Each prefix stops at the first segment of a file not locked here or held by a job.
+            cut = {}
+            for tp, segs in due.items():
+                n = next((i for i, r in enumerate(segs) if r.file_id not in usable), len(segs))
+                if n:
+                    cut[tp] = segs[:n]
             if not cut:
                 return RetentionResult((), ())
             sg, pc = s.segments.c, s.partitions.c
@@ -837,10 +845,9 @@ class MetadataStore:
         return RetentionResult(tuple(changes), tuple(emptied))
 
     @staticmethod
-    def _retention_prefixes(conn: sa.Connection, rules: Mapping[int, TopicInfo], now: int,
-                            usable: set[int] | None) -> dict[tuple[int, int], list[Any]]:
-        """Per partition, the prefix of live segments retention removes (only segments of
-        `usable` files when given: the prefix stops at the first other one)."""
+    def _retention_prefixes(conn: sa.Connection, rules: Mapping[int, TopicInfo],
+                            now: int) -> dict[tuple[int, int], list[Any]]:
+        """Per partition, the prefix of live segments past retention."""
         sg = s.segments.c
         rows = conn.execute(
             sa.select(sg.id, sg.file_id, sg.topic_id, sg.partition, sg.base_offset,
@@ -861,8 +868,6 @@ class MetadataStore:
                 while n < len(segs) and left - segs[n].data_len >= cfg.retention_bytes:
                     left -= segs[n].data_len
                     n += 1
-            if usable is not None:
-                n = next((i for i, r in enumerate(segs[:n]) if r.file_id not in usable), n)
             if n:
                 out[(int(tid), int(part))] = segs[:n]
         return out
