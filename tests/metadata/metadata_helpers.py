@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
 from metadata import ChunkMeta, MetadataStore
 
 
@@ -35,3 +40,23 @@ def commit(store: MetadataStore, key: str, chunks: list[ChunkMeta]) -> dict[tupl
         fid, size=1000, data_offset=8, data_length=900, meta_offset=908, meta_length=92,
         chunks=chunks,
     )
+
+
+def lose_next_commit(monkeypatch: pytest.MonkeyPatch, applied: bool) -> dict[str, bool]:
+    """Make the next COMMIT fail as if the connection dropped, after (`applied`) or instead
+    of applying it. Returns the flag, cleared once the failure has fired."""
+    real_commit = sa.engine.RootTransaction.commit
+    armed = {"on": True}
+
+    def failing_commit(self: sa.engine.RootTransaction) -> Any:
+        if not armed["on"]:
+            return real_commit(self)
+        armed["on"] = False
+        if applied:
+            real_commit(self)
+        else:
+            self.rollback()
+        raise sa.exc.OperationalError("COMMIT", None, RuntimeError("connection lost"))
+
+    monkeypatch.setattr(sa.engine.RootTransaction, "commit", failing_commit)
+    return armed

@@ -9,8 +9,7 @@ import time
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
-from metadata_helpers import FakeClock, chunk, commit
+from metadata_helpers import FakeClock, chunk, commit, lose_next_commit
 
 from metadata import CompactionOutput, Lease, MetadataStore, OutputSegment
 from metadata import schema as s
@@ -308,20 +307,7 @@ def test_lost_commit_outcome_is_read_back(store: MetadataStore, monkeypatch: pyt
     f1, f2, _ = three_files(store)
     lease = store.lease_job("a", [f1, f2], owner="w1", lease_ms=LEASE_MS)
     out = output(store, "out", oseg("t", 0, 0, 5))
-    real_commit = sa.engine.RootTransaction.commit
-    armed = {"on": True}
-
-    def failing_commit(self: sa.engine.RootTransaction) -> None:
-        if not armed["on"]:
-            return real_commit(self)
-        armed["on"] = False
-        if applied:
-            real_commit(self)
-        else:
-            self.rollback()
-        raise sa.exc.OperationalError("COMMIT", None, RuntimeError("connection lost"))
-
-    monkeypatch.setattr(sa.engine.RootTransaction, "commit", failing_commit)
+    lose_next_commit(monkeypatch, applied)
     if applied:
         done = store.commit_compaction(lease, outputs=[out])
         assert done.output_file_ids == (out.file_id,)

@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from metadata_helpers import FakeClock, chunk, commit
+from metadata_helpers import FakeClock, chunk, commit, lose_next_commit
 
 from metadata import MetadataStore
 from metadata.errors import (
@@ -285,20 +285,7 @@ def test_failed_commit_statement_is_resolved_by_reading_back(
     store.create_topic("t", 1)
     commit(store, "first", [chunk("t", 0, 2)])
     fid = store.register_pending_file("k")
-    real_commit = sa.engine.RootTransaction.commit
-    armed = {"on": True}
-
-    def failing_commit(self: sa.engine.RootTransaction) -> None:
-        if not armed["on"]:
-            return real_commit(self)
-        armed["on"] = False
-        if applied:
-            real_commit(self)
-        else:
-            self.rollback()
-        raise sa.exc.OperationalError("COMMIT", None, RuntimeError("connection lost"))
-
-    monkeypatch.setattr(sa.engine.RootTransaction, "commit", failing_commit)
+    armed = lose_next_commit(monkeypatch, applied)
     assert commit_existing(store, fid, [chunk("t", 0, 3)]) == {("t", 0): 2}
     assert not armed["on"]
     assert store.partitions("t")[0].next_offset == 5  # applied exactly once
