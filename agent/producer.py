@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from clock import SYSTEM_CLOCK, Clock
 from fileformat import ChunkBuilder, ChunkIndex, FileWriter, KeyHasher
 from metadata import ChunkMeta, MetadataStore, TopicInfo
 from metadata.errors import CommitUnknownError
@@ -49,9 +49,9 @@ Headers = Sequence[tuple[str, bytes | None]]
 RECORD_OVERHEAD = 24
 
 
-def new_object_key() -> str:
+def new_object_key(clock: Clock = SYSTEM_CLOCK) -> str:
     """A unique, time-ordered object key (so listings sort by age)."""
-    return f"{OBJECT_PREFIX}{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.silt"
+    return f"{OBJECT_PREFIX}{clock.now_ms() * 1_000_000:020d}-{uuid.uuid4().hex[:12]}.silt"
 
 
 def chunk_meta(c: ChunkIndex) -> ChunkMeta:
@@ -149,12 +149,12 @@ class Agent:
         metadata: MetadataStore,
         config: AgentConfig | None = None,
         *,
-        clock: Callable[[], int] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._store = store
         self._metadata = metadata
         self._config = config or AgentConfig()
-        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self._clock = clock
         self._hasher = KeyHasher(metadata.cluster_secret())
         # Per topic: (info, compacted, max.message.bytes); the configs are unpacked once so
         # the produce hot path does not parse cleanup.policy per record.
@@ -215,7 +215,7 @@ class Agent:
                 f"record of {size} bytes exceeds max.message.bytes={max_bytes}"
                 f" of topic {topic!r}"
             )
-        ts = self._clock() if timestamp is None else timestamp
+        ts = self._clock.now_ms() if timestamp is None else timestamp
         with self._lock:  # the condition's lock (its __enter__ is a Python-level call)
             if self._in_flight_bytes + size > self._config.buffer_memory:
                 self._reserve(size)
@@ -307,13 +307,13 @@ class Agent:
         limit = self._config.buffer_memory
         if size > limit:
             raise RecordTooLargeError(f"record of {size} bytes exceeds buffer.memory={limit}")
-        deadline = time.monotonic() + self._config.max_block_ms / 1000
+        deadline = self._clock.monotonic() + self._config.max_block_ms / 1000
         while self._in_flight_bytes + size > limit:
             if self._closed:
                 raise AgentClosedError("agent is closed")
             self._cond.notify_all()  # make sure the flusher runs
-            remaining = deadline - time.monotonic()
-            if (remaining <= 0 or not self._cond.wait(remaining)) and (
+            remaining = deadline - self._clock.monotonic()
+            if (remaining <= 0 or not self._clock.wait(self._cond, remaining)) and (
                 self._in_flight_bytes + size > limit
             ):
                     raise BufferFullError(
@@ -324,7 +324,7 @@ class Agent:
     def _account(self, size: int) -> None:
         buf = self._buffer
         if buf.records == 0:
-            buf.first_at = time.monotonic()
+            buf.first_at = self._clock.monotonic()
             self._cond.notify_all()  # the flusher starts the linger clock
         buf.records += 1
         buf.nbytes += size
@@ -348,12 +348,12 @@ class Agent:
                         return
                     timeout = 0.5
                     if self._buffer.records:
-                        age = time.monotonic() - self._buffer.first_at
+                        age = self._clock.monotonic() - self._buffer.first_at
                         timeout = self._config.linger_ms / 1000 - age
                         if timeout <= 0:
                             self._seal()
                             break
-                    self._cond.wait(timeout)
+                    self._clock.wait(self._cond, timeout)
                 buf = self._sealed.popleft()
             try:
                 self._flush(buf)
@@ -387,7 +387,7 @@ class Agent:
         outcome: FlushOutcome,
     ) -> None:
         """Write `items` as one object and commit it (the steps in the module docstring)."""
-        key = new_object_key()
+        key = new_object_key(self._clock)
         try:
             file_id = self._metadata.register_pending_file(
                 key, level=0, holds_compacted=any(pb.compacted for _, pb in items)

@@ -25,13 +25,13 @@ import logging
 import os
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
+from clock import SYSTEM_CLOCK, Clock
 from fileformat import Compression, FileWriter
 from metadata import MetadataStore
 from metadata.errors import (
@@ -110,9 +110,9 @@ class _Output:
     """One output object: pending row, streaming upload and writer."""
 
     def __init__(self, store: ObjectStore, md: MetadataStore, level: int, compacted: bool,
-                 stack: ExitStack) -> None:
+                 stack: ExitStack, clock: Clock) -> None:
         kind = "c" if compacted else "d"
-        unique = f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}"
+        unique = f"{clock.now_ms() * 1_000_000:020d}-{uuid.uuid4().hex[:12]}"
         self.key = f"{OUTPUT_PREFIX}L{level}-{unique}-{kind}.silt"
         self.file_id = md.register_pending_file(self.key, level=level, holds_compacted=compacted)
         self.upload: ObjectWriter = store.put_stream(self.key)
@@ -153,24 +153,24 @@ class Compactor:
 
     def __init__(self, store: ObjectStore, metadata: MetadataStore,
                  config: CompactorConfig | None = None, *,
-                 clock: Callable[[], int] | None = None, owner: str | None = None) -> None:
+                 clock: Clock = SYSTEM_CLOCK, owner: str | None = None) -> None:
         self.store = store
         self.metadata = metadata
         self.config = config or CompactorConfig()
-        self.clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self.clock = clock
         self.owner = owner or default_owner()
 
     # ----------------------------------------------------------------- planning
 
     def snapshot(self) -> tuple[MetadataSnapshot, Any]:
         snap = self.metadata.snapshot()
-        return snap, planner_snapshot(snap, self.clock())
+        return snap, planner_snapshot(snap, self.clock.now_ms())
 
     def plan(self, *, everything: bool = False) -> Plan:
         """What the planner proposes now (`everything`: ignore triggers, compact fully)."""
         _, snap = self.snapshot()
         fn = propose_all if everything else propose
-        return fn(snap, self.clock(), self.config.planner)
+        return fn(snap, self.clock.now_ms(), self.config.planner)
 
     def run_once(self, *, everything: bool = False) -> list[JobReport]:
         """Apply retention, run every job proposed now one after the other, then collect
@@ -196,7 +196,7 @@ class Compactor:
         """Lease, merge and commit one job; never raises for the job's own failures."""
         report = JobReport(spec.spec_id, "skipped", spec.trigger.value, spec.reason,
                            input_files=len(spec.input_file_ids))
-        started = time.perf_counter()
+        started = self.clock.monotonic()
         md_snap, snap = self.snapshot()
         problems = validate(spec, snap)
         if problems:
@@ -226,7 +226,7 @@ class Compactor:
                 report.requests = {k: v for k, v in used.as_dict().items()
                                    if v and not k.startswith("bytes")}
                 report.bytes_read = used.bytes_received
-                report.duration_s = round(time.perf_counter() - started, 4)
+                report.duration_s = round(self.clock.monotonic() - started, 4)
                 report.outcome = "committed"
                 self.metadata.commit_compaction(lease, outputs=committed,
                                                 result=report.as_dict(),
@@ -248,7 +248,7 @@ class Compactor:
         report.requests = {k: v for k, v in used.as_dict().items()
                            if v and not k.startswith("bytes")}
         report.bytes_read = used.bytes_received
-        report.duration_s = round(time.perf_counter() - started, 4)
+        report.duration_s = round(self.clock.monotonic() - started, 4)
         return report
 
     def _merge(self, spec: JobSpec, md_snap: MetadataSnapshot, lease: Any,
@@ -282,20 +282,20 @@ class Compactor:
         def make(compacted_data: bool) -> Callable[[], OutputTarget]:
             def create() -> OutputTarget:
                 out = _Output(self.store, self.metadata, spec.output_level, compacted_data,
-                              stack)
+                              stack, self.clock)
                 outputs.append(out)
                 return out.target
             return create
 
-        renewed = [time.monotonic()]
+        renewed = [self.clock.monotonic()]
 
         def heartbeat() -> None:
-            if time.monotonic() - renewed[0] > self.config.lease_ms / 3000:
+            if self.clock.monotonic() - renewed[0] > self.config.lease_ms / 3000:
                 self.metadata.renew_lease(lease, self.config.lease_ms)
-                renewed[0] = time.monotonic()
+                renewed[0] = self.clock.monotonic()
 
         return merge(self.store, inputs, compacted_topics=compacted, rules=rules,
-                     compacted_out=make(True), delete_out=make(False), now_ms=self.clock(),
+                     compacted_out=make(True), delete_out=make(False), now_ms=self.clock.now_ms(),
                      memory_budget=self.config.memory_budget,
                      compression=self.config.compression, heartbeat=heartbeat,
                      strategy=self.config.read_strategy)
@@ -322,7 +322,7 @@ class Compactor:
 
     def collect_garbage(self) -> list[str]:
         """Delete objects of retired inputs past the grace period, and of abandoned uploads."""
-        due = self.metadata.files_to_gc(self.clock() - self.config.grace_ms)
+        due = self.metadata.files_to_gc(self.clock.now_ms() - self.config.grace_ms)
         if not due:
             return []
         ids = self.metadata.mark_deleting([f.id for f in due])

@@ -16,7 +16,7 @@ from .models import (
     StoreStats,
     TopicInfo,
 )
-from .store import DEFAULT_URL, MetadataStore, wall_clock_ms
+from .store import DEFAULT_URL, MetadataStore
 from .topicconfig import TopicConfig
 
 __all__ = [
@@ -38,5 +38,4 @@ __all__ = [
     "StoreStats",
     "TopicConfig",
     "TopicInfo",
-    "wall_clock_ms",
 ]

@@ -25,12 +25,14 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
+
+from clock import SYSTEM_CLOCK, Clock
 
 from . import schema as s
 from .errors import (
@@ -73,7 +75,6 @@ from .topicconfig import TopicConfig, validate_configs
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], int]
 DEFAULT_URL = "sqlite:///./silt-data/metadata.db"
 SQLITE_BUSY_TIMEOUT_S = 30.0
 # pg_advisory_xact_lock key serializing schema migrations across processes ("silt").
@@ -91,11 +92,6 @@ _SEGMENT_ROW: tuple[tuple[str, str], ...] = (
     ("max_timestamp", "bigint"), ("tombstone_count", "bigint"), ("frame_crc", "bigint"),
     ("live", "boolean"), ("created_at_ms", "bigint"), ("cleaned_at_ms", "bigint"),
 )
-
-
-def wall_clock_ms() -> int:
-    """Milliseconds since the Unix epoch."""
-    return time.time_ns() // 1_000_000
 
 
 def engine_url(url: str) -> str:
@@ -274,14 +270,14 @@ class MetadataStore:
     # ------------------------------------------------------------------ lifecycle
 
     @classmethod
-    def open(cls, url: str = DEFAULT_URL, *, clock: Clock | None = None) -> MetadataStore:
+    def open(cls, url: str = DEFAULT_URL, *, clock: Clock = SYSTEM_CLOCK) -> MetadataStore:
         """Connect, then create or migrate the schema (idempotent; concurrent opens are safe).
 
         Each migration runs in its own transaction that re-reads the version under a lock
         (PostgreSQL advisory lock / SQLite write lock), so two processes opening a fresh
         database apply each migration exactly once. A crash mid-migration rolls it back.
         """
-        store = cls(_make_engine(url), url, clock or wall_clock_ms)
+        store = cls(_make_engine(url), url, clock)
         try:
             store._migrate()
         except BaseException:
@@ -334,7 +330,7 @@ class MetadataStore:
                     )
                 if version == s.LATEST_VERSION:
                     return
-                now = self._clock()
+                now = self._clock.now_ms()
                 s.MIGRATIONS[version](conn, now)
                 conn.execute(s.schema_version.insert().values(
                     version=version + 1, applied_at_ms=now))
@@ -380,7 +376,7 @@ class MetadataStore:
         if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
             raise InvalidPartitionsError(f"partition count must be >= 1, got {partitions!r}")
         stored = validate_configs(dict(configs or {}))
-        now = self._clock()
+        now = self._clock.now_ms()
         try:
             with self._write() as conn:
                 exists = conn.execute(
@@ -442,7 +438,7 @@ class MetadataStore:
         uploaded yet) no object. After: a pending row that GC removes, with its object if any,
         once it is older than the GC grace period.
         """
-        now = self._clock()
+        now = self._clock.now_ms()
         try:
             with self._write() as conn:
                 return int(conn.execute(
@@ -531,7 +527,7 @@ class MetadataStore:
         self, files: Sequence[tuple[int, Mapping[str, int], Sequence[ChunkMeta]]]
     ) -> list[dict[tuple[str, int], int]]:
         f, t = s.files.c, s.topics.c
-        now = self._clock()
+        now = self._clock.now_ms()
         conn = self._engine.connect()
         try:
             conn.execution_options(silt_write=True)
@@ -701,7 +697,8 @@ class MetadataStore:
                 raise FileStateError(f"file {file_id} is live: cannot abandon a committed file")
             if state == s.FILE_PENDING:
                 conn.execute(s.files.update().where(f.id == file_id, f.state == s.FILE_PENDING)
-                             .values(state=s.FILE_ABANDONED, state_changed_at_ms=self._clock()))
+                             .values(state=s.FILE_ABANDONED,
+                                     state_changed_at_ms=self._clock.now_ms()))
 
     def get_file(self, file_id: int) -> FileInfo:
         """One file's row; UnknownFileError if missing."""
@@ -710,7 +707,7 @@ class MetadataStore:
             if row is None:
                 raise UnknownFileError(f"no file with id {file_id}")
             held = self._held_jobs(conn, [] if row.job_id is None else [row.job_id],
-                                   self._clock())
+                                   self._clock.now_ms())
         return dataclasses.replace(_file_info(row), leased=row.job_id in held)
 
     def files_to_gc(self, older_than_ms: int) -> list[FileInfo]:
@@ -763,7 +760,7 @@ class MetadataStore:
             changed = conn.execute(
                 s.files.update()
                 .where(f.id.in_(ids), f.state.in_(from_states))
-                .values(state=to_state, state_changed_at_ms=self._clock())
+                .values(state=to_state, state_changed_at_ms=self._clock.now_ms())
                 .returning(f.id)
             ).scalars().all()
         return sorted(int(i) for i in changed)
@@ -787,7 +784,7 @@ class MetadataStore:
         can deadlock the other. Crash before COMMIT: nothing changed; after: done.
         """
         f = s.files.c
-        now = self._clock()
+        now = self._clock.now_ms()
         with self._write() as conn:
             topics = [_topic_info(r) for r in conn.execute(sa.select(s.topics))]
             rules = {ti.id: ti for ti in topics if ti.config.deletes and (
@@ -965,7 +962,7 @@ class MetadataStore:
             if self._pg:
                 conn.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
-                now = self._clock()
+                now = self._clock.now_ms()
                 topic_rows = conn.execute(sa.select(t).order_by(t.c.name)).all()
                 names = {r.id: r.name for r in topic_rows}
                 part_rows = conn.execute(
@@ -1024,7 +1021,7 @@ class MetadataStore:
         """
         ids = sorted(set(input_file_ids))
         j, f = s.jobs.c, s.files.c
-        now = self._clock()
+        now = self._clock.now_ms()
         expires = now + lease_ms
         ended: JobConflictError | None = None
         lease: Lease | None = None
@@ -1152,7 +1149,7 @@ class MetadataStore:
 
         Crash before COMMIT: the old expiry stands; after: the new one.
         """
-        now = self._clock()
+        now = self._clock.now_ms()
         with self._write() as conn:
             self._check_fence(conn, lease)
             conn.execute(s.jobs.update().where(s.jobs.c.id == lease.job_id).values(
@@ -1169,7 +1166,7 @@ class MetadataStore:
         """
         if state not in (s.JOB_FAILED, s.JOB_ABANDONED):
             raise ValueError(f"release state must be failed or abandoned, not {state!r}")
-        now = self._clock()
+        now = self._clock.now_ms()
         with self._write() as conn:
             self._lock_files(conn, self._job_inputs(conn, lease))
             try:
@@ -1230,7 +1227,7 @@ class MetadataStore:
                                 checkpoints: Mapping[tuple[str, int], int],
                                 ) -> CompactionCommit:
         f, sg, t, pc = s.files.c, s.segments.c, s.topics.c, s.partitions.c
-        now = self._clock()
+        now = self._clock.now_ms()
         conn = self._engine.connect()
         try:
             conn.execution_options(silt_write=True)

@@ -22,10 +22,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import time
 from collections.abc import Iterator
 from typing import Any
 
+from clock import SYSTEM_CLOCK
 from compactor import Compactor, CompactorConfig, JobReport
 from metadata import MetadataStore
 from metadata.models import CompactionCommit
@@ -111,15 +111,16 @@ def run_spec(store_url: str, metadata_url: str, spec: JobSpec, config: Compactor
     """
     md = _open_metadata(metadata_url, crash)
     try:
-        deadline = time.monotonic() + RETRY_WAIT_LEASES * config.lease_ms / 1000
+        clock = SYSTEM_CLOCK
+        deadline = clock.monotonic() + RETRY_WAIT_LEASES * config.lease_ms / 1000
         while True:
             done = _committed_report(md, spec.spec_id)
             if done is not None:
                 return done, True
             expires = _leased_until(md, spec.spec_id)
-            if expires is not None and attempt > 0 and time.monotonic() < deadline:
-                left_s = (expires - time.time_ns() // 1_000_000) / 1000
-                time.sleep(min(max(left_s, 0.0) + 0.05, RETRY_POLL_S))
+            if expires is not None and attempt > 0 and clock.monotonic() < deadline:
+                left_s = (expires - clock.now_ms()) / 1000
+                clock.sleep(min(max(left_s, 0.0) + 0.05, RETRY_POLL_S))
                 continue
             compactor = Compactor(open_store(store_url), md, config)
             return compactor.run_job(spec).as_dict(), False

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +32,7 @@ from pyspark.sql.types import BinaryType, NullType, StringType, StructType
 from agent.partitioner import DefaultPartitioner
 from agent.producer import chunk_meta, new_object_key
 from agent.reader import read_segment
+from clock import SYSTEM_CLOCK
 from fileformat import ChunkBuilder, FileWriter, KeyHasher
 from metadata import ChunkMeta, MetadataStore, SegmentInfo
 from metadata.errors import CommitUnknownError, FileStateError
@@ -216,7 +216,7 @@ class SiltWriter(DataSourceWriter):
             hasher = KeyHasher(md.cluster_secret()) if info.config.compacted else None
             partitioner = DefaultPartitioner()
             builders: dict[int, ChunkBuilder] = {}
-            now = time.time_ns() // 1_000_000
+            now = SYSTEM_CLOCK.now_ms()
             for row in iterator:
                 d = row.asDict()
                 key, value = _as_bytes(d.get("key")), _as_bytes(d.get("value"))

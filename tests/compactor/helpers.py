@@ -1,15 +1,14 @@
-"""Shared helpers for compaction tests: a controllable clock and a log model."""
+"""Shared helpers for compaction tests: a log model."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from agent import Agent, AgentConfig, Reader
+from clock import ManualClock
 from compactor import Compactor, CompactorConfig
 from metadata import MetadataStore
 from objectstore import ObjectStore
-
-from .support import Clock
 
 Rec = tuple[int, bytes | None, bytes | None]  # offset, key, value
 
@@ -18,7 +17,7 @@ Rec = tuple[int, bytes | None, bytes | None]  # offset, key, value
 class Env:
     store: ObjectStore
     md: MetadataStore
-    clock: Clock
+    clock: ManualClock
     produced: dict[tuple[str, int], list[Rec]] = field(default_factory=dict)
 
     def produce(self, topic: str, rows: list[tuple[int, bytes | None, bytes | None]]) -> None:

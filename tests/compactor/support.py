@@ -1,4 +1,4 @@
-"""Harness for the compaction suite: a fake clock, a producer that remembers everything it
+"""Harness for the compaction suite: a producer that remembers everything it
 produced (offset, timestamp, key, value, headers), readers, and the invariants every
 compacted log must satisfy against that record."""
 
@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent import Agent, AgentConfig, Reader
+from clock import ManualClock
 from compactor import Compactor, CompactorConfig
 from metadata import MetadataStore
 from objectstore import ObjectStore, open_store
@@ -35,31 +36,18 @@ Row = tuple[str, int, bytes | None, bytes | None, Headers]
 START_MS = 1_700_000_000_000
 
 
-class Clock:
-    """Milliseconds that move only when told to (thread-safe enough: one int)."""
-
-    def __init__(self, now: int = START_MS) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
-
-
 @dataclass
 class Harness:
     store: ObjectStore
     md: MetadataStore
-    clock: Clock
+    clock: ManualClock
     store_url: str = ""
     produced: dict[TP, list[Rec]] = field(default_factory=dict)
 
     @classmethod
     def open(cls, metadata_url: str, store_url: str | None = None,
-             clock: Clock | None = None) -> Harness:
-        clock = clock or Clock()
+             clock: ManualClock | None = None) -> Harness:
+        clock = clock or ManualClock(START_MS)
         store_url = store_url or f"memory://compaction-{uuid.uuid4().hex}"
         md = MetadataStore.open(metadata_url, clock=clock)
         return cls(open_store(store_url), md, clock, store_url)
@@ -74,7 +62,7 @@ class Harness:
         with Agent(self.store, self.md, AgentConfig(linger_ms=600_000),
                    clock=self.clock) as agent:
             futs = [(t, p, k, v, h, agent.produce(t, p, k, v, h)) for t, p, k, v, h in rows]
-        ts = self.clock()
+        ts = self.clock.now_ms()
         for t, p, k, v, h, f in futs:
             self.produced.setdefault((t, p), []).append(Rec(f.result(), ts, k, v, h))
         for recs in self.produced.values():

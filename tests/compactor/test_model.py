@@ -62,7 +62,7 @@ class Checker:
         if rows:
             self.h.produce(rows)
         self.h.clock.advance(advance)
-        now = self.h.clock()
+        now = self.h.clock.now_ms()
         committed = False
         if action in ("all", "plan"):
             reports = self.h.compactor().run_once(everything=action == "all")

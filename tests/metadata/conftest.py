@@ -5,18 +5,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from metadata_helpers import FakeClock
 
+from clock import ManualClock
 from metadata import MetadataStore
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 @pytest.fixture
-def store(metadata_url: str, clock: FakeClock) -> Iterator[MetadataStore]:
+def store(metadata_url: str, clock: ManualClock) -> Iterator[MetadataStore]:
     md = MetadataStore.open(metadata_url, clock=clock)
     yield md
     md.close()

@@ -1,4 +1,4 @@
-"""Shared helpers for the metadata tests: a controllable clock and chunk builders."""
+"""Shared helpers for the metadata tests: chunk builders."""
 
 from __future__ import annotations
 
@@ -8,19 +8,6 @@ import pytest
 import sqlalchemy as sa
 
 from metadata import ChunkMeta, MetadataStore
-
-
-class FakeClock:
-    """A millisecond clock that moves only when told to."""
-
-    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def advance(self, ms: int) -> None:
-        self.now_ms += ms
 
 
 def chunk(topic: str, partition: int, span: int = 1, records: int | None = None) -> ChunkMeta:

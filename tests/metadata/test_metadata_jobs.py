@@ -9,8 +9,9 @@ import time
 from typing import Any
 
 import pytest
-from metadata_helpers import FakeClock, chunk, commit, lose_next_commit
+from metadata_helpers import chunk, commit, lose_next_commit
 
+from clock import ManualClock
 from metadata import CompactionOutput, Lease, MetadataStore, OutputSegment
 from metadata import schema as s
 from metadata.errors import (
@@ -73,11 +74,11 @@ def three_files(store: MetadataStore) -> list[int]:
 # ------------------------------------------------------------------ lease and commit
 
 
-def test_commit_replaces_inputs_with_outputs(store: MetadataStore, clock: FakeClock) -> None:
+def test_commit_replaces_inputs_with_outputs(store: MetadataStore, clock: ManualClock) -> None:
     f1, f2, f3 = three_files(store)
     lease = store.lease_job("spec-1", [f2, f1], owner="w1", lease_ms=LEASE_MS)
     assert (lease.fence, lease.input_file_ids, lease.expires_ms) == (
-        1, (f1, f2), clock.now_ms + LEASE_MS)
+        1, (f1, f2), clock.now_ms() + LEASE_MS)
     snap = store.snapshot()
     assert {f.id: f.leased for f in snap.files} == {f1: True, f2: True, f3: False}
     assert snap.leased_file_ids == {f1, f2}
@@ -99,14 +100,14 @@ def test_commit_replaces_inputs_with_outputs(store: MetadataStore, clock: FakeCl
     new = segs[0]
     assert (new.cleaned_at_ms, new.created_at_ms, new.tombstone_count, new.data_len,
             new.frame_crc, new.object_key, new.file_size) == (
-        123, clock.now_ms, 0, 20, 7, "l1-a", 500)
+        123, clock.now_ms(), 0, 20, 7, "l1-a", 500)
     assert store.find_segments("t", 1, 0) == []
     assert store.find_segments("t", 0, 3)[0].file_id == out.file_id  # inside a gap's segment
 
     for fid in (f1, f2):
         info = store.get_file(fid)
         assert (info.state, info.job_id, info.leased, info.state_changed_at_ms) == (
-            "retired", None, False, clock.now_ms)
+            "retired", None, False, clock.now_ms())
     o = store.get_file(out.file_id)
     assert (o.state, o.level, o.holds_compacted, o.size, o.meta_offset) == (
         "live", 1, True, 500, 408)
@@ -128,7 +129,7 @@ def test_commit_replaces_inputs_with_outputs(store: MetadataStore, clock: FakeCl
 
 
 def test_second_lease_of_a_leased_spec_is_refused(store: MetadataStore,
-                                                  clock: FakeClock) -> None:
+                                                  clock: ManualClock) -> None:
     f1, f2, f3 = three_files(store)
     lease = store.lease_job("spec", [f1, f2], owner="w1", lease_ms=LEASE_MS)
     before = state_of(store)
@@ -147,7 +148,7 @@ def test_second_lease_of_a_leased_spec_is_refused(store: MetadataStore,
     # Renewing moves the expiry; the job stays refused to others.
     clock.advance(LEASE_MS - 1)
     renewed = store.renew_lease(lease, LEASE_MS)
-    assert renewed.expires_ms == clock.now_ms + LEASE_MS
+    assert renewed.expires_ms == clock.now_ms() + LEASE_MS
     assert store.get_job(lease.job_id).lease_expires_ms == renewed.expires_ms
     clock.advance(LEASE_MS - 1)
     with pytest.raises(JobLeasedError):
@@ -155,7 +156,7 @@ def test_second_lease_of_a_leased_spec_is_refused(store: MetadataStore,
 
 
 def test_expired_lease_is_taken_over_and_the_old_fence_cannot_commit(
-        store: MetadataStore, clock: FakeClock) -> None:
+        store: MetadataStore, clock: ManualClock) -> None:
     f1, f2, _ = three_files(store)
     old = store.lease_job("spec", [f1, f2], owner="zombie", lease_ms=LEASE_MS)
     old_out = output(store, "zombie-out", oseg("t", 0, 0, 5), oseg("t", 1, 0, 1))
@@ -186,7 +187,7 @@ def test_expired_lease_is_taken_over_and_the_old_fence_cannot_commit(
 
 
 def test_an_expired_lease_nobody_took_over_still_commits(store: MetadataStore,
-                                                          clock: FakeClock) -> None:
+                                                          clock: ManualClock) -> None:
     f1, f2, _ = three_files(store)
     lease = store.lease_job("spec", [f1, f2], owner="slow", lease_ms=LEASE_MS)
     clock.advance(10 * LEASE_MS)
@@ -197,7 +198,7 @@ def test_an_expired_lease_nobody_took_over_still_commits(store: MetadataStore,
 
 
 def test_takeover_of_a_job_whose_inputs_are_gone_abandons_it(store: MetadataStore,
-                                                             clock: FakeClock) -> None:
+                                                             clock: ManualClock) -> None:
     f1, f2, f3 = three_files(store)
     stuck = store.lease_job("a", [f1, f2], owner="w1", lease_ms=LEASE_MS)
     clock.advance(LEASE_MS)
@@ -218,7 +219,7 @@ def test_takeover_of_a_job_whose_inputs_are_gone_abandons_it(store: MetadataStor
 
 
 def test_commit_after_another_job_retired_a_shared_file_conflicts(
-        store: MetadataStore, clock: FakeClock) -> None:
+        store: MetadataStore, clock: ManualClock) -> None:
     f1, f2, f3 = three_files(store)
     a = store.lease_job("a", [f1, f2], owner="w1", lease_ms=LEASE_MS)
     a_out = output(store, "a-out", oseg("t", 0, 0, 5), oseg("t", 1, 0, 1))
@@ -288,12 +289,12 @@ def test_malformed_outputs_are_refused_before_any_change(store: MetadataStore) -
 
 
 def test_collected_output_file_makes_the_commit_conflict(store: MetadataStore,
-                                                         clock: FakeClock) -> None:
+                                                         clock: ManualClock) -> None:
     f1, f2, _ = three_files(store)
     lease = store.lease_job("a", [f1, f2], owner="w1", lease_ms=LEASE_MS)
     out = output(store, "out", oseg("t", 0, 0, 5))
     clock.advance(GRACE_MS)
-    assert store.mark_deleting([f.id for f in store.files_to_gc(clock.now_ms - GRACE_MS)]) == [
+    assert store.mark_deleting([f.id for f in store.files_to_gc(clock.now_ms() - GRACE_MS)]) == [
         out.file_id]
     before = state_of(store)
     with pytest.raises(CommitConflictError, match="not pending"):
@@ -345,15 +346,15 @@ def test_release_frees_the_files_for_another_job(store: MetadataStore) -> None:
 
 
 def test_retired_files_are_collected_only_after_the_grace(store: MetadataStore,
-                                                          clock: FakeClock) -> None:
+                                                          clock: ManualClock) -> None:
     f1, f2, _ = three_files(store)
     lease = store.lease_job("a", [f1, f2], owner="w1", lease_ms=LEASE_MS)
     out = output(store, "out", oseg("t", 0, 0, 5), oseg("t", 1, 0, 1))
     store.commit_compaction(lease, outputs=[out])
-    retired_at = clock.now_ms
+    retired_at = clock.now_ms()
 
     def due() -> list[tuple[int, str]]:
-        return [(f.id, f.state) for f in store.files_to_gc(clock.now_ms - GRACE_MS)]
+        return [(f.id, f.state) for f in store.files_to_gc(clock.now_ms() - GRACE_MS)]
 
     assert due() == []
     clock.advance(GRACE_MS - 1)
@@ -363,10 +364,10 @@ def test_retired_files_are_collected_only_after_the_grace(store: MetadataStore,
     assert due() == [(f1, "retired"), (f2, "retired")]
     # The GC protocol: mark deleting, delete the objects, mark deleted.
     assert store.mark_deleting([f1, f2, out.file_id]) == [f1, f2]
-    assert [(f.id, f.state) for f in store.files_to_gc(clock.now_ms)] == [
+    assert [(f.id, f.state) for f in store.files_to_gc(clock.now_ms())] == [
         (f1, "deleting"), (f2, "deleting")]
     assert store.mark_deleted([f1, f2]) == [f1, f2]
-    assert store.files_to_gc(clock.now_ms) == []
+    assert store.files_to_gc(clock.now_ms()) == []
     assert store.get_file(f1).state == "deleted"
     assert store.get_file(out.file_id).state == "live"
     assert len(store.find_segments("t", 0, 0)) == 2
@@ -442,7 +443,7 @@ def test_racing_workers_commit_a_job_exactly_once(metadata_url: str, lease_ms: i
 
 def test_lease_and_commit_on_separate_handles_see_each_other(metadata_url: str) -> None:
     """Two handles on one database: a commit on one refuses the other's stale lease."""
-    clock = FakeClock()
+    clock = ManualClock()
     one = MetadataStore.open(metadata_url, clock=clock)
     two = MetadataStore.open(metadata_url, clock=clock)
     try:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from metadata_helpers import FakeClock, chunk, commit
+from metadata_helpers import chunk, commit
 
+from clock import ManualClock
 from metadata import ChunkMeta, CompactionOutput, MetadataStore, OutputSegment
 from metadata import schema as s
 from metadata.errors import CommitConflictError, OffsetOutOfRangeError
@@ -22,8 +23,8 @@ def stamped(topic: str, partition: int, span: int, max_ts: int) -> ChunkMeta:
                                max_timestamp=max_ts)
 
 
-def test_time_retention_removes_an_old_prefix(store: MetadataStore, clock: FakeClock) -> None:
-    now = clock.now_ms
+def test_time_retention_removes_an_old_prefix(store: MetadataStore, clock: ManualClock) -> None:
+    now = clock.now_ms()
     store.create_topic("d", 2, {"retention.ms": str(DAY)})
     store.create_topic("c", 1, {"cleanup.policy": "compact", "retention.ms": str(DAY)})
     commit(store, "f1", [stamped("c", 0, 5, now - 3 * DAY), stamped("d", 0, 5, now - 3 * DAY),
@@ -37,7 +38,7 @@ def test_time_retention_removes_an_old_prefix(store: MetadataStore, clock: FakeC
     got = {(c.topic, c.partition): (c.log_start_offset, c.segments, c.records, c.bytes)
            for c in result.changes}
     assert got == {("d", 0): (10, 2, 10, 200), ("d", 1): (10, 2, 10, 200)}
-    f2 = store.files_to_gc(clock.now_ms)
+    f2 = store.files_to_gc(clock.now_ms())
     assert [f.object_key for f in f2] == ["f2"]  # f1 still holds c/0; f3 holds d/0
     assert result.retired_file_ids == (f2[0].id,)
     parts = {p.partition: p for p in store.partitions("d")}
@@ -68,21 +69,21 @@ def test_size_retention_keeps_at_least_retention_bytes(store: MetadataStore) -> 
 
 
 def test_unlimited_retention_and_compact_topics_are_untouched(store: MetadataStore,
-                                                              clock: FakeClock) -> None:
+                                                              clock: ManualClock) -> None:
     store.create_topic("forever", 1, {"retention.ms": "-1"})
     store.create_topic("c", 1, {"cleanup.policy": "compact", "retention.ms": "0"})
     commit(store, "f", [stamped("c", 0, 2, 1), stamped("forever", 0, 2, 1)])
     assert store.apply_retention().changes == ()
     # compact,delete: both apply.
     store.create_topic("cd", 1, {"cleanup.policy": "compact,delete", "retention.ms": "0"})
-    commit(store, "g", [stamped("cd", 0, 2, clock.now_ms - 1)])
+    commit(store, "g", [stamped("cd", 0, 2, clock.now_ms() - 1)])
     (change,) = store.apply_retention().changes
     assert (change.topic, change.log_start_offset) == ("cd", 2)
 
 
 def test_leased_files_wait_and_stale_jobs_are_refused(store: MetadataStore,
-                                                      clock: FakeClock) -> None:
-    now = clock.now_ms
+                                                      clock: ManualClock) -> None:
+    now = clock.now_ms()
     store.create_topic("d", 1, {"retention.ms": str(DAY)})
     commit(store, "f1", [stamped("d", 0, 5, now - 3 * DAY)])
     commit(store, "f2", [stamped("d", 0, 5, now - 3 * DAY)])

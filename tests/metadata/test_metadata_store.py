@@ -9,8 +9,9 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from metadata_helpers import FakeClock, chunk, commit, lose_next_commit
+from metadata_helpers import chunk, commit, lose_next_commit
 
+from clock import ManualClock
 from metadata import MetadataStore
 from metadata.errors import (
     CommitConflictError,
@@ -94,10 +95,10 @@ def test_sqlite_creates_parent_directory_and_uses_wal(tmp_path: object) -> None:
 # ------------------------------------------------------------------ topics
 
 
-def test_create_get_list_topics(store: MetadataStore, clock: FakeClock) -> None:
+def test_create_get_list_topics(store: MetadataStore, clock: ManualClock) -> None:
     info = store.create_topic("events", 3)
     assert (info.name, info.partitions, dict(info.configs)) == ("events", 3, {})
-    assert info.created_at_ms == clock.now_ms
+    assert info.created_at_ms == clock.now_ms()
     store.create_topic("state", 2, {"cleanup.policy": "compact", "retention.ms": "-1"})
     got = store.get_topic("state")
     assert got.config.compacted and not got.config.deletes and got.config.retention_ms == -1
@@ -161,7 +162,8 @@ def test_commit_assigns_contiguous_offsets(store: MetadataStore) -> None:
         (0, 4, "k1"), (5, 6, "k2"), (7, 13, "k3")]
 
 
-def test_commit_records_layout_and_flips_file_live(store: MetadataStore, clock: FakeClock) -> None:
+def test_commit_records_layout_and_flips_file_live(
+        store: MetadataStore, clock: ManualClock) -> None:
     store.create_topic("t", 1)
     fid = store.register_pending_file("obj", level=0, holds_compacted=True)
     pending = store.get_file(fid)
@@ -179,7 +181,7 @@ def test_commit_records_layout_and_flips_file_live(store: MetadataStore, clock: 
     assert (seg.data_pos, seg.data_len, seg.hash_pos, seg.hash_count, seg.batch_count) == (
         c.data_pos, c.data_len, c.hash_pos, c.hash_count, c.batch_count)
     assert (seg.min_timestamp, seg.max_timestamp, seg.tombstone_count) == (1, 2, 0)
-    assert seg.live and seg.cleaned_at_ms is None and seg.created_at_ms == clock.now_ms
+    assert seg.live and seg.cleaned_at_ms is None and seg.created_at_ms == clock.now_ms()
 
 
 def test_commit_with_unknown_topic_commits_nothing(store: MetadataStore) -> None:
@@ -366,7 +368,7 @@ def test_find_segments_respects_log_start_and_liveness(store: MetadataStore) -> 
 # ------------------------------------------------------------------ files and GC
 
 
-def test_pending_abandon_and_gc(store: MetadataStore, clock: FakeClock) -> None:
+def test_pending_abandon_and_gc(store: MetadataStore, clock: ManualClock) -> None:
     store.create_topic("t", 1)
     old_pending = store.register_pending_file("old-pending")
     abandoned = store.register_pending_file("abandoned")
@@ -383,11 +385,11 @@ def test_pending_abandon_and_gc(store: MetadataStore, clock: FakeClock) -> None:
     def gc(cutoff: int) -> list[tuple[str, str]]:
         return [(f.object_key, f.state) for f in store.files_to_gc(cutoff)]
 
-    start = clock.now_ms - 2000  # when old-pending was registered; the cutoff is inclusive
+    start = clock.now_ms() - 2000  # when old-pending was registered; the cutoff is inclusive
     assert gc(start - 1) == []
     assert gc(start) == [("old-pending", "pending")]
     assert gc(start + 1000) == [("old-pending", "pending"), ("abandoned", "abandoned")]
-    assert gc(clock.now_ms) == [
+    assert gc(clock.now_ms()) == [
         ("old-pending", "pending"), ("abandoned", "abandoned"), ("new-pending", "pending")]
 
     # GC protocol: mark deleting (fences late commits), delete objects, mark deleted.
@@ -396,10 +398,10 @@ def test_pending_abandon_and_gc(store: MetadataStore, clock: FakeClock) -> None:
     with pytest.raises(FileStateError, match="deleting"):
         commit_existing(store, old_pending, [chunk("t", 0)])
     store.abandon_file(old_pending)  # no-op on a deleting file
-    assert [f.state for f in store.files_to_gc(clock.now_ms + 1)] == [
+    assert [f.state for f in store.files_to_gc(clock.now_ms() + 1)] == [
         "deleting", "deleting", "pending"]
     assert store.mark_deleted([old_pending, abandoned, live]) == [old_pending, abandoned]
-    assert [f.object_key for f in store.files_to_gc(clock.now_ms + 1)] == ["new-pending"]
+    assert [f.object_key for f in store.files_to_gc(clock.now_ms() + 1)] == ["new-pending"]
     assert store.get_file(live).state == "live"
     assert store.get_file(new_pending).state == "pending"
     assert store.mark_deleted([]) == []
@@ -407,7 +409,7 @@ def test_pending_abandon_and_gc(store: MetadataStore, clock: FakeClock) -> None:
         store.abandon_file(123_456)
 
 
-def test_stats_and_snapshot(store: MetadataStore, clock: FakeClock) -> None:
+def test_stats_and_snapshot(store: MetadataStore, clock: ManualClock) -> None:
     store.create_topic("a", 2)
     store.create_topic("b", 1, {"cleanup.policy": "compact"})
     commit(store, "k1", [chunk("a", 0, 2), chunk("b", 0, 1)])
@@ -420,7 +422,7 @@ def test_stats_and_snapshot(store: MetadataStore, clock: FakeClock) -> None:
     assert st.as_dict()["levels"] == [{"level": 0, "files": 2, "bytes": 2000, "segments": 3}]
 
     snap = store.snapshot()
-    assert snap.taken_at_ms == clock.now_ms
+    assert snap.taken_at_ms == clock.now_ms()
     assert [t.name for t in snap.topics] == ["a", "b"]
     assert [(p.topic, p.partition, p.next_offset) for p in snap.partitions] == [
         ("a", 0, 2), ("a", 1, 3), ("b", 0, 1)]

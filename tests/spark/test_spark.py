@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from agent import Agent, AgentConfig, Reader
 from cli.main import cli
+from clock import ManualClock
 from compactor import Compactor, CompactorConfig, JobReport
 from metadata import MetadataStore
 from objectstore import open_store
@@ -41,7 +42,7 @@ def _populate(root: Path) -> tuple[str, str]:
     store = open_store(store_url)
     for rnd in range(3):
         ts = 1_000 + rnd
-        with Agent(store, md, AgentConfig(linger_ms=60_000), clock=lambda ts=ts: ts) as a:
+        with Agent(store, md, AgentConfig(linger_ms=60_000), clock=ManualClock(ts)) as a:
             for i in range(90):
                 key = b"k%d" % (i % 11)
                 value = None if rnd == 2 and key in (b"k0", b"k4") else b"v%d-%d" % (rnd, i)
