@@ -39,6 +39,16 @@ from objectstore.s3 import DEFAULT_REGION, MIN_PART_SIZE, translate
 from objectstore.testserver import RecordingMotoServer, ServedRequest
 
 
+def client_error(code: str, status: int, operation: str, message: str | None = None
+                 ) -> ClientError:
+    """A ClientError shaped as botocore builds it (the stubs require full ResponseMetadata)."""
+    return ClientError({"Error": {"Code": code} if message is None
+                        else {"Code": code, "Message": message},
+                        "ResponseMetadata": {"RequestId": "", "HostId": "",
+                                             "HTTPStatusCode": status, "HTTPHeaders": {},
+                                             "RetryAttempts": 0}}, operation)
+
+
 @pytest.fixture(params=["memory", "file", "s3"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectStore]:
     if request.param == "memory":
@@ -196,8 +206,7 @@ def test_retry_policy_retries_only_retriable_errors() -> None:
     ("", 503, RetriableStoreError),
 ])
 def test_error_table(code: str, status: int, expected: type[Exception]) -> None:
-    err = ClientError({"Error": {"Code": code, "Message": "m"},
-                       "ResponseMetadata": {"HTTPStatusCode": status}}, "GetObject")
+    err = client_error(code, status, "GetObject", "m")
     assert isinstance(translate(err, "get k"), expected)
     conn = translate(EndpointConnectionError(endpoint_url="http://x"), "get k")
     assert isinstance(conn, RetriableStoreError) and conn.retriable
@@ -380,8 +389,7 @@ def test_failed_part_aborts_the_upload(s3_url: str, moto_server: RecordingMotoSe
     def flaky_upload_part(**kwargs: object) -> object:
         calls.append(kwargs["PartNumber"])
         if len(calls) == 2:
-            raise ClientError({"Error": {"Code": "SlowDown", "Message": "slow"},
-                               "ResponseMetadata": {"HTTPStatusCode": 503}}, "UploadPart")
+            raise client_error("SlowDown", 503, "UploadPart", "slow")
         return real(**kwargs)
 
     s3.client.upload_part = flaky_upload_part
@@ -445,7 +453,7 @@ def test_retry_delays() -> None:
     assert slept == pytest.approx([0.1, 0.2, 0.4, 0.5])
     for bad in ({"attempts": 0}, {"jitter": 1.5}, {"base_delay_s": -1.0}):
         with pytest.raises(ValueError):
-            RetryPolicy(**bad)  # type: ignore[arg-type]
+            RetryPolicy(**bad)
 
 
 @pytest.mark.parametrize("exc,expected,retriable", [
@@ -453,8 +461,7 @@ def test_retry_delays() -> None:
     (ConnectionClosedError(endpoint_url="http://x"), RetriableStoreError, True),
     (NoCredentialsError(), PermissionError, False),
     (ParamValidationError(report="bad"), ValueError, False),
-    (ClientError({"Error": {"Code": "Weird"}, "ResponseMetadata": {"HTTPStatusCode": 400}},
-                 "GetObject"), ObjectStoreError, False),
+    (client_error("Weird", 400, "GetObject"), ObjectStoreError, False),
 ])
 def test_transport_errors(exc: Exception, expected: type[Exception], retriable: bool) -> None:
     out = translate(exc, "get k")
