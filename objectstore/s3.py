@@ -45,7 +45,7 @@ from .base import (
     StreamBase,
     _no_listener,
 )
-from .errors import InvalidRangeError, ObjectStoreError, RetriableStoreError
+from .errors import InvalidRangeError, ObjectStoreError, RetriableStoreError, UnsupportedUrlError
 
 ENV_ENDPOINT = "AWS_ENDPOINT_URL"
 ENV_REGION = "AWS_REGION"
@@ -260,7 +260,7 @@ class S3Store(ObjectStore):
                  client: Any = None) -> None:
         parsed = urlparse(url)
         if parsed.scheme != "s3" or not parsed.netloc:
-            raise ValueError(f"not an s3://bucket/prefix URL: {url!r}")
+            raise UnsupportedUrlError(f"not an s3://bucket/prefix URL: {url!r}")
         if part_size < MIN_PART_SIZE:
             raise ValueError(f"part size {part_size} below S3's minimum of {MIN_PART_SIZE}")
         self.url = url
