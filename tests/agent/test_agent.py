@@ -13,9 +13,11 @@ from agent import (
     AgentConfig,
     BufferFullError,
     FlushError,
+    FlushTotals,
     InvalidRecordError,
     Reader,
     RecordTooLargeError,
+    producer,
 )
 from agent.producer import ProduceFuture
 from metadata import MetadataStore
@@ -58,7 +60,7 @@ def test_one_object_per_flush_many_partitions_exact_round_trip(env: Env) -> None
         assert fut.result() == idx  # offsets 0..n-1 per partition, in produce order
     objects = list(env.store.list("data/"))
     assert len(objects) == len(a.reports) >= 2
-    assert all(r.partitions == 50 for r in a.reports[:-1])  # each object holds many partitions
+    assert all(r.partitions == 50 for r in list(a.reports)[:-1])  # many partitions each
     reader = Reader(env.store, env.metadata)
     for p, recs in produced.items():
         got = list(reader.read("events", p, 0))
@@ -159,6 +161,29 @@ def test_per_partition_objects_fail_and_succeed_per_partition(tmp_path: object) 
             assert fut.exception() is None and fut.result() in (0, 1, 2)
     assert seen == [0]
     assert [p.next_offset for p in md.partitions("t")] == [3, 0, 3]
+    md.close()
+
+
+def test_reports_keep_the_last_objects_and_totals_count_every_one(
+        tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long-running agent keeps only the last REPORTS_KEPT flush reports; its totals count
+    every committed object, and no failed one."""
+    monkeypatch.setattr(producer, "REPORTS_KEPT", 2)
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
+    md.create_topic("t", 3)
+    store = FailSecondPutStore(open_store("memory://totals"))
+    cfg = AgentConfig(linger_ms=10_000, objects="per_partition")
+    with Agent(store, md, cfg) as agent:  # type: ignore[arg-type]
+        for _ in range(2):
+            for p in range(3):
+                agent.produce("t", p, b"k", b"v")
+            agent.flush()
+    objects = list(store._inner.list("data/"))
+    assert len(objects) == 5  # 2 flushes x 3 partitions, one upload failed
+    assert len(agent.reports) == 2 and {r.object_key for r in agent.reports} <= {
+        o.key for o in objects}
+    assert agent.totals == FlushTotals(flushes=2, objects=5, records=5,
+                                       bytes=sum(o.size for o in objects))
     md.close()
 
 
