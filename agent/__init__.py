@@ -10,7 +10,7 @@ from .errors import (
     InvalidRecordError,
     RecordTooLargeError,
 )
-from .producer import Agent, FlushReport, ProduceFuture
+from .producer import Agent, FlushReport, FlushTotals, ProduceFuture
 from .reader import ConsumedRecord, Reader
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "FlushError",
     "FlushOutcomeUnknownError",
     "FlushReport",
+    "FlushTotals",
     "InvalidRecordError",
     "ProduceFuture",
     "Reader",

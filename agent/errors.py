@@ -24,11 +24,14 @@ class InvalidRecordError(AgentError):
 
 
 class RecordTooLargeError(InvalidRecordError):
-    """The record is larger than the topic's max.message.bytes."""
+    """The record (or batch) is larger than the topic's max.message.bytes, or the record
+    alone is larger than the agent's whole buffer.memory."""
 
 
 class FlushError(AgentError):
-    """The flush holding this record failed; none of its records became visible."""
+    """The object holding this record could not be written or committed; none of that
+    object's records became visible (with one object per partition, other partitions of
+    the same flush may have succeeded)."""
 
     retriable = True
 

@@ -24,7 +24,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from clock import SYSTEM_CLOCK, Clock
 from fileformat import ChunkBuilder, ChunkIndex, FileWriter, KeyHasher
@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 Headers = Sequence[tuple[str, bytes | None]]
 # Per-record overhead in the buffer accounting (varints, attributes, headers framing).
 RECORD_OVERHEAD = 24
+# FlushReports an agent keeps (`Agent.reports`); `Agent.totals` counts all of them.
+REPORTS_KEPT = 1000
 
 
 def new_object_key(clock: Clock = SYSTEM_CLOCK) -> str:
@@ -129,12 +131,31 @@ class _Buffer:
 
 @dataclass(frozen=True, slots=True)
 class FlushReport:
-    """What one flush wrote."""
+    """One committed object of a flush (a flush writes one, or one per partition)."""
 
     object_key: str
     partitions: int
     records: int
     bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class FlushTotals:
+    """Running totals over every object an agent committed; failed objects are not counted.
+
+    Immutable: the flusher thread replaces `Agent.totals` whole, so readers on other
+    threads always see one consistent set of numbers.
+    """
+
+    flushes: int = 0  # flushes that committed at least one object
+    objects: int = 0
+    records: int = 0
+    bytes: int = 0
+
+    def plus(self, report: FlushReport) -> FlushTotals:
+        """These totals with one more committed object."""
+        return FlushTotals(self.flushes, self.objects + 1, self.records + report.records,
+                           self.bytes + report.bytes)
 
 
 class Agent:
@@ -170,7 +191,10 @@ class Agent:
         self._flushed_count = 0  # buffers flushed (or failed) so far
         self._closed = False
         self._error: BaseException | None = None
-        self.reports: list[FlushReport] = []
+        # The last REPORTS_KEPT objects written (a long-running agent must not grow without
+        # bound) and the running totals over every object committed.
+        self.reports: deque[FlushReport] = deque(maxlen=REPORTS_KEPT)
+        self.totals = FlushTotals()
         self._thread = threading.Thread(target=self._run, name="silt-agent-flusher", daemon=True)
         self._thread.start()
 
@@ -367,6 +391,7 @@ class Agent:
     def _flush(self, buf: _Buffer) -> None:
         items = sorted(buf.partitions.items())
         outcome: FlushOutcome = {}
+        objects_before = self.totals.objects
         try:
             if self._config.objects == OBJECTS_PER_PARTITION:
                 for item in items:
@@ -380,6 +405,8 @@ class Agent:
                 outcome.setdefault(tp, error)
             raise
         finally:
+            if self.totals.objects > objects_before:
+                self.totals = replace(self.totals, flushes=self.totals.flushes + 1)
             buf.done.set_result(outcome)
 
     def _flush_object(
@@ -425,7 +452,9 @@ class Agent:
             return
         for tp, _ in items:
             outcome[tp] = bases[tp]
-        self.reports.append(FlushReport(key, len(items), records, layout.size))
+        report = FlushReport(key, len(items), records, layout.size)
+        self.reports.append(report)
+        self.totals = self.totals.plus(report)
 
     @staticmethod
     def _fail(

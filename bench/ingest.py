@@ -79,7 +79,7 @@ def run_ingest(p: IngestParams) -> dict[str, Any]:
                         fut.add_done_callback(acked(i))
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         used = (store.counters() - before).as_dict()
-        flushes = len(agent.reports)
+        flushes = agent.totals.flushes
         md.close()
     records = len(batches) * p.batch_records if batches else p.records
     payload = records * (p.value_size + 12)

@@ -50,16 +50,17 @@ def run_demo(
     for _, _, f in futures:
         f.result()  # raises if any flush failed
     used = store.counters() - before
-    flushes = agent.reports
+    totals = agent.totals
     echo(
         f"produced {records + 1002} records in {elapsed:.2f}s through one agent:"
-        f" {len(flushes)} flushes -> {len(flushes)} objects ({used.as_dict().get('PUT', 0)} PUT,"
+        f" {totals.flushes} flushes -> {totals.objects} objects"
+        f" ({used.as_dict().get('PUT', 0)} PUT,"
         f" {used.as_dict().get('UploadPart', 0)} UploadPart), not one per partition"
     )
-    if flushes:
-        widest = max(r.partitions for r in flushes)
+    if totals.objects:
+        widest = max(r.partitions for r in agent.reports)  # the demo keeps every report
         echo(f"each object holds up to {widest} topic-partitions;"
-             f" mean object size {sum(r.bytes for r in flushes) // len(flushes):,} bytes")
+             f" mean object size {totals.bytes // totals.objects:,} bytes")
 
     reader = Reader(store, metadata)
     got = 0

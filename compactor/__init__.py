@@ -1,7 +1,11 @@
-"""The compactor: merges files with Kafka's two-pass dedupe, two streams per input file."""
+"""The compactor: merges files with Kafka's two-pass dedupe, two streams per input file.
+
+It has no error classes of its own: a job's failures (lost lease, refused commit, store
+errors) are reported in its JobReport's `outcome` rather than raised, so one bad job never
+stops a worker loop; anything else it raises is a built-in or another package's error.
+"""
 
 from .dedupe import DEFAULT_MEMORY_BUDGET, MAP_BYTES_PER_KEY, dedupe
-from .errors import CompactorError
 from .merge import MergeStats
 from .worker import Compactor, CompactorConfig, JobReport
 
@@ -10,7 +14,6 @@ __all__ = [
     "MAP_BYTES_PER_KEY",
     "Compactor",
     "CompactorConfig",
-    "CompactorError",
     "JobReport",
     "MergeStats",
     "dedupe",

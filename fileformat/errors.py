@@ -1,10 +1,14 @@
-"""Errors raised by the pure codecs in `fileformat` (flat: one class per condition)."""
+"""Errors about the bytes `fileformat` encodes and decodes (flat: one class per condition).
+
+Misuse of the writing API (bad arguments, calls out of order) raises the built-in
+ValueError or RuntimeError instead: that is a bug in the caller, not in the bytes.
+"""
 
 from __future__ import annotations
 
 
 class FormatError(Exception):
-    """Base class for every error raised while encoding or decoding siltstream bytes."""
+    """Base class of the errors below: bytes that cannot be read or written as asked."""
 
     retriable = False
 
@@ -18,4 +22,5 @@ class TruncatedError(CorruptDataError):
 
 
 class UnsupportedError(FormatError):
-    """A well-formed structure uses a version, magic or codec this build cannot handle."""
+    """A well-formed structure uses a version, magic, codec or batch kind (control batches)
+    this build cannot handle."""

@@ -24,7 +24,7 @@ from .errors import (
 )
 from .local import FileStore, MemoryStore
 from .s3 import S3Store
-from .wrappers import CountingStore, RetryingStore, RetryPolicy
+from .wrappers import CountingStore, RetryingStore, RetryPolicy, StoreWrapper
 
 SCHEMES = ("file", "memory", "s3")
 DEFAULT_STORE_URL = "file://./silt-data/objects"  # the embedded default
@@ -81,6 +81,7 @@ __all__ = [
     "RetryPolicy",
     "RetryingStore",
     "S3Store",
+    "StoreWrapper",
     "UnsupportedUrlError",
     "open_backend",
     "open_store",

@@ -16,10 +16,10 @@ makes to its listener (see `set_request_listener`), so counts are per HTTP reque
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from types import TracebackType
-from typing import Protocol
+from typing import Protocol, Self
 
 # Request types, as S3 bills and logs them.
 PUT = "PUT"
@@ -58,18 +58,14 @@ class ReadStream(Protocol):
     ) -> None: ...
 
 
-class StreamBase(abc.ABC):
-    """What every ReadStream implementation shares: used as a context manager, exit closes."""
-
-    @abc.abstractmethod
-    def read(self, n: int = -1, /) -> bytes:
-        """Exactly n bytes unless the range ends first; n < 0 reads to the end."""
+class _Closing(abc.ABC):
+    """Used as a context manager: `with` gives the object itself, and exit closes it."""
 
     @abc.abstractmethod
     def close(self) -> None:
-        """Release the underlying file or HTTP body."""
+        """Release the underlying file or HTTP body (a writer: commit the upload)."""
 
-    def __enter__(self) -> StreamBase:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -78,7 +74,15 @@ class StreamBase(abc.ABC):
         self.close()
 
 
-class ObjectWriter(abc.ABC):
+class StreamBase(_Closing):
+    """What every ReadStream implementation shares: used as a context manager, exit closes."""
+
+    @abc.abstractmethod
+    def read(self, n: int = -1, /) -> bytes:
+        """Exactly n bytes unless the range ends first; n < 0 reads to the end."""
+
+
+class ObjectWriter(_Closing):
     """A streaming upload: `write` as often as needed, `close` to commit, `abort` to drop.
 
     Nothing is visible under the key before `close` returns; an aborted or crashed upload
@@ -92,10 +96,6 @@ class ObjectWriter(abc.ABC):
         """Append `data` (may upload a part); returns len(data)."""
 
     @abc.abstractmethod
-    def close(self) -> None:
-        """Commit: the object becomes visible under the key, whole."""
-
-    @abc.abstractmethod
     def abort(self) -> None:
         """Drop everything written; no object is created."""
 
@@ -103,9 +103,6 @@ class ObjectWriter(abc.ABC):
     @abc.abstractmethod
     def bytes_written(self) -> int:
         """Bytes accepted by `write` so far."""
-
-    def __enter__(self) -> ObjectWriter:
-        return self
 
     def __exit__(
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
@@ -139,6 +136,11 @@ class RequestCounts:
     DELETE: int = 0
     bytes_sent: int = 0
     bytes_received: int = 0
+
+    @classmethod
+    def of(cls, counts: Mapping[str, int]) -> RequestCounts:
+        """The counts for these field names; names missing from `counts` are 0."""
+        return cls(**{f.name: counts.get(f.name, 0) for f in fields(cls)})
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -200,3 +202,15 @@ class ObjectStore(abc.ABC):
     def counters(self) -> RequestCounts:
         """Requests made so far; zero unless the store is wrapped in a CountingStore."""
         return RequestCounts()
+
+
+class Backend(ObjectStore):
+    """A store that makes its requests itself (not a wrapper): it reports each one to the
+    listener given to `set_request_listener`, by default to nobody."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._report: RequestListener = _no_listener
+
+    def set_request_listener(self, listener: RequestListener) -> None:
+        self._report = listener

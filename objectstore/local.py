@@ -17,13 +17,12 @@ from .base import (
     HEAD,
     LIST,
     PUT,
+    Backend,
     ObjectInfo,
-    ObjectStore,
     ObjectWriter,
     ReadStream,
     RequestListener,
     StreamBase,
-    _no_listener,
 )
 from .errors import InvalidRangeError
 
@@ -45,16 +44,15 @@ def _check_range(size: int, start: int, end: int | None) -> int:
     return end
 
 
-def _empty_stream() -> _FileRangeStream:
+def _empty_stream(on_read: RequestListener) -> _FileRangeStream:
     """The stream over an empty range: no request is made, as on S3."""
-    return _FileRangeStream(io.BytesIO(b""), 0, 0)
+    return _FileRangeStream(io.BytesIO(b""), 0, 0, on_read)
 
 
 class _FileRangeStream(StreamBase):
     """Reads [start, end) of an open file forward-only."""
 
-    def __init__(self, f: BinaryIO, start: int, end: int,
-                 on_read: RequestListener = _no_listener) -> None:
+    def __init__(self, f: BinaryIO, start: int, end: int, on_read: RequestListener) -> None:
         self._f = f
         self._left = end - start
         self._on_read = on_read
@@ -134,17 +132,13 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class FileStore(ObjectStore):
+class FileStore(Backend):
     """Objects as files under a root directory; writes are atomic (temp file + rename)."""
 
     def __init__(self, root: str | Path, url: str | None = None) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        self.url = url or f"file://{self.root}"
-        self._report: RequestListener = _no_listener
-
-    def set_request_listener(self, listener: RequestListener) -> None:
-        self._report = listener
+        super().__init__(url or f"file://{self.root}")
 
     def _path(self, key: str) -> Path:
         if not key or key.startswith("/") or ".." in Path(key).parts:
@@ -163,7 +157,7 @@ class FileStore(ObjectStore):
         if _bad_range(start, end):
             raise InvalidRangeError(f"bad range [{start}, {end}) for {key!r}")
         if end == start:
-            return _empty_stream()
+            return _empty_stream(self._report)
         f = path.open("rb")
         try:
             stop = _check_range(os.fstat(f.fileno()).st_size, start, end)
@@ -231,17 +225,13 @@ class _MemoryWriter(ObjectWriter):
         self._done = True
 
 
-class MemoryStore(ObjectStore):
+class MemoryStore(Backend):
     """Objects in a process-wide dict; each `memory://name` is its own namespace."""
 
     def __init__(self, name: str = "") -> None:
-        self.url = f"memory://{name}"
+        super().__init__(f"memory://{name}")
         with _MEMORY_LOCK:
             self._objects = _MEMORY.setdefault(name, {})
-        self._report: RequestListener = _no_listener
-
-    def set_request_listener(self, listener: RequestListener) -> None:
-        self._report = listener
 
     def _get(self, key: str) -> bytes:
         try:
@@ -261,7 +251,7 @@ class MemoryStore(ObjectStore):
         if _bad_range(start, end):
             raise InvalidRangeError(f"bad range [{start}, {end}) for {key!r}")
         if end == start:
-            return _empty_stream()
+            return _empty_stream(self._report)
         data = self._get(key)
         stop = _check_range(len(data), start, end)
         self._report(GET, 0, 0)

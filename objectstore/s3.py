@@ -37,15 +37,14 @@ from .base import (
     LIST,
     PUT,
     UPLOAD_PART,
+    Backend,
     ObjectInfo,
-    ObjectStore,
     ObjectWriter,
     ReadStream,
     RequestListener,
     StreamBase,
-    _no_listener,
 )
-from .errors import InvalidRangeError, ObjectStoreError, RetriableStoreError
+from .errors import InvalidRangeError, ObjectStoreError, RetriableStoreError, UnsupportedUrlError
 
 ENV_ENDPOINT = "AWS_ENDPOINT_URL"
 ENV_REGION = "AWS_REGION"
@@ -252,7 +251,7 @@ class _S3Writer(ObjectWriter):
                     Bucket=self._s.bucket, Key=self._key, UploadId=self._upload_id)
 
 
-class S3Store(ObjectStore):
+class S3Store(Backend):
     """`s3://bucket/prefix`: every key lives under the prefix."""
 
     def __init__(self, url: str, *, part_size: int = DEFAULT_PART_SIZE,
@@ -260,15 +259,14 @@ class S3Store(ObjectStore):
                  client: Any = None) -> None:
         parsed = urlparse(url)
         if parsed.scheme != "s3" or not parsed.netloc:
-            raise ValueError(f"not an s3://bucket/prefix URL: {url!r}")
+            raise UnsupportedUrlError(f"not an s3://bucket/prefix URL: {url!r}")
         if part_size < MIN_PART_SIZE:
             raise ValueError(f"part size {part_size} below S3's minimum of {MIN_PART_SIZE}")
-        self.url = url
+        super().__init__(url)
         self.bucket = parsed.netloc
         self.prefix = parsed.path.strip("/")
         self.part_size = part_size
         self.multipart_threshold = max(multipart_threshold, part_size)
-        self._report: RequestListener = _no_listener
         if client is None:
             endpoint = os.environ.get(ENV_ENDPOINT) or None
             region = os.environ.get(ENV_REGION) or os.environ.get(ENV_DEFAULT_REGION)
@@ -290,9 +288,6 @@ class S3Store(ObjectStore):
             body = request.body
             sent = len(body) if isinstance(body, bytes | bytearray) else 0
             self._report(op, sent, 0)
-
-    def set_request_listener(self, listener: RequestListener) -> None:
-        self._report = listener
 
     def _key(self, key: str) -> str:
         if not key:

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from .base import (
-    REQUEST_TYPES,
     ObjectInfo,
     ObjectStore,
     ObjectWriter,
@@ -62,79 +61,15 @@ class RetryPolicy:
                 attempt += 1
 
 
-class RetryingStore(ObjectStore):
-    """Retries each call under one RetryPolicy.
-
-    `open_stream` retries only the opening: a stream that breaks mid-read raises
-    RetriableStoreError to the caller (resuming would be a second GET it did not ask for).
-    `put_stream` is not retried at all: a failed part aborts the upload and the caller
-    rewrites the object. `list` materialises the listing so that it can be retried whole.
-    """
-
-    def __init__(self, inner: ObjectStore, policy: RetryPolicy | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        self.inner = inner
-        self.url = inner.url
-        self.policy = policy or RetryPolicy()
-        self._sleep = sleep
-
-    def _run(self, fn: Callable[[], T]) -> T:
-        return self.policy.run(fn, self._sleep)
-
-    def set_request_listener(self, listener: RequestListener) -> None:
-        self.inner.set_request_listener(listener)
-
-    def put(self, key: str, data: bytes) -> None:
-        self._run(lambda: self.inner.put(key, data))
-
-    def put_stream(self, key: str) -> ObjectWriter:
-        return self.inner.put_stream(key)
-
-    def open_stream(self, key: str, start: int = 0, end: int | None = None) -> ReadStream:
-        return self._run(lambda: self.inner.open_stream(key, start, end))
-
-    def get_range(self, key: str, start: int, end: int) -> bytes:
-        return self._run(lambda: self.inner.get_range(key, start, end))
-
-    def size(self, key: str) -> int:
-        return self._run(lambda: self.inner.size(key))
-
-    def delete_many(self, keys: Iterable[str]) -> None:
-        batch = list(keys)
-        self._run(lambda: self.inner.delete_many(batch))
-
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        return iter(self._run(lambda: list(self.inner.list(prefix))))
-
-
-class CountingStore(ObjectStore):
-    """Counts the requests the wrapped backend actually makes, by type, and bytes moved."""
+class StoreWrapper(ObjectStore):
+    """Forwards every call to `inner`: a wrapper overrides only what it adds."""
 
     def __init__(self, inner: ObjectStore) -> None:
         self.inner = inner
         self.url = inner.url
-        self._lock = threading.Lock()
-        self._counts: Counter[str] = Counter()
-        self._extra: RequestListener | None = None
-        inner.set_request_listener(self._on_request)
-
-    def _on_request(self, op: str, sent: int, received: int) -> None:
-        with self._lock:
-            if op:
-                self._counts[op] += 1
-            self._counts["bytes_sent"] += sent
-            self._counts["bytes_received"] += received
-        if self._extra is not None:
-            self._extra(op, sent, received)
 
     def set_request_listener(self, listener: RequestListener) -> None:
-        self._extra = listener
-
-    def counters(self) -> RequestCounts:
-        with self._lock:
-            c = dict(self._counts)
-        return RequestCounts(**{k: c.get(k, 0) for k in (*REQUEST_TYPES, "bytes_sent",
-                                                          "bytes_received")})
+        self.inner.set_request_listener(listener)
 
     def put(self, key: str, data: bytes) -> None:
         self.inner.put(key, data)
@@ -156,3 +91,68 @@ class CountingStore(ObjectStore):
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         return self.inner.list(prefix)
+
+
+class RetryingStore(StoreWrapper):
+    """Retries each call under one RetryPolicy.
+
+    `open_stream` retries only the opening: a stream that breaks mid-read raises
+    RetriableStoreError to the caller (resuming would be a second GET it did not ask for).
+    `put_stream` is not retried at all: a failed part aborts the upload and the caller
+    rewrites the object. `list` materialises the listing so that it can be retried whole.
+    """
+
+    def __init__(self, inner: ObjectStore, policy: RetryPolicy | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        super().__init__(inner)
+        self.policy = policy or RetryPolicy()
+        self._sleep = sleep
+
+    def _run(self, fn: Callable[[], T]) -> T:
+        return self.policy.run(fn, self._sleep)
+
+    def put(self, key: str, data: bytes) -> None:
+        self._run(lambda: self.inner.put(key, data))
+
+    def open_stream(self, key: str, start: int = 0, end: int | None = None) -> ReadStream:
+        return self._run(lambda: self.inner.open_stream(key, start, end))
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        return self._run(lambda: self.inner.get_range(key, start, end))
+
+    def size(self, key: str) -> int:
+        return self._run(lambda: self.inner.size(key))
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        batch = list(keys)
+        self._run(lambda: self.inner.delete_many(batch))
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        return iter(self._run(lambda: list(self.inner.list(prefix))))
+
+
+class CountingStore(StoreWrapper):
+    """Counts the requests the wrapped backend actually makes, by type, and bytes moved."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+        self._extra: RequestListener | None = None
+        inner.set_request_listener(self._on_request)
+
+    def _on_request(self, op: str, sent: int, received: int) -> None:
+        with self._lock:
+            if op:
+                self._counts[op] += 1
+            self._counts["bytes_sent"] += sent
+            self._counts["bytes_received"] += received
+        if self._extra is not None:
+            self._extra(op, sent, received)
+
+    def set_request_listener(self, listener: RequestListener) -> None:
+        self._extra = listener
+
+    def counters(self) -> RequestCounts:
+        with self._lock:
+            return RequestCounts.of(self._counts)

@@ -13,14 +13,16 @@ from agent import (
     AgentConfig,
     BufferFullError,
     FlushError,
+    FlushTotals,
     InvalidRecordError,
     Reader,
     RecordTooLargeError,
+    producer,
 )
 from agent.producer import ProduceFuture
 from metadata import MetadataStore
 from metadata.errors import OffsetOutOfRangeError
-from objectstore import ObjectStore, open_store
+from objectstore import ObjectStore, ObjectWriter, StoreWrapper, open_store
 
 
 @dataclass
@@ -58,7 +60,7 @@ def test_one_object_per_flush_many_partitions_exact_round_trip(env: Env) -> None
         assert fut.result() == idx  # offsets 0..n-1 per partition, in produce order
     objects = list(env.store.list("data/"))
     assert len(objects) == len(a.reports) >= 2
-    assert all(r.partitions == 50 for r in a.reports[:-1])  # each object holds many partitions
+    assert all(r.partitions == 50 for r in list(a.reports)[:-1])  # many partitions each
     reader = Reader(env.store, env.metadata)
     for p, recs in produced.items():
         got = list(reader.read("events", p, 0))
@@ -96,16 +98,10 @@ def test_below_log_start_is_an_error(env: Env) -> None:
         list(Reader(env.store, env.metadata).read("t", 0, -1))
 
 
-class FailingPutStore:
+class FailingPutStore(StoreWrapper):
     """Wraps a store; every object upload fails."""
 
-    def __init__(self, inner: ObjectStore) -> None:
-        self._inner = inner
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._inner, name)
-
-    def put_stream(self, key: str) -> object:
+    def put_stream(self, key: str) -> ObjectWriter:
         raise OSError("injected upload failure")
 
 
@@ -113,7 +109,7 @@ def test_failed_flush_fails_every_future_and_shows_nothing(tmp_path: object) -> 
     md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
     md.create_topic("t", 3)
     store = open_store("memory://failing")
-    agent = Agent(FailingPutStore(store), md, AgentConfig(linger_ms=10_000))  # type: ignore[arg-type]
+    agent = Agent(FailingPutStore(store), md, AgentConfig(linger_ms=10_000))
     futs = [agent.produce("t", i % 3, b"k", b"v") for i in range(10)]
     agent.close()
     for fut in futs:
@@ -131,11 +127,11 @@ class FailSecondPutStore(FailingPutStore):
         super().__init__(inner)
         self.puts = 0
 
-    def put_stream(self, key: str) -> object:
+    def put_stream(self, key: str) -> ObjectWriter:
         self.puts += 1
         if self.puts == 2:
             raise OSError("injected upload failure")
-        return self._inner.put_stream(key)
+        return self.inner.put_stream(key)
 
 
 def test_per_partition_objects_fail_and_succeed_per_partition(tmp_path: object) -> None:
@@ -144,7 +140,7 @@ def test_per_partition_objects_fail_and_succeed_per_partition(tmp_path: object) 
     md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
     md.create_topic("t", 3)
     store = FailSecondPutStore(open_store("memory://partly"))
-    agent = Agent(store, md, AgentConfig(linger_ms=10_000, objects="per_partition"))  # type: ignore[arg-type]
+    agent = Agent(store, md, AgentConfig(linger_ms=10_000, objects="per_partition"))
     futs = [(i % 3, agent.produce("t", i % 3, b"k", b"v")) for i in range(9)]
     seen: list[int] = []
     futs[0][1].add_done_callback(lambda f: seen.append(f.result()))
@@ -162,14 +158,37 @@ def test_per_partition_objects_fail_and_succeed_per_partition(tmp_path: object) 
     md.close()
 
 
+def test_reports_keep_the_last_objects_and_totals_count_every_one(
+        tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long-running agent keeps only the last REPORTS_KEPT flush reports; its totals count
+    every committed object, and no failed one."""
+    monkeypatch.setattr(producer, "REPORTS_KEPT", 2)
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
+    md.create_topic("t", 3)
+    store = FailSecondPutStore(open_store("memory://totals"))
+    cfg = AgentConfig(linger_ms=10_000, objects="per_partition")
+    with Agent(store, md, cfg) as agent:
+        for _ in range(2):
+            for p in range(3):
+                agent.produce("t", p, b"k", b"v")
+            agent.flush()
+    objects = list(store.list("data/"))
+    assert len(objects) == 5  # 2 flushes x 3 partitions, one upload failed
+    assert len(agent.reports) == 2 and {r.object_key for r in agent.reports} <= {
+        o.key for o in objects}
+    assert agent.totals == FlushTotals(flushes=2, objects=5, records=5,
+                                       bytes=sum(o.size for o in objects))
+    md.close()
+
+
 class BlockingPutStore(FailingPutStore):
     def __init__(self, inner: ObjectStore, gate: threading.Event) -> None:
         super().__init__(inner)
         self._gate = gate
 
-    def put_stream(self, key: str) -> object:
+    def put_stream(self, key: str) -> ObjectWriter:
         self._gate.wait()
-        return self._inner.put_stream(key)
+        return self.inner.put_stream(key)
 
 
 def test_full_buffer_blocks_then_fails_clearly(tmp_path: object) -> None:
@@ -178,7 +197,7 @@ def test_full_buffer_blocks_then_fails_clearly(tmp_path: object) -> None:
     gate = threading.Event()
     store = BlockingPutStore(open_store("memory://blocking"), gate)
     cfg = AgentConfig(linger_ms=0, flush_bytes=1024, buffer_memory=4096, max_block_ms=200)
-    agent = Agent(store, md, cfg)  # type: ignore[arg-type]
+    agent = Agent(store, md, cfg)
     with pytest.raises(BufferFullError, match=r"buffer\.memory=4096"):
         for _ in range(100):
             agent.produce("t", 0, b"k", b"x" * 500)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from agent import Agent, AgentConfig, Reader
@@ -20,7 +21,7 @@ class Env:
     clock: ManualClock
     produced: dict[tuple[str, int], list[Rec]] = field(default_factory=dict)
 
-    def produce(self, topic: str, rows: list[tuple[int, bytes | None, bytes | None]]) -> None:
+    def produce(self, topic: str, rows: Sequence[tuple[int, bytes | None, bytes | None]]) -> None:
         """rows: (partition, key, value); records the offsets the agent assigns."""
         with Agent(self.store, self.md, AgentConfig(linger_ms=60_000), clock=self.clock) as a:
             futs = [(p, k, v, a.produce(topic, p, k, v)) for p, k, v in rows]

@@ -18,7 +18,7 @@ from metadata import MetadataStore
 from objectstore import open_store
 
 if TYPE_CHECKING:
-    from typing import Any as LocalStack
+    from tests.localstack.conftest import LocalStack
 
 
 

@@ -6,10 +6,9 @@ import random
 import threading
 from collections import defaultdict
 
-from metadata_helpers import chunk, commit
-
 from metadata import MetadataStore
 from metadata.errors import TopicExistsError
+from tests.metadata.metadata_helpers import chunk, commit
 
 WRITERS = 8
 COMMITS_EACH = 40

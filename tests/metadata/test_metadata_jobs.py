@@ -9,7 +9,6 @@ import time
 from typing import Any
 
 import pytest
-from metadata_helpers import chunk, commit, lose_next_commit
 
 from clock import ManualClock
 from metadata import CompactionOutput, Lease, MetadataStore, OutputSegment
@@ -23,6 +22,7 @@ from metadata.errors import (
     MetadataError,
     StaleLeaseError,
 )
+from tests.metadata.metadata_helpers import chunk, commit, lose_next_commit
 
 LEASE_MS = 30_000
 GRACE_MS = 60_000

@@ -7,12 +7,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from metadata_helpers import chunk, commit
 
 from clock import ManualClock
 from metadata import ChunkMeta, CompactionOutput, MetadataStore, OutputSegment
 from metadata import schema as s
 from metadata.errors import CommitConflictError, OffsetOutOfRangeError
+from tests.metadata.metadata_helpers import chunk, commit
 
 DAY = 86_400_000
 

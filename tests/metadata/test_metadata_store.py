@@ -9,7 +9,6 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from metadata_helpers import chunk, commit, lose_next_commit
 
 from clock import ManualClock
 from metadata import MetadataStore
@@ -29,6 +28,7 @@ from metadata.errors import (
     UnsupportedUrlError,
 )
 from metadata.schema import LATEST_VERSION
+from tests.metadata.metadata_helpers import chunk, commit, lose_next_commit
 
 # ------------------------------------------------------------------ open / schema
 

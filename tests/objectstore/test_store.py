@@ -26,17 +26,29 @@ from objectstore import (
     MemoryStore,
     ObjectStore,
     ObjectStoreError,
+    ReadStream,
     RequestCounts,
     RetriableStoreError,
     RetryingStore,
     RetryPolicy,
     S3Store,
+    StoreWrapper,
     UnsupportedUrlError,
     open_backend,
     open_store,
 )
 from objectstore.s3 import DEFAULT_REGION, MIN_PART_SIZE, translate
 from objectstore.testserver import RecordingMotoServer, ServedRequest
+
+
+def client_error(code: str, status: int, operation: str, message: str | None = None
+                 ) -> ClientError:
+    """A ClientError shaped as botocore builds it (the stubs require full ResponseMetadata)."""
+    return ClientError({"Error": {"Code": code} if message is None
+                        else {"Code": code, "Message": message},
+                        "ResponseMetadata": {"RequestId": "", "HostId": "",
+                                             "HTTPStatusCode": status, "HTTPHeaders": {},
+                                             "RetryAttempts": 0}}, operation)
 
 
 @pytest.fixture(params=["memory", "file", "s3"])
@@ -150,14 +162,14 @@ def test_missing_bucket_is_file_not_found(moto_server: RecordingMotoServer,
 # ------------------------------------------------------------ retry policy and translation
 
 
-class Flaky:
-    """A stand-in store whose `size` fails `failures` times with `error`."""
+class Flaky(StoreWrapper):
+    """A store whose `size` fails `failures` times with `error`, then answers 42."""
 
     def __init__(self, failures: int, error: Exception) -> None:
+        super().__init__(MemoryStore("flaky"))
         self.calls = 0
         self.failures = failures
         self.error = error
-        self.url = "flaky://"
 
     def size(self, key: str) -> int:
         self.calls += 1
@@ -165,21 +177,18 @@ class Flaky:
             raise self.error
         return 42
 
-    def set_request_listener(self, listener: object) -> None:
-        pass
-
 
 def test_retry_policy_retries_only_retriable_errors() -> None:
     flaky = Flaky(2, RetriableStoreError("SlowDown"))
-    store = RetryingStore(flaky, RetryPolicy(attempts=5), sleep=lambda s: None)  # type: ignore[arg-type]
+    store = RetryingStore(flaky, RetryPolicy(attempts=5), sleep=lambda s: None)
     assert store.size("k") == 42 and flaky.calls == 3
     fatal = Flaky(2, PermissionError("AccessDenied"))
-    store = RetryingStore(fatal, RetryPolicy(attempts=5), sleep=lambda s: None)  # type: ignore[arg-type]
+    store = RetryingStore(fatal, RetryPolicy(attempts=5), sleep=lambda s: None)
     with pytest.raises(PermissionError):
         store.size("k")
     assert fatal.calls == 1
     always = Flaky(99, RetriableStoreError("503"))
-    store = RetryingStore(always, RetryPolicy(attempts=3), sleep=lambda s: None)  # type: ignore[arg-type]
+    store = RetryingStore(always, RetryPolicy(attempts=3), sleep=lambda s: None)
     with pytest.raises(RetriableStoreError):
         store.size("k")
     assert always.calls == 3
@@ -196,8 +205,7 @@ def test_retry_policy_retries_only_retriable_errors() -> None:
     ("", 503, RetriableStoreError),
 ])
 def test_error_table(code: str, status: int, expected: type[Exception]) -> None:
-    err = ClientError({"Error": {"Code": code, "Message": "m"},
-                       "ResponseMetadata": {"HTTPStatusCode": status}}, "GetObject")
+    err = client_error(code, status, "GetObject", "m")
     assert isinstance(translate(err, "get k"), expected)
     conn = translate(EndpointConnectionError(endpoint_url="http://x"), "get k")
     assert isinstance(conn, RetriableStoreError) and conn.retriable
@@ -268,7 +276,8 @@ def test_urls_select_backends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert isinstance(open_store("memory://x"), CountingStore)
     assert isinstance(open_store("memory://x", counting=False), RetryingStore)
     assert isinstance(open_store("memory://x", counting=False, retry=None), MemoryStore)
-    assert isinstance(open_store("memory://x", retry=None).inner, MemoryStore)  # type: ignore[attr-defined]
+    counted = open_store("memory://x", retry=None)
+    assert isinstance(counted, CountingStore) and isinstance(counted.inner, MemoryStore)
     with pytest.raises(ValueError):
         open_store("s3:///no-bucket")
 
@@ -380,8 +389,7 @@ def test_failed_part_aborts_the_upload(s3_url: str, moto_server: RecordingMotoSe
     def flaky_upload_part(**kwargs: object) -> object:
         calls.append(kwargs["PartNumber"])
         if len(calls) == 2:
-            raise ClientError({"Error": {"Code": "SlowDown", "Message": "slow"},
-                               "ResponseMetadata": {"HTTPStatusCode": 503}}, "UploadPart")
+            raise client_error("SlowDown", 503, "UploadPart", "slow")
         return real(**kwargs)
 
     s3.client.upload_part = flaky_upload_part
@@ -421,14 +429,14 @@ def test_whole_object_get_sends_no_range(s3_url: str, moto_server: RecordingMoto
 
 
 class FlakyStreams(Flaky):
-    def open_stream(self, key: str, start: int = 0, end: int | None = None) -> object:
+    def open_stream(self, key: str, start: int = 0, end: int | None = None) -> ReadStream:
         self.size(key)
         return io.BytesIO(b"data")
 
 
 def test_stream_opening_is_retried() -> None:
     flaky = FlakyStreams(2, RetriableStoreError("reset"))
-    store = RetryingStore(flaky, RetryPolicy(), sleep=lambda s: None)  # type: ignore[arg-type]
+    store = RetryingStore(flaky, RetryPolicy(), sleep=lambda s: None)
     assert store.open_stream("k").read() == b"data" and flaky.calls == 3
 
 
@@ -439,13 +447,13 @@ def test_retry_delays() -> None:
     assert all(0.0 <= full.delay(3) <= 0.4 for _ in range(100))
     slept: list[float] = []
     always = Flaky(99, RetriableStoreError("503"))
-    store = RetryingStore(always, exact, sleep=slept.append)  # type: ignore[arg-type]
+    store = RetryingStore(always, exact, sleep=slept.append)
     with pytest.raises(RetriableStoreError):
         store.size("k")
     assert slept == pytest.approx([0.1, 0.2, 0.4, 0.5])
     for bad in ({"attempts": 0}, {"jitter": 1.5}, {"base_delay_s": -1.0}):
         with pytest.raises(ValueError):
-            RetryPolicy(**bad)  # type: ignore[arg-type]
+            RetryPolicy(**bad)
 
 
 @pytest.mark.parametrize("exc,expected,retriable", [
@@ -453,8 +461,7 @@ def test_retry_delays() -> None:
     (ConnectionClosedError(endpoint_url="http://x"), RetriableStoreError, True),
     (NoCredentialsError(), PermissionError, False),
     (ParamValidationError(report="bad"), ValueError, False),
-    (ClientError({"Error": {"Code": "Weird"}, "ResponseMetadata": {"HTTPStatusCode": 400}},
-                 "GetObject"), ObjectStoreError, False),
+    (client_error("Weird", 400, "GetObject"), ObjectStoreError, False),
 ])
 def test_transport_errors(exc: Exception, expected: type[Exception], retriable: bool) -> None:
     out = translate(exc, "get k")
@@ -488,10 +495,10 @@ def test_served_request_operation(method: str, path: str, query: str, op: str) -
 
 
 def test_each_list_page_is_one_request(s3_url: str, moto_server: RecordingMotoServer) -> None:
-    store = open_store(s3_url)
+    s3 = S3Store(s3_url)
+    store = CountingStore(RetryingStore(s3))  # what open_store builds
     for i in range(5):
         store.put(f"k{i}", b"v")
-    s3 = store.inner.inner  # type: ignore[attr-defined]
     real = s3.client.list_objects_v2
     s3.client.list_objects_v2 = lambda **kw: real(MaxKeys=2, **kw)
     moto_server.clear_log()
