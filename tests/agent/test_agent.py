@@ -18,6 +18,7 @@ from agent import (
     RecordTooLargeError,
 )
 from agent.producer import ProduceFuture
+from costs import PerPartitionObjectsAgent
 from metadata import MetadataStore
 from metadata.errors import OffsetOutOfRangeError
 from objectstore import ObjectStore, open_store
@@ -144,7 +145,7 @@ def test_per_partition_objects_fail_and_succeed_per_partition(tmp_path: object) 
     md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
     md.create_topic("t", 3)
     store = FailSecondPutStore(open_store("memory://partly"))
-    agent = Agent(store, md, AgentConfig(linger_ms=10_000, objects="per_partition"))  # type: ignore[arg-type]
+    agent = PerPartitionObjectsAgent(store, md, AgentConfig(linger_ms=10_000))
     futs = [(i % 3, agent.produce("t", i % 3, b"k", b"v")) for i in range(9)]
     seen: list[int] = []
     futs[0][1].add_done_callback(lambda f: seen.append(f.result()))
