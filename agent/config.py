@@ -16,8 +16,6 @@ DEFAULT_FLUSH_BYTES = 8 * 1024 * 1024
 DEFAULT_BUFFER_MEMORY = 64 * 1024 * 1024
 DEFAULT_MAX_BLOCK_MS = 60_000
 OBJECT_PREFIX = "data/"
-OBJECTS_MULTI_PARTITION = "multi_partition"
-OBJECTS_PER_PARTITION = "per_partition"
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,9 +27,6 @@ class AgentConfig:
     buffer_memory: int = DEFAULT_BUFFER_MEMORY
     max_block_ms: int = DEFAULT_MAX_BLOCK_MS
     compression: Compression = Compression.NONE
-    # OBJECTS_MULTI_PARTITION: one object per flush (siltstream). OBJECTS_PER_PARTITION:
-    # one object per partition per flush, as tiered storage does; only for cost comparisons.
-    objects: str = "multi_partition"
 
     def __post_init__(self) -> None:
         checks = {
@@ -40,9 +35,6 @@ class AgentConfig:
             BUFFER_MEMORY: self.buffer_memory >= self.flush_bytes,
             MAX_BLOCK_MS: self.max_block_ms >= 0,
         }
-        if self.objects not in (OBJECTS_MULTI_PARTITION, OBJECTS_PER_PARTITION):
-            raise ValueError(f"invalid agent setting objects={self.objects!r}"
-                             f" ({OBJECTS_MULTI_PARTITION} or {OBJECTS_PER_PARTITION})")
         for name, ok in checks.items():
             if not ok:
                 value = getattr(self, name.replace(".", "_"))

@@ -32,7 +32,7 @@ from metadata import ChunkMeta, MetadataStore, TopicInfo
 from metadata.errors import CommitUnknownError
 from objectstore import ObjectStore
 
-from .config import OBJECT_PREFIX, OBJECTS_PER_PARTITION, AgentConfig
+from .config import OBJECT_PREFIX, AgentConfig
 from .errors import (
     AgentClosedError,
     BufferFullError,
@@ -388,16 +388,26 @@ class Agent:
                 self._flushed_count += 1
                 self._cond.notify_all()
 
+    def split_flush(self, partitions: list[tuple[str, int]]) -> list[list[tuple[str, int]]]:
+        """How one flush's partitions (sorted) are split into objects, each written and
+        committed on its own, in order; every partition must be in exactly one group.
+
+        siltstream writes ONE object per flush. A subclass may split it otherwise (to measure
+        other designs); each partition's futures then report its own object's outcome.
+        """
+        return [partitions]
+
     def _flush(self, buf: _Buffer) -> None:
         items = sorted(buf.partitions.items())
         outcome: FlushOutcome = {}
         objects_before = self.totals.objects
         try:
-            if self._config.objects == OBJECTS_PER_PARTITION:
-                for item in items:
-                    self._flush_object([item], item[1].builder.record_count, outcome)
-            else:
-                self._flush_object(items, buf.records, outcome)
+            for group in self.split_flush([tp for tp, _ in items]):
+                part = [(tp, buf.partitions[tp]) for tp in group]
+                # The whole flush in one object reports the buffer's count (a raw batch: 1).
+                records = (buf.records if len(part) == len(items)
+                           else sum(pb.builder.record_count for _, pb in part))
+                self._flush_object(part, records, outcome)
         except BaseException as exc:  # a bug, not a flush failure: fail what is left
             error = FlushError(f"flush crashed: {exc}")
             error.__cause__ = exc

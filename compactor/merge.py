@@ -27,6 +27,7 @@ from fileformat import (
     ChunkIndex,
     Compression,
     FileWriter,
+    Readable,
     iter_batches,
     iter_meta,
 )
@@ -53,56 +54,20 @@ class InputFile:
     meta_length: int
     # Live segments of this file: (topic, partition) -> (base_offset, last_offset, cleaned_at).
     segments: Mapping[TopicPartition, tuple[int, int, int | None]]
-    # Where each chunk's META entry and DATA start (for the seek strategy only).
-    meta_starts: tuple[int, ...] = ()
-    data_starts: tuple[int, ...] = ()
 
 
-READ_STREAMS = "streams"  # two forward-only streams per input file (siltstream)
-READ_SEEKS = "seeks"  # one ranged GET per (file, partition) per pass, as a seek-based
-# cleaner on object storage would do; only for cost comparisons (`silt costs`).
+# Opens one input file's META and DATA sections for forward reading: (meta, data), each
+# positioned at its section's start; whatever it opens it registers on the ExitStack.
+InputOpener = Callable[[ObjectStore, InputFile, ExitStack], tuple[Readable, Readable]]
 
 
-class RegionReader:
-    """A forward-only reader that issues one ranged GET per region it enters.
-
-    Regions start at `starts` (sorted absolute positions); reading across a boundary costs a
-    new request. Models a cleaner that seeks to each partition instead of streaming.
-    """
-
-    def __init__(self, store: ObjectStore, key: str, start: int, end: int,
-                 starts: Sequence[int]) -> None:
-        self._store = store
-        self._key = key
-        self._pos = start
-        self._end = end
-        self._starts = sorted(p for p in set(starts) if start < p < end)
-        self._buf = b""
-
-    def read(self, n: int = -1, /) -> bytes:
-        if n < 0:
-            n = self._end - self._pos + len(self._buf)
-        out = []
-        while n > 0:
-            if not self._buf:
-                if self._pos >= self._end:
-                    break
-                stop = next((p for p in self._starts if p > self._pos), self._end)
-                self._buf = self._store.get_range(self._key, self._pos, stop)
-                self._pos = stop
-            piece, self._buf = self._buf[:n], self._buf[n:]
-            out.append(piece)
-            n -= len(piece)
-        return b"".join(out)
-
-    def close(self) -> None:
-        self._buf = b""
-
-    def __enter__(self) -> RegionReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+def open_streams(store: ObjectStore, f: InputFile, stack: ExitStack) -> tuple[Readable, Readable]:
+    """Two forward-only streams, one GET each, however many partitions the file holds."""
+    meta = stack.enter_context(
+        store.open_stream(f.object_key, f.meta_offset, f.meta_offset + f.meta_length))
+    data = stack.enter_context(
+        store.open_stream(f.object_key, f.data_offset, f.data_offset + f.data_length))
+    return meta, data
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,18 +123,8 @@ class OutputTarget:
 class _Input:
     """The two streams of one input file and the next META entry of stream A."""
 
-    def __init__(self, store: ObjectStore, f: InputFile, stack: ExitStack,
-                 strategy: str = READ_STREAMS) -> None:
+    def __init__(self, f: InputFile, meta: Readable, data: Readable) -> None:
         self.file = f
-        meta_end, data_end = f.meta_offset + f.meta_length, f.data_offset + f.data_length
-        meta: Any
-        data: Any
-        if strategy == READ_SEEKS:
-            meta = RegionReader(store, f.object_key, f.meta_offset, meta_end, f.meta_starts)
-            data = RegionReader(store, f.object_key, f.data_offset, data_end, f.data_starts)
-        else:
-            meta = stack.enter_context(store.open_stream(f.object_key, f.meta_offset, meta_end))
-            data = stack.enter_context(store.open_stream(f.object_key, f.data_offset, data_end))
         self._meta: Iterator[tuple[ChunkIndex, bytes]] = iter_meta(
             meta, f.meta_offset, f.meta_length
         )
@@ -208,9 +163,12 @@ def merge(
     memory_budget: int,
     compression: Compression = Compression.NONE,
     heartbeat: Callable[[], None] = lambda: None,
-    strategy: str = READ_STREAMS,
+    open_input: InputOpener = open_streams,
 ) -> MergeStats:
-    """Merge `inputs` into the outputs created on demand by `compacted_out`/`delete_out`."""
+    """Merge `inputs` into the outputs created on demand by `compacted_out`/`delete_out`.
+
+    `open_input` opens each input's two sections (default: two streams, two GETs per file).
+    """
     stats = MergeStats(input_files=len(inputs))
     capacity = max(1, memory_budget // MAP_BYTES_PER_KEY)
     targets: dict[bool, OutputTarget] = {}
@@ -221,7 +179,7 @@ def merge(
         return targets[compacted]
 
     with ExitStack() as stack:
-        opened = [_Input(store, f, stack, strategy) for f in inputs]
+        opened = [_Input(f, *open_input(store, f, stack)) for f in inputs]
         stats.input_bytes = sum(f.data_length + f.meta_length for f in inputs)
         while True:
             keys = [i.key for i in opened if i.key is not None]

@@ -47,12 +47,13 @@ from objectstore import ObjectStore, ObjectWriter
 from planner import JobSpec, Plan, PlannerConfig, propose, propose_all, validate
 
 from .merge import (
-    READ_STREAMS,
     InputFile,
+    InputOpener,
     MergeStats,
     OutputTarget,
     PartitionRule,
     merge,
+    open_streams,
 )
 from .snapshot import planner_snapshot
 
@@ -74,7 +75,6 @@ class CompactorConfig:
     poll_interval_s: float = DEFAULT_POLL_S
     compression: Compression = Compression.NONE
     planner: PlannerConfig = field(default_factory=PlannerConfig)
-    read_strategy: str = READ_STREAMS  # READ_SEEKS only for cost comparisons
 
 
 @dataclass(slots=True)
@@ -149,16 +149,22 @@ class _Output:
 
 
 class Compactor:
-    """Runs compaction jobs against one store and metadata store; safe to run many at once."""
+    """Runs compaction jobs against one store and metadata store; safe to run many at once.
+
+    `open_input` is how a job opens each input file (`merge.InputOpener`; default: two
+    forward-only streams per file).
+    """
 
     def __init__(self, store: ObjectStore, metadata: MetadataStore,
                  config: CompactorConfig | None = None, *,
-                 clock: Clock = SYSTEM_CLOCK, owner: str | None = None) -> None:
+                 clock: Clock = SYSTEM_CLOCK, owner: str | None = None,
+                 open_input: InputOpener = open_streams) -> None:
         self.store = store
         self.metadata = metadata
         self.config = config or CompactorConfig()
         self.clock = clock
         self.owner = owner or default_owner()
+        self.open_input = open_input
 
     # ----------------------------------------------------------------- planning
 
@@ -255,24 +261,16 @@ class Compactor:
                outputs: list[_Output], stack: ExitStack) -> MergeStats:
         files = {f.id: f for f in md_snap.files}
         segs_by_file: dict[int, dict[tuple[str, int], tuple[int, int, int | None]]] = {}
-        meta_starts: dict[int, list[int]] = {}
-        data_starts: dict[int, list[int]] = {}
         for s in md_snap.segments:
             segs_by_file.setdefault(s.file_id, {})[(s.topic, s.partition)] = (
                 s.base_offset, s.last_offset, s.cleaned_at_ms)
-            # A chunk's META entry ends with its key hashes and a 4-byte CRC; the next
-            # entry starts there. Its data starts at data_pos.
-            meta_starts.setdefault(s.file_id, []).append(s.hash_pos + 16 * s.hash_count + 4)
-            data_starts.setdefault(s.file_id, []).append(s.data_pos)
         inputs = []
         for fid in spec.input_file_ids:
             f = files[fid]
             assert f.data_offset is not None and f.data_length is not None
             assert f.meta_offset is not None and f.meta_length is not None
             inputs.append(InputFile(fid, f.object_key, f.data_offset, f.data_length,
-                                    f.meta_offset, f.meta_length, segs_by_file.get(fid, {}),
-                                    tuple(meta_starts.get(fid, ())),
-                                    tuple(data_starts.get(fid, ()))))
+                                    f.meta_offset, f.meta_length, segs_by_file.get(fid, {})))
         compacted = frozenset(t.name for t in md_snap.topics if t.config.compacted)
         rules = {(p.topic, p.partition): PartitionRule(p.whole_log, p.clean_upto_offset,
                                                        p.delete_retention_ms,
@@ -298,7 +296,7 @@ class Compactor:
                      compacted_out=make(True), delete_out=make(False), now_ms=self.clock.now_ms(),
                      memory_budget=self.config.memory_budget,
                      compression=self.config.compression, heartbeat=heartbeat,
-                     strategy=self.config.read_strategy)
+                     open_input=self.open_input)
 
     def _discard(self, outputs: list[_Output]) -> None:
         """After a definite failure: delete written outputs and mark their rows abandoned."""

@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from clock import SYSTEM_CLOCK
 from compactor import Compactor, CompactorConfig, JobReport
 from metadata import MetadataStore
-from metadata.models import CompactionCommit
 from objectstore import open_store
 from planner import JobSpec
 
@@ -40,47 +38,10 @@ DEFAULT_MASTER = "local[2]"
 RETRY_POLL_S = 0.25
 RETRY_WAIT_LEASES = 3  # a retry waits at most this many lease periods for a stale lease
 
-# Tests only: "before_commit:<path>" or "after_commit:<path>". The first attempt that finds
-# no file at <path> creates it and crashes (the task fails, nothing is cleaned up) just
-# before, or just after, its `commit_compaction`.
-ENV_CRASH_ONCE = "SILT_SPARK_CRASH_ONCE"
-CRASH_BEFORE_COMMIT = "before_commit"
-CRASH_AFTER_COMMIT = "after_commit"
-
-
-class InjectedCrash(BaseException):
-    """Test fault: escapes `run_job`'s error handling like a dying executor would."""
-
-
-class _CrashOnceMetadata(MetadataStore):
-    """A metadata store whose compaction commit crashes once (see ENV_CRASH_ONCE)."""
-
-    crash: tuple[str, str] = ("", "")
-
-    def commit_compaction(self, *args: Any, **kwargs: Any) -> CompactionCommit:
-        when, marker = self.crash
-        first = not os.path.exists(marker)
-        if first:
-            with open(marker, "w") as f:
-                f.write(when)
-        if first and when == CRASH_BEFORE_COMMIT:
-            raise InjectedCrash("injected crash after the merge, before the commit")
-        result = super().commit_compaction(*args, **kwargs)
-        if first and when == CRASH_AFTER_COMMIT:
-            raise InjectedCrash("injected crash after the commit")
-        return result
-
-
-def _open_metadata(url: str, crash: str | None) -> MetadataStore:
-    if not crash:
-        return MetadataStore.open(url)
-    when, _, marker = crash.partition(":")
-    if when not in (CRASH_BEFORE_COMMIT, CRASH_AFTER_COMMIT) or not marker:
-        raise ValueError(f"{ENV_CRASH_ONCE} must be before_commit:<path> or after_commit:<path>")
-    md = _CrashOnceMetadata.open(url)
-    assert isinstance(md, _CrashOnceMetadata)
-    md.crash = (when, marker)
-    return md
+# How a run opens the metadata store from its URL, on the driver and in every task. It is
+# shipped to the executors with the task (cloudpickle), so it must be picklable and its
+# module importable there; fault-injection tests pass one that wraps the store.
+MetadataOpener = Callable[[str], MetadataStore]
 
 
 def _committed_report(md: MetadataStore, spec_id: str) -> dict[str, Any] | None:
@@ -102,14 +63,15 @@ def _leased_until(md: MetadataStore, spec_id: str) -> int | None:
 
 
 def run_spec(store_url: str, metadata_url: str, spec: JobSpec, config: CompactorConfig,
-             *, attempt: int = 0, crash: str | None = None) -> tuple[dict[str, Any], bool]:
+             *, attempt: int = 0, open_metadata: MetadataOpener = MetadataStore.open,
+             ) -> tuple[dict[str, Any], bool]:
     """One job on an executor through the local worker's code path.
 
     Returns (report dict, recovered): `recovered` when an earlier attempt had committed it.
     A retry (`attempt` > 0) whose job is still leased by a failed attempt waits until the
     lease expires or the job commits, then runs or reports it.
     """
-    md = _open_metadata(metadata_url, crash)
+    md = open_metadata(metadata_url)
     try:
         clock = SYSTEM_CLOCK
         deadline = clock.monotonic() + RETRY_WAIT_LEASES * config.lease_ms / 1000
@@ -129,17 +91,15 @@ def run_spec(store_url: str, metadata_url: str, spec: JobSpec, config: Compactor
 
 
 def _run_partition(
-    rows: Iterator[tuple[str, str, JobSpec, CompactorConfig, str | None]],
+    rows: Iterator[tuple[str, str, JobSpec, CompactorConfig, MetadataOpener]],
 ) -> Iterator[tuple[dict[str, Any], bool]]:
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
     attempt = ctx.attemptNumber() if ctx is not None else 0
-    for store_url, metadata_url, spec, config, crash in rows:
-        try:
-            yield run_spec(store_url, metadata_url, spec, config, attempt=attempt, crash=crash)
-        except InjectedCrash as exc:
-            raise RuntimeError(str(exc)) from None
+    for store_url, metadata_url, spec, config, open_metadata in rows:
+        yield run_spec(store_url, metadata_url, spec, config, attempt=attempt,
+                       open_metadata=open_metadata)
 
 
 def summarize(reports: list[JobReport]) -> dict[str, int]:
@@ -156,16 +116,18 @@ def summarize(reports: list[JobReport]) -> dict[str, int]:
 
 def run_on_spark(store_url: str, metadata_url: str, *, master: str = DEFAULT_MASTER,
                  everything: bool = False, config: CompactorConfig | None = None,
-                 session: Any = None) -> list[JobReport]:
+                 session: Any = None,
+                 open_metadata: MetadataOpener = MetadataStore.open) -> list[JobReport]:
     """Apply retention and plan on the driver, run each proposed job as one Spark task,
     collect garbage.
 
-    `session`: an existing SparkSession (else one is created for `master`). Returns one
-    report per proposed job, in plan order.
+    `session`: an existing SparkSession (else one is created for `master`).
+    `open_metadata`: how the driver and each task open the metadata store (MetadataOpener).
+    Returns one report per proposed job, in plan order.
     """
     config = config or CompactorConfig()
     store = open_store(store_url)
-    md = MetadataStore.open(metadata_url)
+    md = open_metadata(metadata_url)
     try:
         driver = Compactor(store, md, config)
         driver.apply_retention()
@@ -174,9 +136,8 @@ def run_on_spark(store_url: str, metadata_url: str, *, master: str = DEFAULT_MAS
             log.info("no compaction job to run")
             return []
         spark = session or get_session(master, "silt-compact")
-        crash = os.environ.get(ENV_CRASH_ONCE)
         rdd = spark.sparkContext.parallelize(
-            [(store_url, metadata_url, spec, config, crash) for spec in specs],
+            [(store_url, metadata_url, spec, config, open_metadata) for spec in specs],
             numSlices=len(specs))
         results: list[tuple[dict[str, Any], bool]] = rdd.mapPartitions(_run_partition).collect()
         reports = []

@@ -20,6 +20,7 @@ from agent import (
     producer,
 )
 from agent.producer import ProduceFuture
+from costs import PerPartitionObjectsAgent
 from metadata import MetadataStore
 from metadata.errors import OffsetOutOfRangeError
 from objectstore import ObjectStore, ObjectWriter, StoreWrapper, open_store
@@ -140,7 +141,7 @@ def test_per_partition_objects_fail_and_succeed_per_partition(tmp_path: object) 
     md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
     md.create_topic("t", 3)
     store = FailSecondPutStore(open_store("memory://partly"))
-    agent = Agent(store, md, AgentConfig(linger_ms=10_000, objects="per_partition"))
+    agent = PerPartitionObjectsAgent(store, md, AgentConfig(linger_ms=10_000))
     futs = [(i % 3, agent.produce("t", i % 3, b"k", b"v")) for i in range(9)]
     seen: list[int] = []
     futs[0][1].add_done_callback(lambda f: seen.append(f.result()))
@@ -166,8 +167,7 @@ def test_reports_keep_the_last_objects_and_totals_count_every_one(
     md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
     md.create_topic("t", 3)
     store = FailSecondPutStore(open_store("memory://totals"))
-    cfg = AgentConfig(linger_ms=10_000, objects="per_partition")
-    with Agent(store, md, cfg) as agent:
+    with PerPartitionObjectsAgent(store, md, AgentConfig(linger_ms=10_000)) as agent:
         for _ in range(2):
             for p in range(3):
                 agent.produce("t", p, b"k", b"v")

@@ -12,8 +12,8 @@ import boto3
 import pytest
 
 from agent import Agent, AgentConfig, Reader
-from cli.costs import PRICE_TABLES, Workload, run_costs
 from compactor import Compactor
+from costs import PRICE_TABLES, Workload, run_costs
 from metadata import MetadataStore
 from objectstore import open_store
 

@@ -17,9 +17,10 @@ from agent import Agent, AgentConfig, Reader
 from cli.main import cli
 from clock import ManualClock
 from compactor import Compactor, CompactorConfig, JobReport
+from faults import AFTER_COMMIT, BEFORE_COMMIT, CrashOnce
 from metadata import MetadataStore
 from objectstore import open_store
-from spark.compaction import ENV_CRASH_ONCE, run_on_spark, summarize
+from spark.compaction import run_on_spark, summarize
 
 pytestmark = pytest.mark.spark
 
@@ -113,15 +114,15 @@ def test_spark_compaction_equals_local(spark: Any, tmp_path: Path) -> None:
 
 
 def test_task_crashing_after_merge_before_commit_is_taken_over(
-        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        spark: Any, tmp_path: Path) -> None:
     store_url, md_url = _populate(tmp_path)
     before = _dump(store_url, md_url)
     marker = tmp_path / "crashed-once"
-    monkeypatch.setenv(ENV_CRASH_ONCE, f"before_commit:{marker}")
     # Attempt 1 merges, uploads its outputs and dies holding the lease; Spark retries the
     # task; attempt 2 waits for the lease to expire, takes the job over (fence 2), commits.
     reports = run_on_spark(store_url, md_url, everything=True, session=spark,
-                           config=CompactorConfig(lease_ms=1_500))
+                           config=CompactorConfig(lease_ms=1_500),
+                           open_metadata=CrashOnce(BEFORE_COMMIT, marker))
     assert marker.read_text() == "before_commit"
     assert [r.outcome for r in reports] == ["committed"]
     assert reports[0].fence == 2
@@ -137,12 +138,12 @@ def test_task_crashing_after_merge_before_commit_is_taken_over(
 
 
 def test_task_crashing_after_commit_does_not_commit_twice(
-        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        spark: Any, tmp_path: Path) -> None:
     store_url, md_url = _populate(tmp_path)
     before = _dump(store_url, md_url)
     marker = tmp_path / "crashed-once"
-    monkeypatch.setenv(ENV_CRASH_ONCE, f"after_commit:{marker}")
-    reports = run_on_spark(store_url, md_url, everything=True, session=spark)
+    reports = run_on_spark(store_url, md_url, everything=True, session=spark,
+                           open_metadata=CrashOnce(AFTER_COMMIT, marker))
     assert marker.read_text() == "after_commit"  # attempt 1 committed, then its task died
     # The retry found the job committed and reported what attempt 1 stored with it.
     assert [r.outcome for r in reports] == ["committed"]
