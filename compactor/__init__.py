@@ -1,9 +1,10 @@
 """The compactor: merges files with Kafka's two-pass dedupe, two streams per input file."""
 
+from .config import CompactorConfig
 from .dedupe import DEFAULT_MEMORY_BUDGET, MAP_BYTES_PER_KEY, dedupe
 from .errors import CompactorError
 from .merge import MergeStats
-from .worker import Compactor, CompactorConfig, JobReport
+from .worker import Compactor, JobReport
 
 __all__ = [
     "DEFAULT_MEMORY_BUDGET",
