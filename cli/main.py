@@ -465,11 +465,11 @@ def compact(ctx: Context, once: bool, everything: bool, as_json: bool, memory_mi
                                " (compact then runs the worker loop, as silt compactor)")
     if master is not None and engine != "spark":
         raise click.UsageError("--master needs --engine spark")
-    if engine == "spark" and not once:
-        raise click.UsageError("--engine spark runs one round of jobs: add --once")
     memory = None if memory_mib is None else memory_mib * MIB
     config = ctx.load({f"compactor.{MEMORY_BUDGET}": memory}).compactor
     if engine == "spark":
+        if not once:
+            raise ValueError("--engine spark runs one round of jobs: add --once")
         try:
             from spark.compaction import DEFAULT_MASTER, run_on_spark, summarize
         except ImportError as exc:
