@@ -1,38 +1,45 @@
 """The `silt` command.
 
-Errors are one line on stderr with exit 1; usage errors exit 2 (click's convention).
-Every command a script may read has `--json`.
+Settings come from `settings.load`: defaults < `--config FILE` (TOML) < `SILT_*` variables
+< flags. Errors are one line on stderr with exit 1; usage errors (including flags a command
+would ignore) exit 2 (click's convention). Every command a script may read has `--json`.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import IO, Any, ParamSpec, TypeVar
 
 import click
 
 from agent import Agent, AgentConfig, AgentError, Reader
-from agent.config import DEFAULT_FLUSH_BYTES, DEFAULT_LINGER_MS
+from agent.config import BUFFER_MEMORY, FLUSH_BYTES, LINGER_MS
 from agent.partitioner import DefaultPartitioner
 from agent.producer import ProduceFuture
+from compactor.config import MEMORY_BUDGET, POLL_INTERVAL_S, CompactorConfig
 from fileformat.errors import FormatError
 from metadata import MetadataStore
+from metadata.config import ENV_URL as METADATA_ENV
+from metadata.config import MetadataConfig
 from metadata.errors import MetadataError
 from objectstore import ObjectStore, open_store
+from objectstore.config import ENV_URL as STORE_ENV
+from objectstore.config import URL, StoreConfig
 from objectstore.errors import ObjectStoreError
+from settings import Section, declared, show
+from settings.load import Settings, Source, load_settings
 
 from .jsonlines import LineError, consumed_to_json, parse_produce_line
 
-ENV_STORE = "SILT_STORE"
-ENV_METADATA = "SILT_METADATA"
-DEFAULT_STORE = "file://./silt-data/objects"
-DEFAULT_METADATA = "sqlite:///./silt-data/metadata.db"
+MIB = 1024 * 1024
 
 KNOWN_ERRORS: tuple[type[BaseException], ...] = (
     AgentError,
@@ -65,12 +72,32 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
 
 @dataclass
 class Context:
-    """The store and metadata URLs chosen by global options; opened lazily."""
+    """The settings file and global flags; settings loaded, stores opened, lazily."""
 
-    store_url: str
-    metadata_url: str
+    config_path: Path | None
+    flags: dict[str, object | None] = field(default_factory=dict)  # full key -> global flag
+    _settings: Settings | None = None
     _store: ObjectStore | None = None
     _metadata: MetadataStore | None = None
+
+    def load(self, flags: Mapping[str, object | None]) -> Settings:
+        """The settings with a command's flags on top (None: the flag was not given)."""
+        given = {k: v for k, v in {**self.flags, **flags}.items() if v is not None}
+        return load_settings(self.config_path, os.environ, given)
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = self.load({})
+        return self._settings
+
+    @property
+    def store_url(self) -> str:
+        return self.settings.store.url
+
+    @property
+    def metadata_url(self) -> str:
+        return self.settings.metadata.url
 
     @property
     def store(self) -> ObjectStore:
@@ -109,15 +136,26 @@ def progress(description: str, total: int | None = None) -> Iterator[Callable[[i
         yield lambda n: bar.advance(task, n)
 
 
+def _default(section: type[Section], key: str, scale: int = 1, unit: str = "") -> str:
+    """For --help: the setting a flag overrides and its default (divided by `scale`)."""
+    value = getattr(section(), declared(section)[key][0])
+    return f"{section.SECTION}.{key} = {show(value // scale if scale > 1 else value)}{unit}"
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--store", envvar=ENV_STORE, default=DEFAULT_STORE, show_default=True,
-              help=f"Object store URL (file://, memory://, s3://bucket/prefix). Env: {ENV_STORE}.")
-@click.option("--metadata", envvar=ENV_METADATA, default=DEFAULT_METADATA, show_default=True,
-              help=f"Metadata URL (sqlite:///path, postgresql://...). Env: {ENV_METADATA}.")
+@click.option("--config", "config_path", default=None, metavar="FILE",
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Settings file (TOML): tables store, metadata, agent, compactor, planner.")
+@click.option("--store", default=None, metavar="URL", show_default=_default(StoreConfig, URL),
+              help=f"Object store URL (file://, memory://, s3://bucket/prefix). Env: {STORE_ENV}.")
+@click.option("--metadata", default=None, metavar="URL",
+              show_default=_default(MetadataConfig, URL),
+              help=f"Metadata URL (sqlite:///path, postgresql://...). Env: {METADATA_ENV}.")
 @click.pass_context
-def cli(ctx: click.Context, store: str, metadata: str) -> None:
+def cli(ctx: click.Context, config_path: Path | None, store: str | None,
+        metadata: str | None) -> None:
     """siltstream: a log on object storage with key-deduplicating compaction."""
-    obj = Context(store, metadata)
+    obj = Context(config_path, {f"store.{URL}": store, f"metadata.{URL}": metadata})
     ctx.obj = obj
     ctx.call_on_close(obj.close)
 
@@ -226,21 +264,29 @@ def _print_acks(pending: deque[tuple[int, ProduceFuture]], *, wait: bool) -> int
 @click.argument("topic")
 @click.option("--file", "source", type=click.File("r"), default="-",
               help="JSON lines to produce (default: stdin).")
-@click.option("--linger-ms", type=click.IntRange(min=0), default=DEFAULT_LINGER_MS,
-              show_default=True, help="Flush at the latest this long after the first record.")
-@click.option("--flush-bytes", type=click.IntRange(min=1), default=DEFAULT_FLUSH_BYTES,
-              show_default=True, help="Flush once this many bytes are buffered.")
+@click.option("--linger-ms", type=click.IntRange(min=0), default=None,
+              show_default=_default(AgentConfig, LINGER_MS),
+              help="Flush at the latest this long after the first record.")
+@click.option("--flush-bytes", type=click.IntRange(min=1), default=None,
+              show_default=_default(AgentConfig, FLUSH_BYTES),
+              help="Flush once this many bytes are buffered (agent.buffer.memory, if left at"
+                   " its default, grows to 8x this).")
 @pass_ctx
 @one_line_errors
-def produce(ctx: Context, topic: str, source: IO[str], linger_ms: int, flush_bytes: int) -> None:
+def produce(ctx: Context, topic: str, source: IO[str], linger_ms: int | None,
+            flush_bytes: int | None) -> None:
     """Produce JSON lines {"partition"?, "key", "value", "headers"?} to TOPIC.
 
     Prints one {"partition", "offset"} line per record once it is committed. A malformed
     line stops the run: records before it are committed, nothing after it is produced.
     """
+    flags: dict[str, object | None] = {f"agent.{LINGER_MS}": linger_ms,
+                                       f"agent.{FLUSH_BYTES}": flush_bytes}
+    buffer_key = f"agent.{BUFFER_MEMORY}"
+    if flush_bytes is not None and ctx.settings.origin(buffer_key).source is Source.DEFAULT:
+        flags[buffer_key] = max(flush_bytes * 8, ctx.settings.agent.buffer_memory)
+    config = ctx.load(flags).agent
     info = ctx.metadata.get_topic(topic)
-    config = AgentConfig(linger_ms=linger_ms, flush_bytes=flush_bytes,
-                         buffer_memory=max(flush_bytes * 8, AgentConfig().buffer_memory))
     partitioner = DefaultPartitioner()
     pending: deque[tuple[int, ProduceFuture]] = deque()
     bad: tuple[int, str] | None = None
@@ -359,7 +405,8 @@ def plan(ctx: Context, as_json: bool, everything: bool) -> None:
     from compactor import Compactor
     from planner import describe
 
-    out = describe(Compactor(ctx.store, ctx.metadata).plan(everything=everything))
+    comp = Compactor(ctx.store, ctx.metadata, ctx.settings.compactor)
+    out = describe(comp.plan(everything=everything))
     if as_json:
         click.echo(json.dumps(out))
         return
@@ -396,19 +443,27 @@ def _print_reports(reports: list[Any], as_json: bool) -> None:
 @click.option("--all", "everything", is_flag=True,
               help="Ignore the triggers and compact everything that can be, fully.")
 @click.option("--json", "as_json", is_flag=True)
-@click.option("--memory", "memory_mib", type=click.IntRange(min=1), default=128,
-              show_default=True, help="Offset-map memory budget per job, MiB.")
+@click.option("--memory", "memory_mib", type=click.IntRange(min=1), default=None,
+              show_default=_default(CompactorConfig, MEMORY_BUDGET, MIB, " MiB"),
+              help="Offset-map memory budget per job, MiB.")
 @click.option("--engine", type=click.Choice(["local", "spark"]), default="local",
               show_default=True, help="Run jobs here, or as Spark tasks (siltstream[spark]).")
 @click.option("--master", default=None, help="Spark master URL, e.g. local[2] (--engine spark).")
 @pass_ctx
 @one_line_errors
-def compact(ctx: Context, once: bool, everything: bool, as_json: bool, memory_mib: int,
+def compact(ctx: Context, once: bool, everything: bool, as_json: bool, memory_mib: int | None,
             engine: str, master: str | None) -> None:
     """Run compaction jobs (`--once`); without --once, same as `silt compactor`."""
-    from compactor import Compactor, CompactorConfig
+    from compactor import Compactor
 
-    config = CompactorConfig(memory_budget=memory_mib * 1024 * 1024)
+    ignored = [flag for flag, given in (("--all", everything), ("--json", as_json)) if given]
+    if not once and ignored:
+        raise click.UsageError(f"{' and '.join(ignored)} would be ignored without --once"
+                               " (compact then runs the worker loop, as silt compactor)")
+    if master is not None and engine != "spark":
+        raise click.UsageError("--master needs --engine spark")
+    memory = None if memory_mib is None else memory_mib * MIB
+    config = ctx.load({f"compactor.{MEMORY_BUDGET}": memory}).compactor
     if engine == "spark":
         if not once:
             raise ValueError("--engine spark runs one round of jobs: add --once")
@@ -427,8 +482,6 @@ def compact(ctx: Context, once: bool, everything: bool, as_json: bool, memory_mi
         if any(r.outcome == "failed" for r in spark_reports):
             sys.exit(1)
         return
-    if master is not None:
-        raise ValueError("--master needs --engine spark")
 
     comp = Compactor(ctx.store, ctx.metadata, config)
     if not once:
@@ -456,15 +509,17 @@ def _run_forever(comp: Any) -> None:
 
 
 @cli.command()
-@click.option("--poll-interval", type=click.FloatRange(min=0.1), default=5.0, show_default=True)
+@click.option("--poll-interval", type=click.FloatRange(min=0.1), default=None,
+              show_default=_default(CompactorConfig, POLL_INTERVAL_S),
+              help="Seconds between rounds.")
 @pass_ctx
 @one_line_errors
-def compactor(ctx: Context, poll_interval: float) -> None:
+def compactor(ctx: Context, poll_interval: float | None) -> None:
     """Run a compaction worker loop until interrupted (any number may run at once)."""
-    from compactor import Compactor, CompactorConfig
+    from compactor import Compactor
 
-    _run_forever(Compactor(ctx.store, ctx.metadata,
-                           CompactorConfig(poll_interval_s=poll_interval)))
+    config = ctx.load({f"compactor.{POLL_INTERVAL_S}": poll_interval}).compactor
+    _run_forever(Compactor(ctx.store, ctx.metadata, config))
 
 
 @cli.command()

@@ -5,9 +5,10 @@ errors) are reported in its JobReport's `outcome` rather than raised, so one bad
 stops a worker loop; anything else it raises is a built-in or another package's error.
 """
 
+from .config import CompactorConfig
 from .dedupe import DEFAULT_MEMORY_BUDGET, MAP_BYTES_PER_KEY, dedupe
 from .merge import MergeStats
-from .worker import Compactor, CompactorConfig, JobReport
+from .worker import Compactor, JobReport
 
 __all__ = [
     "DEFAULT_MEMORY_BUDGET",

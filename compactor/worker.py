@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clock import SYSTEM_CLOCK, Clock
-from fileformat import Compression, FileWriter
+from fileformat import FileWriter
 from metadata import MetadataStore
 from metadata.errors import (
     CommitConflictError,
@@ -44,8 +44,9 @@ from metadata.errors import (
 from metadata.models import CompactionOutput, OutputSegment, RetentionResult
 from metadata.models import Snapshot as MetadataSnapshot
 from objectstore import ObjectStore, ObjectWriter
-from planner import JobSpec, Plan, PlannerConfig, propose, propose_all, validate
+from planner import JobSpec, Plan, propose, propose_all, validate
 
+from .config import CompactorConfig
 from .merge import (
     InputFile,
     InputOpener,
@@ -60,21 +61,6 @@ from .snapshot import planner_snapshot
 log = logging.getLogger(__name__)
 
 OUTPUT_PREFIX = "compacted/"
-DEFAULT_LEASE_MS = 60_000
-DEFAULT_GRACE_MS = 60_000  # Kafka's file.delete.delay.ms
-DEFAULT_POLL_S = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class CompactorConfig:
-    """Worker settings."""
-
-    memory_budget: int = 128 * 1024 * 1024
-    lease_ms: int = DEFAULT_LEASE_MS
-    grace_ms: int = DEFAULT_GRACE_MS
-    poll_interval_s: float = DEFAULT_POLL_S
-    compression: Compression = Compression.NONE
-    planner: PlannerConfig = field(default_factory=PlannerConfig)
 
 
 @dataclass(slots=True)

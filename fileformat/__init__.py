@@ -5,6 +5,7 @@ No I/O happens here: streams are passed in as objects with `.read(n)` and writer
 """
 
 from fileformat.batch import (
+    WRITABLE_COMPRESSIONS,
     BatchHeader,
     Compression,
     Record,
@@ -43,6 +44,7 @@ __all__ = [
     "KEY_HASH_SIZE",
     "NULL_KEY_HASH",
     "OBJECT_HEADER_SIZE",
+    "WRITABLE_COMPRESSIONS",
     "BatchHeader",
     "Chunk",
     "ChunkBuilder",

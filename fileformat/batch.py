@@ -35,7 +35,7 @@ import importlib.util
 import io
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -98,6 +98,12 @@ class Compression(IntEnum):
     SNAPPY = 2
     LZ4 = 3
     ZSTD = 4
+
+
+# The codecs siltstream writes, by Kafka's compression.type names (it reads all five).
+WRITABLE_COMPRESSIONS: Mapping[str, Compression] = {
+    "none": Compression.NONE, "gzip": Compression.GZIP, "zstd": Compression.ZSTD,
+}
 
 
 @dataclass(frozen=True, slots=True)

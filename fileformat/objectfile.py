@@ -48,6 +48,7 @@ from pyroaring import BitMap
 from fileformat.batch import (
     FRAME_SIZE,
     MAGIC,
+    WRITABLE_COMPRESSIONS,
     BatchHeader,
     Compression,
     Record,
@@ -293,7 +294,7 @@ class ChunkBuilder:
             raise ValueError("topic must be 1..65535 utf-8 bytes")
         if not 0 <= partition < 2**31:
             raise ValueError(f"bad partition {partition}")
-        if compression not in (Compression.NONE, Compression.ZSTD, Compression.GZIP):
+        if compression not in WRITABLE_COMPRESSIONS.values():
             raise UnsupportedError(f"cannot write {Compression(compression).name} batches")
         self.topic = topic
         self.partition = partition

@@ -3,6 +3,8 @@ of the same call may succeed (`retriable`)."""
 
 from __future__ import annotations
 
+from settings.errors import SettingError
+
 
 class MetadataError(Exception):
     """Base class of every metadata-store error."""
@@ -34,8 +36,8 @@ class TopicExistsError(MetadataError):
     """A topic with this name already exists."""
 
 
-class InvalidConfigError(MetadataError):
-    """A topic config key is unknown or its value is not allowed."""
+class InvalidConfigError(MetadataError, SettingError):
+    """A topic config key is unknown or its value is not allowed (a bad setting too)."""
 
 
 class UnknownPartitionError(MetadataError):

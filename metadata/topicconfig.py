@@ -1,13 +1,18 @@
 """Kafka topic configs that siltstream honours: names, defaults, validation, and a typed view.
 
 Configs are stored as the string map the user gave (like Kafka's per-topic overrides); every
-key and value is validated up front so a bad map never reaches the database.
+key and value is validated up front so a bad map never reaches the database. `TopicConfig`
+declares them with the settings layer's machinery (Kafka's names, defaults and ranges);
+errors are InvalidConfigError, Kafka's INVALID_CONFIG.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
+
+from settings import Section, declared, integer, number, setting, show
 
 from .errors import InvalidConfigError
 
@@ -30,110 +35,30 @@ LONG_MAX = 9_223_372_036_854_775_807
 LONG_MIN = -LONG_MAX - 1
 INT_MAX = 2_147_483_647
 
-DEFAULTS: Mapping[str, str] = {
-    CLEANUP_POLICY: POLICY_DELETE,
-    RETENTION_MS: "604800000",
-    RETENTION_BYTES: "-1",
-    DELETE_RETENTION_MS: "86400000",
-    MIN_CLEANABLE_DIRTY_RATIO: "0.5",
-    MIN_COMPACTION_LAG_MS: "0",
-    MAX_COMPACTION_LAG_MS: str(LONG_MAX),
-    MAX_MESSAGE_BYTES: "1048588",
-    SEGMENT_BYTES: "1073741824",
-}
-KNOWN_KEYS = tuple(DEFAULTS)
 
-
-def _bad(key: str, value: str, allowed: str) -> InvalidConfigError:
-    return InvalidConfigError(f"invalid value {value!r} for topic config {key!r}: {allowed}")
-
-
-def _policy(key: str, value: str) -> str:
-    parts = sorted({p.strip() for p in value.split(",")})
-    if parts and all(p in (POLICY_COMPACT, POLICY_DELETE) for p in parts):
-        return ",".join(parts)  # sorted: "compact,delete" whichever order was given
-    raise _bad(key, value, "allowed values are " + ", ".join(repr(p) for p in POLICIES))
-
-
-def _integer(lo: int, hi: int) -> Callable[[str, str], int]:
-    def parse(key: str, value: str) -> int:
-        allowed = f"must be an integer in [{lo}, {hi}]"
-        try:
-            n = int(value.strip(), 10)
-        except ValueError:
-            raise _bad(key, value, allowed) from None
-        if not lo <= n <= hi:
-            raise _bad(key, value, allowed)
-        return n
-
-    return parse
-
-
-def _ratio(key: str, value: str) -> float:
-    allowed = "must be a number in [0, 1]"
-    try:
-        x = float(value.strip())
-    except ValueError:
-        raise _bad(key, value, allowed) from None
-    if not 0.0 <= x <= 1.0:  # also rejects nan
-        raise _bad(key, value, allowed)
-    return x
-
-
-# Ranges follow Kafka's LogConfig validators.
-_PARSERS: Mapping[str, Callable[[str, str], object]] = {
-    CLEANUP_POLICY: _policy,
-    RETENTION_MS: _integer(-1, LONG_MAX),
-    RETENTION_BYTES: _integer(-1, LONG_MAX),
-    DELETE_RETENTION_MS: _integer(0, LONG_MAX),
-    MIN_CLEANABLE_DIRTY_RATIO: _ratio,
-    MIN_COMPACTION_LAG_MS: _integer(0, LONG_MAX),
-    MAX_COMPACTION_LAG_MS: _integer(1, LONG_MAX),
-    MAX_MESSAGE_BYTES: _integer(0, INT_MAX),
-    SEGMENT_BYTES: _integer(14, INT_MAX),
-}
-
-
-def validate_keys(configs: Mapping[str, object]) -> None:
-    """Reject unknown keys and non-string values with InvalidConfigError."""
-    for key, value in configs.items():
-        if key not in _PARSERS:
-            raise InvalidConfigError(
-                f"unknown topic config {key!r}; allowed keys: {', '.join(KNOWN_KEYS)}"
-            )
-        if not isinstance(value, str):
-            raise InvalidConfigError(
-                f"invalid value {value!r} for topic config {key!r}: must be a string"
-            )
-
-
-def validate_configs(configs: Mapping[str, str]) -> dict[str, str]:
-    """Check every key and value; return the map to store (values stripped, policy canonical).
-
-    Raises InvalidConfigError naming the offending key and what is allowed.
-    """
-    validate_keys(configs)
-    out: dict[str, str] = {}
-    for key, value in configs.items():
-        parsed = _PARSERS[key](key, value)
-        out[key] = parsed if isinstance(parsed, str) else value.strip()
-    TopicConfig.from_map(out)  # cross-key checks
-    return out
+def _policy(value: str) -> str:
+    """A cleanup.policy list in canonical order ("delete,compact" -> "compact,delete")."""
+    return ",".join(sorted({p.strip() for p in value.split(",")}))
 
 
 @dataclass(frozen=True, slots=True)
-class TopicConfig:
-    """A topic's effective configs (defaults filled in), typed."""
+class TopicConfig(Section):
+    """A topic's effective configs (defaults filled in), typed. Ranges follow Kafka's
+    LogConfig validators."""
 
-    cleanup_policy: str = POLICY_DELETE
-    retention_ms: int = 604_800_000
-    retention_bytes: int = -1
-    delete_retention_ms: int = 86_400_000
-    min_cleanable_dirty_ratio: float = 0.5
-    min_compaction_lag_ms: int = 0
-    max_compaction_lag_ms: int = LONG_MAX
-    max_message_bytes: int = 1_048_588
-    segment_bytes: int = 1_073_741_824
+    SECTION: ClassVar[str] = "topic"
+
+    cleanup_policy: str = setting(
+        CLEANUP_POLICY, POLICY_DELETE, allowed="one of " + ", ".join(map(repr, POLICIES)),
+        check=lambda v: v in POLICIES, parse=_policy)
+    retention_ms: int = integer(RETENTION_MS, 604_800_000, lo=-1, hi=LONG_MAX)
+    retention_bytes: int = integer(RETENTION_BYTES, -1, lo=-1, hi=LONG_MAX)
+    delete_retention_ms: int = integer(DELETE_RETENTION_MS, 86_400_000, lo=0, hi=LONG_MAX)
+    min_cleanable_dirty_ratio: float = number(MIN_CLEANABLE_DIRTY_RATIO, 0.5, lo=0, hi=1)
+    min_compaction_lag_ms: int = integer(MIN_COMPACTION_LAG_MS, 0, lo=0, hi=LONG_MAX)
+    max_compaction_lag_ms: int = integer(MAX_COMPACTION_LAG_MS, LONG_MAX, lo=1, hi=LONG_MAX)
+    max_message_bytes: int = integer(MAX_MESSAGE_BYTES, 1_048_588, lo=0, hi=INT_MAX)
+    segment_bytes: int = integer(SEGMENT_BYTES, 1_073_741_824, lo=14, hi=INT_MAX)
 
     @property
     def compacted(self) -> bool:
@@ -145,32 +70,48 @@ class TopicConfig:
         """Whether the policy includes time/size retention deletion."""
         return POLICY_DELETE in self.cleanup_policy.split(",")
 
-    @classmethod
-    def from_map(cls, configs: Mapping[str, str]) -> TopicConfig:
-        """Parse a (possibly partial) string map; missing keys take Kafka's defaults."""
-        validate_keys(configs)
-        merged = {**DEFAULTS, **configs}
-
-        def num(key: str) -> int:
-            value = _PARSERS[key](key, merged[key])
-            assert isinstance(value, int)
-            return value
-
-        ratio = _ratio(MIN_CLEANABLE_DIRTY_RATIO, merged[MIN_CLEANABLE_DIRTY_RATIO])
-        cfg = cls(
-            cleanup_policy=_policy(CLEANUP_POLICY, merged[CLEANUP_POLICY]),
-            retention_ms=num(RETENTION_MS),
-            retention_bytes=num(RETENTION_BYTES),
-            delete_retention_ms=num(DELETE_RETENTION_MS),
-            min_cleanable_dirty_ratio=ratio,
-            min_compaction_lag_ms=num(MIN_COMPACTION_LAG_MS),
-            max_compaction_lag_ms=num(MAX_COMPACTION_LAG_MS),
-            max_message_bytes=num(MAX_MESSAGE_BYTES),
-            segment_bytes=num(SEGMENT_BYTES),
-        )
-        if cfg.min_compaction_lag_ms > cfg.max_compaction_lag_ms:
+    def check_across(self) -> None:
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
             raise InvalidConfigError(
-                f"topic config {MIN_COMPACTION_LAG_MS!r}={cfg.min_compaction_lag_ms} must not"
-                f" exceed {MAX_COMPACTION_LAG_MS!r}={cfg.max_compaction_lag_ms}"
+                f"topic config {MIN_COMPACTION_LAG_MS!r}={self.min_compaction_lag_ms} must not"
+                f" exceed {MAX_COMPACTION_LAG_MS!r}={self.max_compaction_lag_ms}"
             )
-        return cfg
+
+    @classmethod
+    def invalid(cls, key: str, value: object, allowed: str, where: str = "") -> InvalidConfigError:
+        return InvalidConfigError(
+            f"invalid value {value!r} for topic config {key!r}: must be {allowed}")
+
+    @classmethod
+    def unknown(cls, key: str, where: str = "") -> InvalidConfigError:
+        return InvalidConfigError(
+            f"unknown topic config {key!r}; allowed keys: {', '.join(declared(cls))}")
+
+    @classmethod
+    def from_map(cls, values: Mapping[str, object], **fields: object) -> TopicConfig:
+        """Parse a (possibly partial) string map; missing keys take Kafka's defaults."""
+        validate_keys(values)
+        return super(TopicConfig, cls).from_map(values, **fields)
+
+
+DEFAULTS: Mapping[str, str] = {key: show(value) for key, value in TopicConfig().items()}
+KNOWN_KEYS = tuple(DEFAULTS)
+
+
+def validate_keys(configs: Mapping[str, object]) -> None:
+    """Reject unknown keys and non-string values with InvalidConfigError."""
+    for key, value in configs.items():
+        if key not in DEFAULTS:
+            raise TopicConfig.unknown(key)
+        if not isinstance(value, str):
+            raise TopicConfig.invalid(key, value, "a string")
+
+
+def validate_configs(configs: Mapping[str, str]) -> dict[str, str]:
+    """Check every key and value; return the map to store (values stripped, policy canonical).
+
+    Raises InvalidConfigError naming the offending key and what is allowed.
+    """
+    TopicConfig.from_map(configs)  # every key, every value, cross-key checks
+    return {key: _policy(value) if key == CLEANUP_POLICY else value.strip()
+            for key, value in configs.items()}

@@ -16,6 +16,7 @@ from .base import (
     ReadStream,
     RequestCounts,
 )
+from .config import SCHEMES, StoreConfig
 from .errors import (
     InvalidRangeError,
     ObjectStoreError,
@@ -26,8 +27,7 @@ from .local import FileStore, MemoryStore
 from .s3 import S3Store
 from .wrappers import CountingStore, RetryingStore, RetryPolicy, StoreWrapper
 
-SCHEMES = ("file", "memory", "s3")
-DEFAULT_STORE_URL = "file://./silt-data/objects"  # the embedded default
+DEFAULT_STORE_URL = StoreConfig().url  # the embedded default
 DEFAULT_RETRY = RetryPolicy()
 
 
@@ -67,6 +67,7 @@ __all__ = [
     "DEFAULT_RETRY",
     "DEFAULT_STORE_URL",
     "REQUEST_TYPES",
+    "SCHEMES",
     "CountingStore",
     "FileStore",
     "InvalidRangeError",
@@ -81,6 +82,7 @@ __all__ = [
     "RetryPolicy",
     "RetryingStore",
     "S3Store",
+    "StoreConfig",
     "StoreWrapper",
     "UnsupportedUrlError",
     "open_backend",

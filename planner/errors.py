@@ -1,9 +1,8 @@
-"""Planner errors. The planner is pure, so the only error is a bad setting."""
+"""Planner errors. The planner is pure, so the only error is a bad setting: the settings
+layer's one error type, under the name callers know."""
 
 from __future__ import annotations
 
+from settings.errors import SettingError
 
-class InvalidPlannerConfigError(ValueError):
-    """A planner setting is out of range or unknown."""
-
-    retriable = False
+InvalidPlannerConfigError = SettingError

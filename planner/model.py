@@ -8,14 +8,16 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
-from .errors import InvalidPlannerConfigError
+from settings import Section, integer, optional_integer
 
 TopicPartition = tuple[str, int]
 
 LONG_MAX = 2**63 - 1  # Kafka's Long.MAX_VALUE: "never" for max.compaction.lag.ms
 
-# Setting names (as in a config file / `SILT_` env) -> PlannerConfig attribute.
+# Setting names of the `planner` section. The planner does no I/O: `settings.load` reads
+# them from the [planner] table of a settings file and SILT_PLANNER_* variables.
 L0_TRIGGER_FILES = "l0.trigger.files"
 L0_TRIGGER_BYTES = "l0.trigger.bytes"
 L0_MAX_AGE_MS = "l0.max.age.ms"
@@ -24,21 +26,11 @@ LEVEL_TRIGGER_BYTES = "level.trigger.bytes"
 LEVEL_MAX_AGE_MS = "level.max.age.ms"
 TARGET_FILE_BYTES = "target.file.bytes"
 MAX_LEVEL = "max.level"
-SETTINGS: dict[str, str] = {
-    L0_TRIGGER_FILES: "l0_trigger_files",
-    L0_TRIGGER_BYTES: "l0_trigger_bytes",
-    L0_MAX_AGE_MS: "l0_max_age_ms",
-    LEVEL_TRIGGER_FILES: "level_trigger_files",
-    LEVEL_TRIGGER_BYTES: "level_trigger_bytes",
-    LEVEL_MAX_AGE_MS: "level_max_age_ms",
-    TARGET_FILE_BYTES: "target_file_bytes",
-    MAX_LEVEL: "max_level",
-}
 
 
 @dataclass(frozen=True, slots=True)
-class PlannerConfig:
-    """Size-tiered compaction thresholds.
+class PlannerConfig(Section):
+    """Size-tiered compaction thresholds (the `planner` section).
 
     Level L (< `max_level`) is merged into L+1 when it holds enough files (`l0_trigger_files`,
     32 as WarpStream; `level_trigger_files` above, i.e. the fan-out), enough bytes, or when
@@ -46,45 +38,19 @@ class PlannerConfig:
     ~30 s even at low traffic; `level_max_age_ms` above L0, None = never). Jobs are
     bin-packed to about `target_file_bytes` of input each. L0 files younger than
     `l0_max_age_ms` count as Kafka's active segment: they do not count toward a dirty ratio.
+    A bad value raises InvalidPlannerConfigError (the settings layer's SettingError).
     """
 
-    l0_trigger_files: int = 32
-    level_trigger_files: int = 8
-    level_trigger_bytes: int = 256 * 1024 * 1024
-    l0_max_age_ms: int = 30_000
-    target_file_bytes: int = 512 * 1024 * 1024
-    max_level: int = 4
-    l0_trigger_bytes: int = 64 * 1024 * 1024
-    level_max_age_ms: int | None = None
+    SECTION: ClassVar[str] = "planner"
 
-    def __post_init__(self) -> None:
-        checks = {
-            L0_TRIGGER_FILES: self.l0_trigger_files >= 1,
-            L0_TRIGGER_BYTES: self.l0_trigger_bytes >= 1,
-            L0_MAX_AGE_MS: self.l0_max_age_ms >= 0,
-            LEVEL_TRIGGER_FILES: self.level_trigger_files >= 2,
-            LEVEL_TRIGGER_BYTES: self.level_trigger_bytes >= 1,
-            LEVEL_MAX_AGE_MS: self.level_max_age_ms is None or self.level_max_age_ms >= 0,
-            TARGET_FILE_BYTES: self.target_file_bytes >= 1,
-            MAX_LEVEL: self.max_level >= 1,
-        }
-        bad = [k for k, ok in checks.items() if not ok]
-        if bad:
-            raise InvalidPlannerConfigError(f"invalid planner setting(s): {', '.join(bad)}")
-
-    @classmethod
-    def from_settings(cls, settings: Mapping[str, str | int | None]) -> PlannerConfig:
-        """Build from setting names (`l0.trigger.files`, ...); unknown names are an error."""
-        unknown = sorted(set(settings) - set(SETTINGS))
-        if unknown:
-            raise InvalidPlannerConfigError(f"unknown planner setting(s): {', '.join(unknown)}")
-        kwargs: dict[str, int | None] = {}
-        for name, value in settings.items():
-            try:
-                kwargs[SETTINGS[name]] = None if value is None or value == "" else int(value)
-            except ValueError as e:
-                raise InvalidPlannerConfigError(f"{name}: not an integer: {value!r}") from e
-        return cls(**kwargs)  # type: ignore[arg-type]
+    l0_trigger_files: int = integer(L0_TRIGGER_FILES, 32, lo=1)
+    level_trigger_files: int = integer(LEVEL_TRIGGER_FILES, 8, lo=2)
+    level_trigger_bytes: int = integer(LEVEL_TRIGGER_BYTES, 256 * 1024 * 1024, lo=1)
+    l0_max_age_ms: int = integer(L0_MAX_AGE_MS, 30_000, lo=0)
+    target_file_bytes: int = integer(TARGET_FILE_BYTES, 512 * 1024 * 1024, lo=1)
+    max_level: int = integer(MAX_LEVEL, 4, lo=1)
+    l0_trigger_bytes: int = integer(L0_TRIGGER_BYTES, 64 * 1024 * 1024, lo=1)
+    level_max_age_ms: int | None = optional_integer(LEVEL_MAX_AGE_MS, None, lo=0)
 
     def trigger_files(self, level: int) -> int:
         return self.l0_trigger_files if level == 0 else self.level_trigger_files

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +37,7 @@ from metadata import ChunkMeta, MetadataStore, SegmentInfo
 from metadata.errors import CommitUnknownError, FileStateError
 from metadata.schema import FILE_LIVE
 from objectstore import open_store
+from settings.load import load_settings
 
 NAME = "silt"
 SCHEMA = ("topic string, partition int, offset long, timestamp long, key binary, "
@@ -49,15 +49,12 @@ OPT_PARTITIONS = "partitions"
 OPT_START = "start_offset"
 OPT_END = "end_offset"
 OPT_LATEST = "latest_per_key"
-ENV_STORE = "SILT_STORE"
-ENV_METADATA = "SILT_METADATA"
-DEFAULT_STORE = "file://./silt-data/objects"
-DEFAULT_METADATA = "sqlite:///./silt-data/metadata.db"
 
 
 @dataclass(frozen=True)
 class Options:
-    """Parsed data source options (store/metadata also from the SILT_* environment)."""
+    """Parsed data source options; store and metadata default to the settings layer's
+    (`SILT_STORE` / `SILT_METADATA`, else the embedded defaults)."""
 
     topic: str
     store: str
@@ -74,11 +71,14 @@ class Options:
             raise ValueError("option 'topic' is required for format('silt')")
         parts = options.get(OPT_PARTITIONS)
         end = options.get(OPT_END)
+        store, metadata = options.get(OPT_STORE), options.get(OPT_METADATA)
+        if not (store and metadata):
+            settings = load_settings()
+            store, metadata = store or settings.store.url, metadata or settings.metadata.url
         return cls(
             topic=topic,
-            store=options.get(OPT_STORE) or os.environ.get(ENV_STORE, DEFAULT_STORE),
-            metadata=options.get(OPT_METADATA) or os.environ.get(ENV_METADATA,
-                                                                 DEFAULT_METADATA),
+            store=store,
+            metadata=metadata,
             partitions=tuple(int(p) for p in parts.split(",")) if parts else None,
             start=int(options.get(OPT_START, "0")),
             end=int(end) if end else None,

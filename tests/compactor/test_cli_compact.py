@@ -102,3 +102,23 @@ def test_compact_once_all_json_then_consume(env: dict[str, str]) -> None:
     assert json.loads(run(["stats", "--json"], env)[1]) == stats
     assert consume(env, "s") == got
     assert consume(env, "e") == events
+
+
+
+def test_compact_rejects_flags_it_would_ignore(tmp_path: Path) -> None:
+    """Without --once, `silt compact` is the worker loop: --all and --json would be ignored;
+    --master is ignored without --engine spark. Each is a one-line usage error, exit 2."""
+    env = {"SILT_STORE": f"file://{tmp_path}/objects",
+           "SILT_METADATA": f"sqlite:///{tmp_path}/md.db"}
+    loop = "would be ignored without --once (compact then runs the worker loop, as silt compactor)"
+    cases = [
+        (["--all"], f"Error: --all {loop}"),
+        (["--all", "--json"], f"Error: --all and --json {loop}"),
+        (["--json", "--memory", "64"], f"Error: --json {loop}"),
+        (["--once", "--master", "local[1]"], "Error: --master needs --engine spark"),
+    ]
+    for args, message in cases:
+        code, out, err = run(["compact", *args], env)
+        assert code == 2 and out == "", args
+        assert [line for line in err.splitlines() if line.startswith("Error:")] == [message]
+    assert not (tmp_path / "md.db").exists()  # refused before anything was opened

@@ -104,10 +104,10 @@ def test_config_validation_and_settings_by_name() -> None:
         PlannerConfig(l0_trigger_files=0)
     with pytest.raises(ValueError, match=r"level\.trigger\.files"):
         PlannerConfig(level_trigger_files=1)
-    cfg = PlannerConfig.from_settings({L0_TRIGGER_FILES: "8", L0_MAX_AGE_MS: 5,
-                                       LEVEL_MAX_AGE_MS: None})
+    cfg = PlannerConfig.from_map({L0_TRIGGER_FILES: "8", L0_MAX_AGE_MS: 5,
+                                  LEVEL_MAX_AGE_MS: None})
     assert (cfg.l0_trigger_files, cfg.l0_max_age_ms, cfg.level_max_age_ms) == (8, 5, None)
     with pytest.raises(InvalidPlannerConfigError, match="unknown"):
-        PlannerConfig.from_settings({"l0.trigger.filez": 1})
-    with pytest.raises(InvalidPlannerConfigError, match="not an integer"):
-        PlannerConfig.from_settings({L0_TRIGGER_FILES: "many"})
+        PlannerConfig.from_map({"l0.trigger.filez": 1})
+    with pytest.raises(InvalidPlannerConfigError, match="must be an integer"):
+        PlannerConfig.from_map({L0_TRIGGER_FILES: "many"})
