@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clock import SYSTEM_CLOCK, Clock
-from fileformat import Compression, FileWriter
+from fileformat import Compression, FileWriter, meta_entry_end
 from metadata import MetadataStore
 from metadata.errors import (
     CommitConflictError,
@@ -41,8 +41,9 @@ from metadata.errors import (
     JobLeasedError,
     StaleLeaseError,
 )
-from metadata.models import CompactionOutput, OutputSegment, RetentionResult
+from metadata.models import CompactionOutput, RetentionResult
 from metadata.models import Snapshot as MetadataSnapshot
+from metadata.segments import output_segment
 from objectstore import ObjectStore, ObjectWriter
 from planner import JobSpec, Plan, PlannerConfig, propose, propose_all, validate
 
@@ -132,15 +133,8 @@ class _Output:
         segments = []
         for info, ci in zip(self.target.chunks, layout.chunks, strict=True):
             assert info.partition == (ci.topic, ci.partition)
-            segments.append(OutputSegment(
-                topic=ci.topic, partition=ci.partition, base_offset=info.base_offset,
-                last_offset=info.last_offset, record_count=ci.record_count,
-                data_pos=ci.data_pos, data_len=ci.data_len, hash_pos=ci.hash_pos,
-                hash_count=ci.hash_count, batch_count=ci.batch_count,
-                min_timestamp=ci.min_timestamp, max_timestamp=ci.max_timestamp,
-                tombstone_count=len(ci.tombstones), frame_crc=ci.frame_crc,
-                cleaned_at_ms=info.cleaned_at_ms,
-            ))
+            segments.append(output_segment(ci, info.base_offset, info.last_offset,
+                                           info.cleaned_at_ms))
         return CompactionOutput(
             file_id=self.file_id, size=layout.size, data_offset=layout.data_offset,
             data_length=layout.data_length, meta_offset=layout.meta_offset,
@@ -260,9 +254,9 @@ class Compactor:
         for s in md_snap.segments:
             segs_by_file.setdefault(s.file_id, {})[(s.topic, s.partition)] = (
                 s.base_offset, s.last_offset, s.cleaned_at_ms)
-            # A chunk's META entry ends with its key hashes and a 4-byte CRC; the next
-            # entry starts there. Its data starts at data_pos.
-            meta_starts.setdefault(s.file_id, []).append(s.hash_pos + 16 * s.hash_count + 4)
+            # The next chunk's META entry starts where this one's ends; its data at data_pos.
+            meta_starts.setdefault(s.file_id, []).append(meta_entry_end(s.hash_pos,
+                                                                        s.hash_count))
             data_starts.setdefault(s.file_id, []).append(s.data_pos)
         inputs = []
         for fid in spec.input_file_ids:

@@ -10,8 +10,8 @@ class MetadataError(Exception):
     retriable: bool = False
 
 
-class UnsupportedUrlError(MetadataError):
-    """The metadata URL names a backend this store does not support."""
+class UnsupportedMetadataUrlError(MetadataError):
+    """The metadata URL names a backend this store does not support (or no database file)."""
 
 
 class SchemaVersionError(MetadataError):
@@ -56,6 +56,10 @@ class ObjectKeyExistsError(MetadataError):
 
 class UnknownFileError(MetadataError):
     """No file row has this id."""
+
+
+class UnknownJobError(MetadataError):
+    """No compaction job row has this id."""
 
 
 class FileStateError(MetadataError):

@@ -240,7 +240,7 @@ def test_commit_after_an_input_segment_went_away_conflicts(store: MetadataStore)
     lease = store.lease_job("a", [f1, f2], owner="w1", lease_ms=LEASE_MS)
     out = output(store, "out", oseg("t", 0, 0, 5), oseg("t", 1, 0, 1))
     # What retention would do: one segment of a still-live input stops being live.
-    with store._engine.begin() as conn:
+    with store.engine.begin() as conn:
         conn.execute(s.segments.update().where(s.segments.c.file_id == f1,
                                                s.segments.c.partition == 1).values(live=False))
     before = state_of(store)
