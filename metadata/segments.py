@@ -76,19 +76,11 @@ def expected_index(seg: SegmentInfo) -> ChunkIndex:
                       offsets=BitMap(), tombstones=BitMap())
 
 
-def negative_field(seg: Segment) -> str | None:
-    """The first position or count of `seg` below its bound (0), or None."""
+def check_segment(seg: Segment, where: str) -> None:
+    """InvalidCommitError if a position or count of `seg` is below its bound (0)."""
     for name, low in _AT_LEAST:
         if getattr(seg, name) < low:
-            return name
-    return None
-
-
-def check_segment(seg: Segment, where: str) -> None:
-    """InvalidCommitError if a position or count of `seg` is negative."""
-    name = negative_field(seg)
-    if name is not None:
-        raise InvalidCommitError(f"{where}: negative position or count ({name})")
+            raise InvalidCommitError(f"{where}: negative position or count ({name})")
 
 
 def segment_row(seg: Segment, file_id: int, topic_id: int, base_offset: int,

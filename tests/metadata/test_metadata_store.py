@@ -49,6 +49,30 @@ def test_open_is_idempotent_and_keeps_secret(metadata_url: str) -> None:
     second.close()
 
 
+def test_migrations_build_the_current_schema(store: MetadataStore) -> None:
+    """The migrated database has exactly the columns of the current tables: a field added to
+    models.Segment (the segments table derives from it) needs a migration adding its column."""
+    from metadata import schema
+
+    inspector = sa.inspect(store.engine)
+    for table in (schema.topics, schema.partitions, schema.files, schema.segments, schema.jobs):
+        stored = {c["name"] for c in inspector.get_columns(table.name)}
+        assert stored == {c.name for c in table.c}, table.name
+
+
+def test_star_import_and_segment_forms_share_one_definition() -> None:
+    import dataclasses
+
+    import metadata
+
+    namespace: dict[str, object] = {}
+    exec("from metadata import *", namespace)  # every name in __all__ exists
+    assert set(metadata.__all__) <= set(namespace)
+    shared = [f.name for f in dataclasses.fields(metadata.Segment)]
+    for form in (metadata.ChunkMeta, metadata.OutputSegment, metadata.SegmentInfo):
+        assert [f.name for f in dataclasses.fields(form)][:len(shared)] == shared
+
+
 def test_concurrent_opens_migrate_once(metadata_url: str) -> None:
     import threading
 
