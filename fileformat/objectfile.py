@@ -178,6 +178,11 @@ class ChunkIndex:
         return self.data_pos + self.data_len
 
     @property
+    def tombstone_count(self) -> int:
+        """How many of the chunk's records are tombstones."""
+        return len(self.tombstones)
+
+    @property
     def keyed(self) -> bool:
         """Whether the chunk carries key hashes and tombstones."""
         return bool(self.flags & FLAG_KEYED)

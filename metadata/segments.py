@@ -2,10 +2,10 @@
 the object format's chunk index (agent commits, compaction outputs), to the index a ranged
 read checks against, to `segments` rows and back.
 
-Segment fields that `fileformat.ChunkIndex` has under the same name are copied by name;
-tombstone_count is the one derived field. So a new field (say a producer id) is one field
-in `models.Segment` plus one migration in schema.py; nothing here changes unless the format
-does not carry it under that name.
+Every Segment field is an attribute of `fileformat.ChunkIndex` under the same name
+(tombstone_count a property there) and is copied by name. So a new field (say a producer
+id) is one field in `models.Segment` plus one migration in schema.py, and the format
+carries it under that name; nothing here changes.
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ from . import schema as s
 from .errors import InvalidCommitError
 from .models import ChunkMeta, OutputSegment, Segment, SegmentInfo, segment_columns
 
-_INDEX_FIELDS = {f.name for f in dataclasses.fields(ChunkIndex)}
-_SEGMENT_FIELDS = tuple(f.name for f in dataclasses.fields(Segment))
-# Segment fields the chunk index carries under the same name, copied as they are.
-_SHARED = tuple(name for name in _SEGMENT_FIELDS if name in _INDEX_FIELDS)
-_shared = attrgetter(*_SHARED)
+# A Segment's fields, in order, read off anything that has them (a ChunkIndex, a Segment).
+_segment_of = attrgetter(*(f.name for f in dataclasses.fields(Segment)))
+# Those a ChunkIndex is constructed with (not its derived properties).
+_INDEX_ARGS = tuple(f.name for f in dataclasses.fields(Segment)
+                    if f.name in {g.name for g in dataclasses.fields(ChunkIndex)})
+_index_args = attrgetter(*_INDEX_ARGS)
 _RECORDED = tuple(name for name, _ in segment_columns())
 _recorded = attrgetter(*_RECORDED)
 _AT_LEAST = tuple((f.name, f.metadata["min"]) for f in dataclasses.fields(Segment)
@@ -50,28 +51,21 @@ INFO_COLUMNS = (*s.segments.c, s.topics.c.name.label("topic"), s.files.c.object_
                 s.files.c.size.label("file_size"))
 
 
-def _shared_of(x: ChunkIndex | Segment) -> dict[str, Any]:
-    return dict(zip(_SHARED, _shared(x), strict=True))
-
-
 def chunk_meta(c: ChunkIndex) -> ChunkMeta:
     """What an agent commit records of one chunk of a written object."""
-    return ChunkMeta(**_shared_of(c), tombstone_count=len(c.tombstones),
-                     offset_span=c.offset_span)
+    return ChunkMeta(*(*_segment_of(c), c.offset_span))  # inherited fields come first
 
 
 def output_segment(c: ChunkIndex, base_offset: int, last_offset: int,
                    cleaned_at_ms: int | None) -> OutputSegment:
     """What a compaction commit records of one output chunk, placed at its offsets."""
-    return OutputSegment(**_shared_of(c), tombstone_count=len(c.tombstones),
-                         base_offset=base_offset, last_offset=last_offset,
-                         cleaned_at_ms=cleaned_at_ms)
+    return OutputSegment(*(*_segment_of(c), base_offset, last_offset, cleaned_at_ms))
 
 
 def expected_index(seg: SegmentInfo) -> ChunkIndex:
     """What the chunk's own index says, as recorded at commit: lets a ranged read check the
     batch framing CRC and counts without fetching the object's META section."""
-    return ChunkIndex(**_shared_of(seg),
+    return ChunkIndex(**dict(zip(_INDEX_ARGS, _index_args(seg), strict=True)),
                       base_offset=seg.base_offset, offset_span=seg.offset_span,
                       offsets=BitMap(), tombstones=BitMap())
 
