@@ -27,9 +27,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 
 from clock import SYSTEM_CLOCK, Clock
-from fileformat import ChunkBuilder, ChunkIndex, FileWriter, KeyHasher
-from metadata import ChunkMeta, MetadataStore, TopicInfo
+from fileformat import ChunkBuilder, FileWriter, KeyHasher
+from metadata import MetadataStore, TopicInfo
 from metadata.errors import CommitUnknownError
+from metadata.segments import chunk_meta
 from objectstore import ObjectStore
 
 from .config import OBJECT_PREFIX, AgentConfig
@@ -54,25 +55,6 @@ REPORTS_KEPT = 1000
 def new_object_key(clock: Clock = SYSTEM_CLOCK) -> str:
     """A unique, time-ordered object key (so listings sort by age)."""
     return f"{OBJECT_PREFIX}{clock.now_ms() * 1_000_000:020d}-{uuid.uuid4().hex[:12]}.silt"
-
-
-def chunk_meta(c: ChunkIndex) -> ChunkMeta:
-    """What the metadata store records of one chunk of a written object."""
-    return ChunkMeta(
-        topic=c.topic,
-        partition=c.partition,
-        record_count=c.record_count,
-        offset_span=c.offset_span,
-        data_pos=c.data_pos,
-        data_len=c.data_len,
-        hash_pos=c.hash_pos,
-        hash_count=c.hash_count,
-        batch_count=c.batch_count,
-        min_timestamp=c.min_timestamp,
-        max_timestamp=c.max_timestamp,
-        tombstone_count=len(c.tombstones),
-        frame_crc=c.frame_crc,
-    )
 
 
 # What a flush resolves to: per partition, the chunk's base offset or the flush's error.

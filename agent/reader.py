@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pyroaring import BitMap
-
-from fileformat import ChunkIndex, Record, iter_chunk_records
+from fileformat import Record, iter_chunk_records
 from metadata import MetadataStore, SegmentInfo
+from metadata.segments import expected_index
 from objectstore import ObjectStore
 
 SEGMENTS_PER_QUERY = 256
@@ -32,19 +31,6 @@ class ConsumedRecord:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
-
-
-def expected_index(seg: SegmentInfo) -> ChunkIndex:
-    """What the chunk's own index says, as recorded at commit: lets a ranged read check the
-    batch framing CRC and counts without fetching the object's META section."""
-    return ChunkIndex(
-        topic=seg.topic, partition=seg.partition, base_offset=seg.base_offset,
-        data_pos=seg.data_pos, data_len=seg.data_len, hash_pos=seg.hash_pos,
-        hash_count=seg.hash_count, batch_count=seg.batch_count, record_count=seg.record_count,
-        offset_span=seg.offset_span, min_timestamp=seg.min_timestamp,
-        max_timestamp=seg.max_timestamp, offsets=BitMap(), tombstones=BitMap(),
-        frame_crc=seg.frame_crc,
-    )
 
 
 def read_segment(store: ObjectStore, seg: SegmentInfo) -> Iterator[Record]:

@@ -41,8 +41,9 @@ from metadata.errors import (
     JobLeasedError,
     StaleLeaseError,
 )
-from metadata.models import CompactionOutput, OutputSegment, RetentionResult
+from metadata.models import CompactionOutput, RetentionResult
 from metadata.models import Snapshot as MetadataSnapshot
+from metadata.segments import output_segment
 from objectstore import ObjectStore, ObjectWriter
 from planner import JobSpec, Plan, propose, propose_all, validate
 
@@ -118,15 +119,8 @@ class _Output:
         segments = []
         for info, ci in zip(self.target.chunks, layout.chunks, strict=True):
             assert info.partition == (ci.topic, ci.partition)
-            segments.append(OutputSegment(
-                topic=ci.topic, partition=ci.partition, base_offset=info.base_offset,
-                last_offset=info.last_offset, record_count=ci.record_count,
-                data_pos=ci.data_pos, data_len=ci.data_len, hash_pos=ci.hash_pos,
-                hash_count=ci.hash_count, batch_count=ci.batch_count,
-                min_timestamp=ci.min_timestamp, max_timestamp=ci.max_timestamp,
-                tombstone_count=len(ci.tombstones), frame_crc=ci.frame_crc,
-                cleaned_at_ms=info.cleaned_at_ms,
-            ))
+            segments.append(output_segment(ci, info.base_offset, info.last_offset,
+                                           info.cleaned_at_ms))
         return CompactionOutput(
             file_id=self.file_id, size=layout.size, data_offset=layout.data_offset,
             data_length=layout.data_length, meta_offset=layout.meta_offset,

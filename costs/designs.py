@@ -18,12 +18,9 @@ from dataclasses import dataclass
 
 from agent import Agent
 from compactor.merge import InputFile, InputOpener, open_streams
-from fileformat import KEY_HASH_SIZE, Readable
+from fileformat import Readable, meta_entry_end
 from metadata import MetadataStore
 from objectstore import ObjectStore
-
-# A META entry ends with its key hashes and a 4-byte CRC; the next entry starts there.
-_META_ENTRY_CRC = 4
 
 
 class RegionReader:
@@ -79,7 +76,7 @@ class SeekInputs:
     def __call__(self, store: ObjectStore, f: InputFile,
                  stack: ExitStack) -> tuple[Readable, Readable]:
         segs = [s for s in self._metadata.snapshot().segments if s.file_id == f.file_id]
-        meta_starts = [s.hash_pos + KEY_HASH_SIZE * s.hash_count + _META_ENTRY_CRC
+        meta_starts = [meta_entry_end(s.hash_pos, s.hash_count)
                        for s in segs]
         data_starts = [s.data_pos for s in segs]
         meta = stack.enter_context(RegionReader(

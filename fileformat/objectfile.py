@@ -101,6 +101,14 @@ TOMB_HEAD = struct.Struct(">I")
 CLEANED_AT_DTYPE = np.dtype(">u8")  # on disk; in memory int64, 0 <= value < 2**63
 ENTRY_SIZE_FIELD = struct.Struct(">I")
 ENTRY_CRC = struct.Struct(">I")
+
+
+def meta_entry_end(hash_pos: int, hash_count: int) -> int:
+    """Where a chunk's META record ends (and the next one starts), from its absolute key-hash
+    position and count: the key hashes and the entry CRC are the record's last parts."""
+    return hash_pos + KEY_HASH_SIZE * hash_count + ENTRY_CRC.size
+
+
 TRAILER = struct.Struct(
     ">"
     "I"  # chunk_count
@@ -169,6 +177,11 @@ class ChunkIndex:
     def data_end(self) -> int:
         """Position just after the chunk's last batch."""
         return self.data_pos + self.data_len
+
+    @property
+    def tombstone_count(self) -> int:
+        """How many of the chunk's records are tombstones."""
+        return len(self.tombstones)
 
     @property
     def keyed(self) -> bool:

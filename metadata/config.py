@@ -8,8 +8,8 @@ from typing import ClassVar
 
 from settings import Section, text
 
-from .errors import UnsupportedUrlError
-from .store import DEFAULT_URL, engine_url
+from .engine import DEFAULT_URL, engine_url
+from .errors import UnsupportedMetadataUrlError
 
 URL = "url"
 ENV_URL = "SILT_METADATA"
@@ -18,7 +18,7 @@ ENV_URL = "SILT_METADATA"
 def _supported(url: str) -> bool:
     try:
         engine_url(url)
-    except UnsupportedUrlError:
+    except UnsupportedMetadataUrlError:
         return False
     return True
 

@@ -12,8 +12,8 @@ class MetadataError(Exception):
     retriable: bool = False
 
 
-class UnsupportedUrlError(MetadataError):
-    """The metadata URL names a backend this store does not support."""
+class UnsupportedMetadataUrlError(MetadataError):
+    """The metadata URL names a backend this store does not support (or no database file)."""
 
 
 class SchemaVersionError(MetadataError):
@@ -58,6 +58,10 @@ class ObjectKeyExistsError(MetadataError):
 
 class UnknownFileError(MetadataError):
     """No file row has this id."""
+
+
+class UnknownJobError(MetadataError):
+    """No compaction job row has this id."""
 
 
 class FileStateError(MetadataError):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .topicconfig import TopicConfig
@@ -32,27 +32,66 @@ class PartitionInfo:
     clean_offset: int = 0  # Kafka's cleaner checkpoint: records below it are already clean
 
 
-@dataclass(frozen=True, slots=True)
-class ChunkMeta:
-    """What a commit records of one chunk (one topic-partition's records in an object).
+# The one definition of a segment's recorded fields. Field metadata: "sql" is the column type
+# (the current `segments` table and the commit's row tuples derive from it), "min" a lower
+# bound the store enforces. ChunkMeta, OutputSegment and SegmentInfo inherit these fields;
+# metadata/segments.py converts them (from the format's chunk index, to rows and back).
+_COUNT = {"sql": "bigint", "min": 0}
 
-    offset_span is how many offsets the chunk consumes (>= record_count once compacted away
-    records leave gaps; equal for fresh data); positions are byte offsets in the object.
-    """
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """What the store records of one chunk (one topic-partition's records in an object):
+    where its bytes are (byte offsets in the object) and what they hold."""
 
     topic: str
     partition: int
-    record_count: int
+    record_count: int = field(metadata=_COUNT)
+    data_pos: int = field(metadata=_COUNT)
+    data_len: int = field(metadata=_COUNT)
+    hash_pos: int = field(metadata=_COUNT)  # absolute position of the 16-byte key hashes
+    hash_count: int = field(metadata=_COUNT)
+    batch_count: int = field(metadata={"sql": "integer", "min": 0})
+    min_timestamp: int = field(metadata={"sql": "bigint"})  # -1 when the chunk is empty
+    max_timestamp: int = field(metadata={"sql": "bigint"})
+    tombstone_count: int = field(metadata=_COUNT)
+    # u32 CRC32C of the batches' unchecksummed 17-byte prefixes (fileformat's frame_crc)
+    frame_crc: int = field(metadata={"sql": "bigint"})
+
+
+def segment_columns() -> tuple[tuple[str, str], ...]:
+    """(name, SQL type) of the Segment fields stored as `segments` columns of the same name."""
+    return tuple((f.name, f.metadata["sql"]) for f in fields(Segment) if "sql" in f.metadata)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkMeta(Segment):
+    """What an agent commit records of one chunk; the store assigns its base offset.
+
+    offset_span is how many offsets the chunk consumes (>= record_count once compacted away
+    records leave gaps; equal for fresh data).
+    """
+
     offset_span: int
-    data_pos: int
-    data_len: int
-    hash_pos: int
-    hash_count: int
-    batch_count: int
-    min_timestamp: int
-    max_timestamp: int
-    tombstone_count: int
-    frame_crc: int = 0  # CRC32C of the batches' unchecksummed 17-byte prefixes (fileformat)
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedSegment(Segment):
+    """A segment at its place in a partition's log: explicit offsets (they never change)."""
+
+    base_offset: int
+    last_offset: int  # inclusive: the last offset the segment covers
+    cleaned_at_ms: int | None  # first time its tombstones were compacted
+
+    @property
+    def offset_span(self) -> int:
+        """How many offsets the segment covers (records plus compacted-away gaps)."""
+        return self.last_offset - self.base_offset + 1
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSegment(PlacedSegment):
+    """A segment of a compaction output."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,36 +115,16 @@ class FileInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class SegmentInfo:
-    """One segment (a chunk's place in a partition's log) plus its object's key and size."""
+class SegmentInfo(PlacedSegment):
+    """A stored segment (a chunk's place in a partition's log) plus its object's key and size."""
 
     id: int
     file_id: int
     topic_id: int
-    topic: str
-    partition: int
-    base_offset: int
-    last_offset: int  # inclusive: the last offset the segment covers
-    record_count: int
-    data_pos: int
-    data_len: int
-    hash_pos: int
-    hash_count: int
-    batch_count: int
-    min_timestamp: int
-    max_timestamp: int
-    tombstone_count: int
-    frame_crc: int
     live: bool
     created_at_ms: int
-    cleaned_at_ms: int | None
     object_key: str
     file_size: int | None
-
-    @property
-    def offset_span(self) -> int:
-        """How many offsets the segment covers (records plus compacted-away gaps)."""
-        return self.last_offset - self.base_offset + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,27 +181,6 @@ class Lease:
     owner: str
     input_file_ids: tuple[int, ...]
     expires_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class OutputSegment:
-    """A segment of a compaction output: explicit offsets (they never change)."""
-
-    topic: str
-    partition: int
-    base_offset: int
-    last_offset: int
-    record_count: int
-    data_pos: int
-    data_len: int
-    hash_pos: int
-    hash_count: int
-    batch_count: int
-    min_timestamp: int
-    max_timestamp: int
-    tombstone_count: int
-    frame_crc: int
-    cleaned_at_ms: int | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,8 @@ Schema (version 1):
   pending → abandoned → deleting → deleted (GC may also take pending → deleting).
 - `segments(id, file_id FK, topic_id, partition, base_offset, last_offset (inclusive), record_count,
   data_pos, data_len, hash_pos, hash_count, batch_count, min_timestamp, max_timestamp,
-  tombstone_count, live, created_at_ms, cleaned_at_ms)`; the partial index
+  tombstone_count, frame_crc, live, created_at_ms, cleaned_at_ms)`; record_count ..
+  frame_crc are the fields of `models.Segment` (v1's frozen in `_v1`); the partial index
   `(topic_id, partition, last_offset) WHERE live` serves reads by offset in one range scan.
   Live segments of one partition never overlap, so last_offset order is base_offset order.
 - `jobs(id, spec_id, state, input_file_ids JSON text, owner, fence, input_segments,
@@ -31,9 +32,12 @@ the old table definitions.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import sqlalchemy as sa
+
+from .models import segment_columns
 
 FILE_PENDING = "pending"
 FILE_LIVE = "live"
@@ -117,34 +121,49 @@ files = sa.Table(
     sa.Index("files_state_changed", "state", "state_changed_at_ms"),
 )
 
-segments = sa.Table(
-    "segments",
-    md,
-    sa.Column("id", Id, primary_key=True, autoincrement=True),
-    sa.Column("file_id", sa.BigInteger, sa.ForeignKey("files.id"), nullable=False),
-    sa.Column("topic_id", sa.BigInteger, nullable=False),
-    sa.Column("partition", sa.Integer, nullable=False),
-    sa.Column("base_offset", sa.BigInteger, nullable=False),
-    sa.Column("last_offset", sa.BigInteger, nullable=False),
-    sa.Column("record_count", sa.BigInteger, nullable=False),
-    sa.Column("data_pos", sa.BigInteger, nullable=False),
-    sa.Column("data_len", sa.BigInteger, nullable=False),
-    sa.Column("hash_pos", sa.BigInteger, nullable=False),
-    sa.Column("hash_count", sa.BigInteger, nullable=False),
-    sa.Column("batch_count", sa.Integer, nullable=False),
-    sa.Column("min_timestamp", sa.BigInteger, nullable=False),
-    sa.Column("max_timestamp", sa.BigInteger, nullable=False),
-    sa.Column("tombstone_count", sa.BigInteger, nullable=False),
-    sa.Column("frame_crc", sa.BigInteger, nullable=False),  # u32 CRC32C of batch frames
-    sa.Column("live", sa.Boolean, nullable=False),
-    sa.Column("created_at_ms", sa.BigInteger, nullable=False),
-    sa.Column("cleaned_at_ms", sa.BigInteger),  # first time its tombstones were compacted
-    sa.ForeignKeyConstraint(
-        ["topic_id", "partition"], ["partitions.topic_id", "partitions.partition"]
-    ),
-    sa.CheckConstraint("base_offset <= last_offset", name="segments_offsets"),
-    sa.Index("segments_file", "file_id"),
-)
+# SQL types of the Segment fields' "sql" metadata (models.segment_columns).
+SQL_TYPES: dict[str, type[sa.types.TypeEngine[Any]]] = {
+    "bigint": sa.BigInteger, "integer": sa.Integer,
+}
+
+
+def _segments_table(metadata: sa.MetaData,
+                    recorded: Sequence[tuple[str, type[sa.types.TypeEngine[Any]]]]) -> sa.Table:
+    """The segments table whose columns between last_offset and live are `recorded`, with
+    its constraints and indexes (the read path's partial index on live segments)."""
+    table = sa.Table(
+        "segments",
+        metadata,
+        sa.Column("id", Id, primary_key=True, autoincrement=True),
+        sa.Column("file_id", sa.BigInteger, sa.ForeignKey("files.id"), nullable=False),
+        sa.Column("topic_id", sa.BigInteger, nullable=False),
+        sa.Column("partition", sa.Integer, nullable=False),
+        sa.Column("base_offset", sa.BigInteger, nullable=False),
+        sa.Column("last_offset", sa.BigInteger, nullable=False),
+        *(sa.Column(name, kind, nullable=False) for name, kind in recorded),
+        sa.Column("live", sa.Boolean, nullable=False),
+        sa.Column("created_at_ms", sa.BigInteger, nullable=False),
+        sa.Column("cleaned_at_ms", sa.BigInteger),  # first time its tombstones were compacted
+        sa.ForeignKeyConstraint(
+            ["topic_id", "partition"], ["partitions.topic_id", "partitions.partition"]
+        ),
+        sa.CheckConstraint("base_offset <= last_offset", name="segments_offsets"),
+        sa.Index("segments_file", "file_id"),
+    )
+    # The read path: live segments of one partition from an offset on, in offset order.
+    sa.Index(
+        "segments_live_by_offset",
+        table.c.topic_id,
+        table.c.partition,
+        table.c.last_offset,
+        postgresql_where=table.c.live == sa.true(),
+        sqlite_where=table.c.live == sa.true(),
+    )
+    return table
+
+
+# The current table: the recorded columns are models.Segment's (one definition).
+segments = _segments_table(md, [(name, SQL_TYPES[sql]) for name, sql in segment_columns()])
 jobs = sa.Table(
     "jobs",
     md,
@@ -173,21 +192,24 @@ sa.Index("jobs_one_leased_per_spec", jobs.c.spec_id, unique=True,
          postgresql_where=jobs.c.state == JOB_LEASED, sqlite_where=jobs.c.state == JOB_LEASED)
 
 LIVE = segments.c.live == sa.true()  # queries must use this exact predicate to hit the index
-# The read path: live segments of one partition from an offset on, in offset order.
-sa.Index(
-    "segments_live_by_offset",
-    segments.c.topic_id,
-    segments.c.partition,
-    segments.c.last_offset,
-    postgresql_where=segments.c.live == sa.true(),
-    sqlite_where=segments.c.live == sa.true(),
+
+# Version 1's recorded segment columns, frozen: the current ones follow models.Segment, so a
+# new field there needs a migration that adds its column (and _v1 keeps creating these).
+_V1_SEGMENT_COLUMNS = (
+    ("record_count", sa.BigInteger), ("data_pos", sa.BigInteger), ("data_len", sa.BigInteger),
+    ("hash_pos", sa.BigInteger), ("hash_count", sa.BigInteger), ("batch_count", sa.Integer),
+    ("min_timestamp", sa.BigInteger), ("max_timestamp", sa.BigInteger),
+    ("tombstone_count", sa.BigInteger), ("frame_crc", sa.BigInteger),
 )
 
 
 def _v1(conn: sa.Connection, now_ms: int) -> None:
     """Create every table and the cluster secret."""
-    md.create_all(conn, tables=[cluster, topics, partitions, files, segments, jobs])
-    conn.execute(cluster.insert().values(id=1, secret=os.urandom(32), created_at_ms=now_ms))
+    v1 = sa.MetaData()
+    tables = [t.to_metadata(v1) for t in (cluster, topics, partitions, files)]
+    tables += [_segments_table(v1, _V1_SEGMENT_COLUMNS), jobs.to_metadata(v1)]
+    v1.create_all(conn, tables=tables)
+    conn.execute(tables[0].insert().values(id=1, secret=os.urandom(32), created_at_ms=now_ms))
 
 
 Migration = Callable[[sa.Connection, int], None]

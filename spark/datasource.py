@@ -29,13 +29,14 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import BinaryType, NullType, StringType, StructType
 
 from agent.partitioner import DefaultPartitioner
-from agent.producer import chunk_meta, new_object_key
+from agent.producer import new_object_key
 from agent.reader import read_segment
 from clock import SYSTEM_CLOCK
 from fileformat import ChunkBuilder, FileWriter, KeyHasher
 from metadata import ChunkMeta, MetadataStore, SegmentInfo
 from metadata.errors import CommitUnknownError, FileStateError
 from metadata.schema import FILE_LIVE
+from metadata.segments import chunk_meta
 from objectstore import open_store
 from settings.load import load_settings
 

@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from compactor import Compactor, CompactorConfig, JobReport
 from metadata import MetadataStore
 from metadata import schema as s
+from metadata.engine import engine_url
 from metadata.errors import StaleLeaseError
-from metadata.store import engine_url
 from planner.model import JobSpec, PartitionPlan, Trigger
 from tests.compactor.support import Harness, Rec, assert_preserved, latest_per_key
 

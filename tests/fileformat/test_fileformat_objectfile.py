@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,14 @@ from fileformat import (
     read_object,
     verify_batch,
 )
-from fileformat.objectfile import FOOTER, FOOTER_CRC_POS, OBJECT_HEADER_SIZE
+from fileformat.objectfile import (
+    ENTRY_SIZE_FIELD,
+    FOOTER,
+    FOOTER_CRC_POS,
+    OBJECT_HEADER_SIZE,
+    TRAILER,
+    meta_entry_end,
+)
 
 HASHER = KeyHasher(b"cluster-secret")
 
@@ -148,6 +156,11 @@ def test_object_round_trip(spec_list: list[Spec]) -> None:
     assert read_layout == layout
     for ci, written in zip(read_layout.chunks, layout.chunks, strict=True):
         assert ci.offsets == written.offsets and ci.tombstones == written.tombstones
+    # META records tile the section: each ends where meta_entry_end says, the last at the trailer.
+    ends = [meta_entry_end(ci.hash_pos, ci.hash_count) for ci in layout.chunks]
+    for start, end in itertools.pairwise([layout.meta_offset, *ends]):
+        assert start + ENTRY_SIZE_FIELD.unpack_from(data, start)[0] == end
+    assert ends[-1:] in ([], [layout.meta_offset + layout.meta_length - TRAILER.size])
     assert summary(read_streaming(data)) == summary(read_whole(data))
     for (ci, hashes, records), spec, flat in zip(
         read_whole(data), spec_list, expected, strict=True

@@ -16,7 +16,7 @@ def chunk(topic: str, partition: int, span: int = 1, records: int | None = None)
         topic=topic, partition=partition,
         record_count=span if records is None else records, offset_span=span,
         data_pos=100 * partition, data_len=100, hash_pos=0, hash_count=span, batch_count=1,
-        min_timestamp=1, max_timestamp=2, tombstone_count=0,
+        min_timestamp=1, max_timestamp=2, tombstone_count=0, frame_crc=0,
     )
 
 

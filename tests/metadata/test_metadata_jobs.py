@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from clock import ManualClock
 from metadata import CompactionOutput, Lease, MetadataStore, OutputSegment
@@ -21,6 +22,7 @@ from metadata.errors import (
     JobLeasedError,
     MetadataError,
     StaleLeaseError,
+    UnknownJobError,
 )
 from tests.metadata.metadata_helpers import chunk, commit, lose_next_commit
 
@@ -240,7 +242,7 @@ def test_commit_after_an_input_segment_went_away_conflicts(store: MetadataStore)
     lease = store.lease_job("a", [f1, f2], owner="w1", lease_ms=LEASE_MS)
     out = output(store, "out", oseg("t", 0, 0, 5), oseg("t", 1, 0, 1))
     # What retention would do: one segment of a still-live input stops being live.
-    with store._engine.begin() as conn:
+    with store.engine.begin() as conn:
         conn.execute(s.segments.update().where(s.segments.c.file_id == f1,
                                                s.segments.c.partition == 1).values(live=False))
     before = state_of(store)
@@ -318,6 +320,33 @@ def test_lost_commit_outcome_is_read_back(store: MetadataStore, monkeypatch: pyt
             store.commit_compaction(lease, outputs=[out])
         assert store.get_file(f1).state == "live"
         assert store.get_job(lease.job_id).state == "leased"
+
+
+def test_error_before_commit_is_retried_like_an_agent_commit(
+        store: MetadataStore) -> None:
+    """One rule for every commit: a database error before COMMIT rolls back and retries."""
+    f1, f2, _ = three_files(store)
+    lease = store.lease_job("a", [f1, f2], owner="w1", lease_ms=LEASE_MS)
+    out = output(store, "out", oseg("t", 0, 0, 5))
+    calls = {"n": 0}
+
+    def flaky(conn: sa.Connection, cursor: object, stmt: str, *args: object) -> None:
+        if stmt.startswith("INSERT INTO segments") and calls["n"] < 1:
+            calls["n"] += 1
+            raise sa.exc.OperationalError(stmt, None, RuntimeError("injected"))
+
+    sa.event.listen(store.engine, "before_cursor_execute", flaky)
+    try:
+        done = store.commit_compaction(lease, outputs=[out])
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", flaky)
+    assert calls["n"] == 1 and done.output_file_ids == (out.file_id,)
+    assert store.get_job(lease.job_id).state == "committed"
+
+
+def test_unknown_job_is_a_specific_error(store: MetadataStore) -> None:
+    with pytest.raises(UnknownJobError):
+        store.get_job(12345)
 
 
 # ------------------------------------------------------------------ release and GC

@@ -25,7 +25,7 @@ from metadata.errors import (
     UnknownFileError,
     UnknownPartitionError,
     UnknownTopicError,
-    UnsupportedUrlError,
+    UnsupportedMetadataUrlError,
 )
 from metadata.schema import LATEST_VERSION
 from tests.metadata.metadata_helpers import chunk, commit, lose_next_commit
@@ -42,11 +42,35 @@ def test_open_is_idempotent_and_keeps_secret(metadata_url: str) -> None:
     assert second.schema_version() == LATEST_VERSION
     assert second.cluster_secret() == secret and len(secret) == 32
     assert [t.name for t in second.list_topics()] == ["t"]
-    with second._engine.connect() as conn:
+    with second.engine.connect() as conn:
         versions = conn.execute(
             sa.text("SELECT version FROM schema_version ORDER BY version")).scalars().all()
     assert versions == list(range(1, LATEST_VERSION + 1))
     second.close()
+
+
+def test_migrations_build_the_current_schema(store: MetadataStore) -> None:
+    """The migrated database has exactly the columns of the current tables: a field added to
+    models.Segment (the segments table derives from it) needs a migration adding its column."""
+    from metadata import schema
+
+    inspector = sa.inspect(store.engine)
+    for table in (schema.topics, schema.partitions, schema.files, schema.segments, schema.jobs):
+        stored = {c["name"] for c in inspector.get_columns(table.name)}
+        assert stored == {c.name for c in table.c}, table.name
+
+
+def test_star_import_and_segment_forms_share_one_definition() -> None:
+    import dataclasses
+
+    import metadata
+
+    namespace: dict[str, object] = {}
+    exec("from metadata import *", namespace)  # every name in __all__ exists
+    assert set(metadata.__all__) <= set(namespace)
+    shared = [f.name for f in dataclasses.fields(metadata.Segment)]
+    for form in (metadata.ChunkMeta, metadata.OutputSegment, metadata.SegmentInfo):
+        assert [f.name for f in dataclasses.fields(form)][:len(shared)] == shared
 
 
 def test_concurrent_opens_migrate_once(metadata_url: str) -> None:
@@ -73,19 +97,19 @@ def test_concurrent_opens_migrate_once(metadata_url: str) -> None:
 
 
 def test_postgresql_url_is_mapped_and_bad_urls_rejected() -> None:
-    from metadata.store import engine_url
+    from metadata.engine import engine_url
 
     assert engine_url("postgresql://u@h/db") == "postgresql+psycopg://u@h/db"
-    with pytest.raises(UnsupportedUrlError):
+    with pytest.raises(UnsupportedMetadataUrlError):
         MetadataStore.open("mysql://x/y")
-    with pytest.raises(UnsupportedUrlError):
+    with pytest.raises(UnsupportedMetadataUrlError):
         MetadataStore.open("sqlite:///:memory:")
 
 
 def test_sqlite_creates_parent_directory_and_uses_wal(tmp_path: object) -> None:
     url = f"sqlite:///{tmp_path}/deep/er/md.db"
     md = MetadataStore.open(url)
-    with md._engine.connect() as conn:
+    with md.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000
@@ -249,11 +273,11 @@ def test_failed_commit_before_commit_is_retried(store: MetadataStore,
             calls["n"] += 1
             raise sa.exc.OperationalError(stmt, None, RuntimeError("injected"))
 
-    sa.event.listen(store._engine, "before_cursor_execute", flaky)
+    sa.event.listen(store.engine, "before_cursor_execute", flaky)
     try:
         assert commit_existing(store, fid, [chunk("t", 0, 3)]) == {("t", 0): 0}
     finally:
-        sa.event.remove(store._engine, "before_cursor_execute", flaky)
+        sa.event.remove(store.engine, "before_cursor_execute", flaky)
     assert calls["n"] == 1
     assert store.partitions("t")[0].next_offset == 3
     assert len(store.find_segments("t", 0, 0)) == 1
@@ -267,12 +291,12 @@ def test_persistent_failure_is_a_conflict(store: MetadataStore) -> None:
         if stmt.startswith("INSERT INTO segments"):
             raise sa.exc.OperationalError(stmt, None, RuntimeError("injected"))
 
-    sa.event.listen(store._engine, "before_cursor_execute", broken)
+    sa.event.listen(store.engine, "before_cursor_execute", broken)
     try:
         with pytest.raises(CommitConflictError) as err:
             commit_existing(store, fid, [chunk("t", 0, 3)])
     finally:
-        sa.event.remove(store._engine, "before_cursor_execute", broken)
+        sa.event.remove(store.engine, "before_cursor_execute", broken)
     assert err.value.retriable
     assert store.get_file(fid).state == "pending"
     assert store.partitions("t")[0].next_offset == 0
@@ -331,14 +355,14 @@ def test_find_segments_is_one_query_on_the_live_index(store: MetadataStore) -> N
         if not stmt.startswith(("BEGIN", "COMMIT", "ROLLBACK", "select pg_catalog")):
             statements.append((stmt, params))
 
-    sa.event.listen(store._engine, "before_cursor_execute", capture)
+    sa.event.listen(store.engine, "before_cursor_execute", capture)
     try:
         assert len(store.find_segments("t", 0, 3, limit=2)) == 2
     finally:
-        sa.event.remove(store._engine, "before_cursor_execute", capture)
+        sa.event.remove(store.engine, "before_cursor_execute", capture)
     assert len(statements) == 1
     stmt, params = statements[0]
-    with store._engine.connect() as conn:
+    with store.engine.connect() as conn:
         if store.dialect == "sqlite":
             plan = " ".join(r[-1] for r in conn.exec_driver_sql(
                 "EXPLAIN QUERY PLAN " + stmt, params).all())  # type: ignore[arg-type]
@@ -355,7 +379,7 @@ def test_find_segments_respects_log_start_and_liveness(store: MetadataStore) -> 
     for i in range(3):
         commit(store, f"k{i}", [chunk("t", 0, 5)])
     # What retention/compaction (next issue) will do: move log start, retire a segment.
-    with store._engine.begin() as conn:
+    with store.engine.begin() as conn:
         conn.execute(sa.text("UPDATE partitions SET log_start_offset = 5"))
         conn.execute(sa.text("UPDATE segments SET live = :f WHERE base_offset = 0"),
                      {"f": False})

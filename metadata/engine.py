@@ -1,0 +1,294 @@
+"""The metadata database: engine and SQLite pragmas, schema migrations, read and write
+transactions, and THE commit helper every multi-step commit goes through.
+
+Concurrency model. Every write is one transaction. On SQLite writes start with
+`BEGIN IMMEDIATE`, so concurrent writers (threads or processes) queue on the database write
+lock (busy timeout 30 s) instead of failing with "database is locked" on a lock upgrade; WAL
+lets readers run alongside. On PostgreSQL (READ COMMITTED) writers lock rows with
+`SELECT … FOR UPDATE` in a fixed order per concern (see files.py and jobs.py), so they
+serialize where they overlap and cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Self, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import event
+
+from clock import SYSTEM_CLOCK, Clock
+
+from . import schema as s
+from .errors import (
+    CommitConflictError,
+    CommitUnknownError,
+    MetadataError,
+    SchemaVersionError,
+    UnsupportedMetadataUrlError,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_URL = "sqlite:///./silt-data/metadata.db"
+SQLITE_BUSY_TIMEOUT_S = 30.0
+# pg_advisory_xact_lock key serializing schema migrations across processes ("silt").
+MIGRATION_LOCK_KEY = 0x73696C74
+COMMIT_ATTEMPTS = 3
+
+T = TypeVar("T")
+
+
+def engine_url(url: str) -> str:
+    """Map user-facing URLs to SQLAlchemy ones (`postgresql://` → `postgresql+psycopg://`)."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    if url.startswith(("postgresql+psycopg://", "sqlite:///")):
+        return url
+    raise UnsupportedMetadataUrlError(
+        f"unsupported metadata URL {url!r}: use sqlite:///path/to/file.db or postgresql://..."
+    )
+
+
+def make_engine(url: str) -> sa.Engine:
+    """An engine for `url`; SQLite: WAL, foreign keys, busy timeout, and BEGIN IMMEDIATE for
+    write transactions (`silt_write` execution option)."""
+    target = engine_url(url)
+    if target.startswith("postgresql"):
+        return sa.create_engine(target, pool_pre_ping=True)
+    path = sa.make_url(target).database
+    if not path or path == ":memory:" or path.startswith("file:"):
+        raise UnsupportedMetadataUrlError(
+            f"metadata URL {url!r} must name a database file (in-memory SQLite is per connection)"
+        )
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    engine = sa.create_engine(target, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let us issue BEGIN ourselves (the driver's implicit BEGIN is always DEFERRED).
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        # Switching to WAL needs an exclusive lock; SQLite may answer BUSY at once (no busy
+        # handler) while another connection opens the same new file: retry briefly.
+        for attempt in range(50):
+            try:
+                cur.execute("PRAGMA journal_mode = WAL")
+                break
+            except sqlite3.OperationalError:
+                if attempt == 49:
+                    raise
+                time.sleep(0.02 * (attempt + 1))
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        write = conn.get_execution_options().get("silt_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+@dataclass(frozen=True, slots=True)
+class Unknown:
+    """A commit's read-back could not tell whether it was applied, and why."""
+
+    why: str
+
+
+# What a commit's read-back finds after a failed COMMIT: the commit's result (applied),
+# None (definitely not applied: retried) or Unknown.
+ReadBack = Callable[[sa.Connection], "T | Unknown | None"]
+
+
+class Database:
+    """One metadata database: engine, clock and transactions. Thread-safe: each call checks
+    out its own connection."""
+
+    def __init__(self, engine: sa.Engine, url: str, clock: Clock) -> None:
+        self.engine = engine
+        self.clock = clock
+        self.pg = engine.dialect.name == "postgresql"
+        self._url = url
+        self._secret: bytes | None = None
+
+    @classmethod
+    def open(cls, url: str = DEFAULT_URL, *, clock: Clock = SYSTEM_CLOCK) -> Self:
+        """Connect, then create or migrate the schema (idempotent; concurrent opens are safe).
+
+        Each migration runs in its own transaction that re-reads the version under a lock
+        (PostgreSQL advisory lock / SQLite write lock), so two processes opening a fresh
+        database apply each migration exactly once. A crash mid-migration rolls it back.
+        """
+        db = cls(make_engine(url), url, clock)
+        try:
+            db._migrate()
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def close(self) -> None:
+        """Release all connections."""
+        self.engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        """The URL the store was opened with."""
+        return self._url
+
+    @property
+    def dialect(self) -> str:
+        """`sqlite` or `postgresql`."""
+        return self.engine.dialect.name
+
+    def schema_version(self) -> int:
+        """The applied schema version."""
+        with self.read() as conn:
+            return self._version(conn)
+
+    @staticmethod
+    def _version(conn: sa.Connection) -> int:
+        if not sa.inspect(conn).has_table(s.schema_version.name):
+            return 0
+        v = conn.execute(sa.select(sa.func.max(s.schema_version.c.version))).scalar()
+        return int(v or 0)
+
+    def _migrate(self) -> None:
+        while True:
+            with self.write() as conn:
+                if self.pg:
+                    conn.execute(sa.select(sa.func.pg_advisory_xact_lock(MIGRATION_LOCK_KEY)))
+                s.md.create_all(conn, tables=[s.schema_version])
+                version = self._version(conn)
+                if version > s.LATEST_VERSION:
+                    raise SchemaVersionError(
+                        f"metadata schema version {version} is newer than this code"
+                        f" (knows up to {s.LATEST_VERSION}); upgrade siltstream"
+                    )
+                if version == s.LATEST_VERSION:
+                    return
+                now = self.clock.now_ms()
+                s.MIGRATIONS[version](conn, now)
+                conn.execute(s.schema_version.insert().values(
+                    version=version + 1, applied_at_ms=now))
+                log.info("metadata schema migrated to version %d", version + 1)
+
+    @contextmanager
+    def read(self) -> Iterator[sa.Connection]:
+        """A read transaction (SQLite: deferred, a consistent snapshot once it reads)."""
+        with self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    @contextmanager
+    def write(self) -> Iterator[sa.Connection]:
+        """A write transaction (SQLite: BEGIN IMMEDIATE, i.e. the database write lock)."""
+        with self.engine.connect() as conn:
+            conn.execution_options(silt_write=True)
+            with conn.begin():
+                yield conn
+
+    def cluster_secret(self) -> bytes:
+        """The cluster's 32 random bytes, created with the schema (key for BLAKE2b key hashes)."""
+        if self._secret is None:
+            with self.read() as conn:
+                secret = conn.execute(
+                    sa.select(s.cluster.c.secret).where(s.cluster.c.id == 1)
+                ).scalar_one()
+            self._secret = bytes(secret)
+        return self._secret
+
+    def commit(self, what: str, body: Callable[[sa.Connection], T],
+               read_back: ReadBack[T]) -> T:
+        """Run `body` in a write transaction and COMMIT it, with a definite outcome where
+        one can be had. The one retry rule of every commit (agent files, compaction jobs):
+
+        - `body` raises a MetadataError (validation, conflict, stale lease): rolled back,
+          raised as is — nothing was applied and trying again would see the same state;
+        - a database error before COMMIT (lock timeout, deadlock, lost connection, a
+          serialization failure): rolled back, so nothing was applied; retried, up to
+          COMMIT_ATTEMPTS attempts in all, then CommitConflictError (retriable);
+        - a database error during COMMIT: the outcome is read back in a new transaction
+          by `read_back` through the commit's stable identity (its file ids, its job and
+          fence): applied → its result; definitely not applied → retried as above;
+          `Unknown`, or the read-back itself failing → CommitUnknownError (do not delete
+          the objects: they may be live).
+
+        The paths differ only in what they read back: an agent file is pending (not
+        applied) or live (applied), and a compaction job committed with its fence
+        (applied) — anything else about a job is reported Unknown, never not-applied.
+        """
+        last: Exception | None = None
+        for attempt in range(COMMIT_ATTEMPTS):
+            if attempt:
+                time.sleep(0.05 * attempt)
+            conn = self.engine.connect()
+            try:
+                conn.execution_options(silt_write=True)
+                trans = conn.begin()
+                try:
+                    result = body(conn)
+                except MetadataError:
+                    trans.rollback()
+                    raise
+                except sa.exc.DBAPIError as exc:
+                    _rollback_quietly(trans)
+                    last = exc
+                    log.warning("%s not applied (attempt %d): %s", what, attempt + 1, exc)
+                    continue
+                try:
+                    trans.commit()
+                except sa.exc.DBAPIError as exc:
+                    outcome = self._read_back(what, exc, read_back)
+                    if outcome is None:
+                        last = exc
+                        continue
+                    return outcome
+                return result
+            finally:
+                _close_quietly(conn)
+        raise CommitConflictError(
+            f"{what} not applied after {COMMIT_ATTEMPTS} attempts: {last}") from last
+
+    def _read_back(self, what: str, cause: Exception, read_back: ReadBack[T]) -> T | None:
+        """After a failed COMMIT: the result if applied, None if not, else CommitUnknownError."""
+        try:
+            with self.read() as conn:
+                outcome = read_back(conn)
+        except sa.exc.DBAPIError as exc:
+            raise CommitUnknownError(
+                f"{what} failed during COMMIT ({cause}) and its outcome could not be read"
+                f" back: {exc}") from exc
+        if isinstance(outcome, Unknown):
+            raise CommitUnknownError(f"{what} failed during COMMIT ({cause}); {outcome.why}")
+        return outcome
+
+
+def _rollback_quietly(trans: sa.RootTransaction) -> None:
+    try:
+        trans.rollback()
+    except sa.exc.DBAPIError:  # connection already broken: the server rolls back itself
+        log.debug("rollback failed", exc_info=True)
+
+
+def _close_quietly(conn: sa.Connection) -> None:
+    try:
+        conn.close()
+    except sa.exc.DBAPIError:
+        log.debug("close failed", exc_info=True)

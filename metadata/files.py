@@ -1,0 +1,343 @@
+"""Objects' rows: register before upload, the agent commits that make chunks visible
+(assigning offsets), abandon, and GC's state transitions.
+
+Lock order of an agent commit (PostgreSQL): the file rows (id order), then the partition
+rows in sorted (topic_id, partition) order, so committers touching overlapping partitions
+serialize per partition and cannot deadlock. Per-partition state that must change with the
+offsets it guards (idempotent producers' sequence numbers, next) belongs in the same
+transaction: `_commit_body`, after the partition locks.
+
+Failure model of a commit: `Database.commit` (engine.py), read back through the files'
+states (a file id is its commit's stable identity).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from . import schema as s
+from .engine import Database, Unknown
+from .errors import (
+    FileStateError,
+    InvalidCommitError,
+    ObjectKeyExistsError,
+    UnknownFileError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from .models import ChunkMeta, FileInfo
+from .segments import check_segment, insert_segments, segment_row
+
+# One file of an agent commit: its id, its layout (size, data_offset, data_length,
+# meta_offset, meta_length) and its chunks.
+FileCommit = tuple[int, Mapping[str, int], Sequence[ChunkMeta]]
+Bases = dict[tuple[str, int], int]
+
+
+def file_info(row: sa.Row[Any], leased: bool = False) -> FileInfo:
+    """A FileInfo from a `files` row."""
+    return FileInfo(**{c.name: row._mapping[c] for c in s.files.c}, leased=leased)
+
+
+def lock_files(conn: sa.Connection, ids: Sequence[int]) -> list[sa.Row[Any]]:
+    """The file rows, locked in id order (PostgreSQL; SQLite holds the write lock)."""
+    if not ids:
+        return []
+    f = s.files.c
+    return list(conn.execute(
+        sa.select(s.files).where(f.id.in_(ids)).order_by(f.id).with_for_update()).all())
+
+
+def held_jobs(conn: sa.Connection, job_ids: Sequence[int], now: int) -> set[int]:
+    """Which of these jobs are leased and unexpired (the files they name are held)."""
+    if not job_ids:
+        return set()
+    j = s.jobs.c
+    return {int(r) for r in conn.execute(
+        sa.select(j.id).where(j.id.in_(set(job_ids)), j.state == s.JOB_LEASED,
+                              j.lease_expires_ms > now)).scalars()}
+
+
+def register_pending_file(
+    db: Database, object_key: str, *, level: int = 0, holds_compacted: bool = False
+) -> int:
+    """Record that `object_key` may be uploaded; returns the file id for `commit_file`.
+
+    Call before the upload. Crash before COMMIT: no row and (the caller not having
+    uploaded yet) no object. After: a pending row that GC removes, with its object if any,
+    once it is older than the GC grace period.
+    """
+    now = db.clock.now_ms()
+    try:
+        with db.write() as conn:
+            return int(conn.execute(
+                s.files.insert().values(
+                    object_key=object_key, level=level, state=s.FILE_PENDING,
+                    holds_compacted=holds_compacted, created_at_ms=now,
+                    state_changed_at_ms=now,
+                ).returning(s.files.c.id)
+            ).scalar_one())
+    except sa.exc.IntegrityError as exc:
+        raise ObjectKeyExistsError(f"object key {object_key!r} is already registered") from exc
+
+
+def commit_file(
+    db: Database,
+    file_id: int,
+    *,
+    size: int,
+    data_offset: int,
+    data_length: int,
+    meta_offset: int,
+    meta_length: int,
+    chunks: Sequence[ChunkMeta],
+) -> dict[tuple[str, int], int]:
+    """Make an uploaded object's chunks visible, assigning offsets; returns their bases.
+
+    One transaction: flip the file pending → live (locking its row), lock the partitions
+    in sorted order, give each chunk the base offset `next_offset` and advance it by
+    `offset_span`, insert the segments. Validation failures (FileStateError,
+    UnknownTopicError, UnknownPartitionError, InvalidCommitError) commit nothing.
+
+    Crash before COMMIT: the file stays pending (GC deletes it); after: everything visible.
+    Database errors are handled by `Database.commit`: retried, then CommitConflictError; a
+    failed COMMIT is read back (live: applied, the assigned bases are returned; pending:
+    not applied, retried).
+    """
+    layout = {"size": size, "data_offset": data_offset, "data_length": data_length,
+              "meta_offset": meta_offset, "meta_length": meta_length}
+    return _commit(db, f"commit of file {file_id}", [(file_id, layout, chunks)])[0]
+
+
+def commit_files(db: Database, files: Sequence[FileCommit]) -> list[dict[tuple[str, int], int]]:
+    """Commit several uploaded objects in ONE transaction (all visible, or none).
+
+    `files` holds (file_id, layout, chunks) with layout the keyword arguments of
+    `commit_file` (size, data_offset, data_length, meta_offset, meta_length). Offsets are
+    assigned file after file, in the order given. Used by writers that must publish a
+    whole job at once (Spark). Failures commit nothing; errors as for `commit_file` (a
+    failed COMMIT is read back through all the files' states).
+    """
+    return _commit(db, f"commit of {len(files)} files", files)
+
+
+def _commit(db: Database, what: str, files: Sequence[FileCommit]) -> list[Bases]:
+    for _, _, chunks in files:
+        _validate_chunks(chunks)
+    ids = [file_id for file_id, _, _ in files]
+
+    def read_back(conn: sa.Connection) -> list[Bases] | Unknown | None:
+        f, sg = s.files.c, s.segments.c
+        states = dict(conn.execute(sa.select(f.id, f.state).where(f.id.in_(ids))).all())
+        if all(states.get(i) == s.FILE_PENDING for i in ids):
+            return None
+        if not all(states.get(i) == s.FILE_LIVE for i in ids):
+            return Unknown(", ".join(f"file {i} is now {states.get(i)}" for i in ids))
+        bases: dict[int, Bases] = {i: {} for i in ids}
+        for r in conn.execute(
+            sa.select(sg.file_id, s.topics.c.name, sg.partition, sg.base_offset)
+            .join(s.topics, s.topics.c.id == sg.topic_id).where(sg.file_id.in_(ids))
+        ):
+            bases[r.file_id][(r.name, r.partition)] = r.base_offset
+        return [bases[i] for i in ids]
+
+    return db.commit(what, lambda conn: _commit_body(db, conn, files), read_back)
+
+
+def _commit_body(db: Database, conn: sa.Connection, files: Sequence[FileCommit]) -> list[Bases]:
+    f, t = s.files.c, s.topics.c
+    now = db.clock.now_ms()
+    # 1. pending → live, taking the file row locks (a concurrent abandon/GC waits).
+    for file_id, layout, _ in sorted(files, key=lambda x: x[0]):
+        flipped = conn.execute(
+            s.files.update()
+            .where(f.id == file_id, f.state == s.FILE_PENDING)
+            .values(state=s.FILE_LIVE, state_changed_at_ms=now, **layout)
+        ).rowcount
+        if flipped != 1:
+            state = conn.execute(sa.select(f.state).where(f.id == file_id)).scalar()
+            if state is None:
+                raise UnknownFileError(f"no file with id {file_id}")
+            raise FileStateError(f"file {file_id} is {state}, not pending: cannot commit")
+    all_chunks = [c for _, _, chunks in files for c in chunks]
+    # 2. resolve topic names.
+    names = sorted({c.topic for c in all_chunks})
+    ids = {r.name: r.id for r in conn.execute(sa.select(t.id, t.name).where(t.name.in_(names)))}
+    for name in names:
+        if name not in ids:
+            raise UnknownTopicError(f"unknown topic {name!r}")
+    # 3. lock the partition rows in sorted (topic_id, partition) order.
+    wanted = sorted({(ids[c.topic], c.partition) for c in all_chunks})
+    next_offset = _lock_partitions(db, conn, wanted)
+    for c in all_chunks:
+        if (ids[c.topic], c.partition) not in next_offset:
+            raise UnknownPartitionError(f"topic {c.topic!r} has no partition {c.partition}")
+    # 4. assign offsets and insert segments, file after file.
+    results: list[Bases] = []
+    rows = []
+    for file_id, _, chunks in files:
+        bases: Bases = {}
+        for c in chunks:
+            key = (ids[c.topic], c.partition)
+            base = next_offset[key]
+            next_offset[key] = base + c.offset_span
+            bases[(c.topic, c.partition)] = base
+            rows.append(segment_row(c, file_id, key[0], base, base + c.offset_span - 1, now,
+                                    None))
+        results.append(bases)
+    insert_segments(conn, db.pg, rows)
+    _set_next_offsets(db, conn, sorted(next_offset.items()))
+    return results
+
+
+def _validate_chunks(chunks: Sequence[ChunkMeta]) -> None:
+    if not chunks:
+        raise InvalidCommitError("a committed file must hold at least one chunk")
+    seen: set[tuple[str, int]] = set()
+    for c in chunks:
+        tp = (c.topic, c.partition)
+        if tp in seen:
+            raise InvalidCommitError(f"two chunks for {c.topic}/{c.partition} in one file")
+        seen.add(tp)
+        if c.offset_span < 1 or not 0 <= c.record_count <= c.offset_span:
+            raise InvalidCommitError(
+                f"chunk {c.topic}/{c.partition}: need 0 <= record_count={c.record_count}"
+                f" <= offset_span={c.offset_span} and offset_span >= 1"
+            )
+        check_segment(c, f"chunk {c.topic}/{c.partition}")
+
+
+def _lock_partitions(db: Database, conn: sa.Connection,
+                     wanted: Sequence[tuple[int, int]]) -> dict[tuple[int, int], int]:
+    """Lock the (topic_id, partition) rows in sorted order; their next offsets.
+
+    One statement driven by the wanted keys (primary-key probes), passed as arrays
+    (PostgreSQL: unnest, rows locked FOR UPDATE in key order) or one JSON text (SQLite:
+    json_each; the write transaction already holds the database lock) rather than a
+    thousand-placeholder IN list, whose compiling and parsing dominated agent commits.
+    """
+    if db.pg:
+        rows = conn.exec_driver_sql(
+            'SELECT p.topic_id, p."partition", p.next_offset FROM partitions AS p '
+            'JOIN unnest(%s::bigint[], %s::integer[]) AS v(t, q) '
+            'ON p.topic_id = v.t AND p."partition" = v.q '
+            'ORDER BY p.topic_id, p."partition" FOR UPDATE OF p',
+            ([k[0] for k in wanted], [k[1] for k in wanted])).all()
+    else:
+        rows = conn.exec_driver_sql(
+            'SELECT p.topic_id, p."partition", p.next_offset FROM json_each(?) AS j '
+            'JOIN partitions AS p ON p.topic_id = json_extract(j.value, \'$[0]\') '
+            'AND p."partition" = json_extract(j.value, \'$[1]\')',
+            (json.dumps(wanted),)).all()
+    return {(int(r[0]), int(r[1])): int(r[2]) for r in rows}
+
+
+def _set_next_offsets(db: Database, conn: sa.Connection,
+                      items: Sequence[tuple[tuple[int, int], int]]) -> None:
+    """partitions.next_offset for ((topic_id, partition), next_offset) pairs, in one
+    driver call (see `segments.insert_segments`); the rows are already locked."""
+    if not items:
+        return
+    if db.pg:
+        conn.exec_driver_sql(
+            'UPDATE partitions AS p SET next_offset = v.n FROM unnest('
+            '%s::bigint[], %s::integer[], %s::bigint[]) AS v(t, q, n) '
+            'WHERE p.topic_id = v.t AND p."partition" = v.q',
+            ([k[0] for k, _ in items], [k[1] for k, _ in items], [n for _, n in items]))
+    else:
+        conn.exec_driver_sql(
+            'UPDATE partitions SET next_offset = ? WHERE topic_id = ? AND "partition" = ?',
+            [(n, k[0], k[1]) for k, n in items])
+
+
+def abandon_file(db: Database, file_id: int) -> None:
+    """Mark a pending file abandoned: its commit will not happen; GC deletes the object.
+
+    Idempotent for files already abandoned, deleting or deleted; FileStateError if live.
+    Crash before COMMIT: the file stays pending, which GC treats the same way.
+    """
+    f = s.files.c
+    with db.write() as conn:
+        state = conn.execute(
+            sa.select(f.state).where(f.id == file_id).with_for_update()).scalar()
+        if state is None:
+            raise UnknownFileError(f"no file with id {file_id}")
+        if state == s.FILE_LIVE:
+            raise FileStateError(f"file {file_id} is live: cannot abandon a committed file")
+        if state == s.FILE_PENDING:
+            conn.execute(s.files.update().where(f.id == file_id, f.state == s.FILE_PENDING)
+                         .values(state=s.FILE_ABANDONED,
+                                 state_changed_at_ms=db.clock.now_ms()))
+
+
+def get_file(db: Database, file_id: int) -> FileInfo:
+    """One file's row; UnknownFileError if missing."""
+    with db.read() as conn:
+        row = conn.execute(sa.select(s.files).where(s.files.c.id == file_id)).first()
+        if row is None:
+            raise UnknownFileError(f"no file with id {file_id}")
+        held = held_jobs(conn, [] if row.job_id is None else [row.job_id], db.clock.now_ms())
+    return file_info(row, leased=row.job_id in held)
+
+
+def files_to_gc(db: Database, older_than_ms: int) -> list[FileInfo]:
+    """Files whose objects may be deleted: pending, abandoned, deleting and retired files
+    whose state changed at or before `older_than_ms`.
+
+    Pass `now - grace` (compactor default 60 s, like Kafka's file.delete.delay.ms): a
+    pending file younger than that may still be uploading, and a file retired by a
+    compaction more recently may still be read by a reader that found its segments
+    before the swap. A retired file is never listed before the grace has passed.
+    """
+    f = s.files.c
+    gc_states = (s.FILE_PENDING, s.FILE_ABANDONED, s.FILE_DELETING, s.FILE_RETIRED)
+    with db.read() as conn:
+        rows = conn.execute(
+            sa.select(s.files)
+            .where(f.state.in_(gc_states), f.state_changed_at_ms <= older_than_ms)
+            .order_by(f.id)
+        ).all()
+    return [file_info(r) for r in rows]
+
+
+def mark_deleting(db: Database, file_ids: Iterable[int]) -> list[int]:
+    """GC step 1: pending/abandoned/retired → deleting (a late commit then fails cleanly).
+
+    Pass ids from `files_to_gc` (which applies the grace period). Returns the ids that are
+    now deleting; delete only their objects (step 2). Live files are never touched.
+    Crash before COMMIT: nothing changed; after: the files are listed by `files_to_gc`
+    until `mark_deleted`.
+    """
+    return _transition(
+        db, file_ids, (s.FILE_PENDING, s.FILE_ABANDONED, s.FILE_DELETING, s.FILE_RETIRED),
+        s.FILE_DELETING)
+
+
+def mark_deleted(db: Database, file_ids: Iterable[int]) -> list[int]:
+    """GC step 3, after the objects are gone: deleting/abandoned/pending → deleted.
+
+    Returns the ids changed (live files are never touched). Crash before COMMIT: the files
+    are listed again and their (already deleted) objects deleted again, harmlessly.
+    """
+    return _transition(db, file_ids, (s.FILE_PENDING, s.FILE_ABANDONED, s.FILE_DELETING),
+                       s.FILE_DELETED)
+
+
+def _transition(db: Database, file_ids: Iterable[int], from_states: Sequence[str],
+                to_state: str) -> list[int]:
+    ids = sorted(set(file_ids))
+    if not ids:
+        return []
+    f = s.files.c
+    with db.write() as conn:
+        changed = conn.execute(
+            s.files.update()
+            .where(f.id.in_(ids), f.state.in_(from_states))
+            .values(state=to_state, state_changed_at_ms=db.clock.now_ms())
+            .returning(f.id)
+        ).scalars().all()
+    return sorted(int(i) for i in changed)

@@ -1,0 +1,135 @@
+"""Reads: a partition's live segments from an offset, the planner's snapshot, stats."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from . import schema as s
+from .engine import Database
+from .errors import OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError
+from .files import file_info, held_jobs
+from .models import LevelStats, SegmentInfo, Snapshot, StoreStats
+from .segments import INFO_COLUMNS, segment_info
+from .topics import partition_info, topic_info
+
+
+def find_segments(
+    db: Database, topic: str, partition: int, from_offset: int, *, limit: int | None = None
+) -> list[SegmentInfo]:
+    """Live segments of a partition with last_offset >= from_offset, in offset order.
+
+    One statement: the partition row (for the log start check) LEFT JOINed on true to a
+    derived table of its live segments — a range scan of the index (topic_id, partition,
+    last_offset) WHERE live with its own ORDER BY … LIMIT, so a read stops after `limit`
+    index entries instead of sorting every later segment (both planners would otherwise
+    sort them all). OffsetOutOfRangeError if from_offset is below the log start; an
+    offset at or past next_offset gives [].
+    """
+    t, p, sg, f = s.topics, s.partitions, s.segments, s.files
+    topic_id = sa.select(t.c.id).where(t.c.name == topic).scalar_subquery()
+    inner = (
+        sa.select(*sg.c, f.c.object_key, f.c.size.label("file_size"))
+        .select_from(sg.join(f, f.c.id == sg.c.file_id))
+        .where(
+            sg.c.topic_id == topic_id,
+            sg.c.partition == partition,
+            s.LIVE,
+            sg.c.last_offset >= from_offset,
+        )
+        .order_by(sg.c.last_offset)
+    )
+    if limit is not None:
+        inner = inner.limit(max(limit, 1))
+    seg = inner.subquery("seg")
+    query = (
+        sa.select(p.c.log_start_offset, t.c.name.label("topic"), *seg.c)
+        .select_from(t.join(p, p.c.topic_id == t.c.id).outerjoin(seg, sa.true()))
+        .where(t.c.name == topic, p.c.partition == partition)
+        .order_by(seg.c.last_offset)
+    )
+    with db.read() as conn:
+        rows = conn.execute(query).all()
+        if not rows:
+            _raise_unknown(conn, topic, partition)
+    log_start = rows[0].log_start_offset
+    if from_offset < log_start:
+        raise OffsetOutOfRangeError(
+            f"offset {from_offset} of {topic}/{partition} is below log start {log_start}"
+        )
+    return [segment_info(r) for r in rows if r.id is not None]
+
+
+def _raise_unknown(conn: sa.Connection, topic: str, partition: int) -> None:
+    n = conn.execute(sa.select(s.topics.c.partitions).where(s.topics.c.name == topic)).scalar()
+    if n is None:
+        raise UnknownTopicError(f"unknown topic {topic!r}")
+    raise UnknownPartitionError(f"topic {topic!r} has no partition {partition} (has {n})")
+
+
+def stats(db: Database) -> StoreStats:
+    """Live files, bytes and live segments per level; files and bytes per state."""
+    f, sg = s.files.c, s.segments.c
+    with db.read() as conn:
+        by_state = conn.execute(
+            sa.select(f.state, sa.func.count(), sa.func.coalesce(sa.func.sum(f.size), 0))
+            .group_by(f.state)
+        ).all()
+        level_files = conn.execute(
+            sa.select(f.level, sa.func.count(), sa.func.coalesce(sa.func.sum(f.size), 0))
+            .where(f.state == s.FILE_LIVE).group_by(f.level)
+        ).all()
+        level_segs: dict[int, int] = {
+            int(lv): int(n) for lv, n in conn.execute(
+                sa.select(f.level, sa.func.count())
+                .select_from(s.segments.join(s.files, f.id == sg.file_id))
+                .where(s.LIVE).group_by(f.level)
+            )
+        }
+        n_topics = conn.execute(sa.select(sa.func.count()).select_from(s.topics)).scalar()
+    levels = tuple(
+        LevelStats(int(lv), int(n), int(b), int(level_segs.get(lv, 0)))
+        for lv, n, b in sorted(level_files)
+    )
+    return StoreStats(
+        levels=levels,
+        files_by_state={st: int(n) for st, n, _ in by_state},
+        bytes_by_state={st: int(b) for st, _, b in by_state},
+        topics=int(n_topics or 0),
+    )
+
+
+def snapshot(db: Database) -> Snapshot:
+    """Topics, partitions, live files and live segments, read in one consistent snapshot
+    (PostgreSQL: REPEATABLE READ; SQLite: one read transaction). A file is `leased` when
+    a leased, unexpired job holds it (also listed in `leased_file_ids`)."""
+    t, f, sg = s.topics, s.files, s.segments
+    with db.engine.connect() as conn:
+        if db.pg:
+            conn.execution_options(isolation_level="REPEATABLE READ")
+        with conn.begin():
+            now = db.clock.now_ms()
+            topic_rows = conn.execute(sa.select(t).order_by(t.c.name)).all()
+            names = {r.id: r.name for r in topic_rows}
+            part_rows = conn.execute(
+                sa.select(s.partitions).order_by(s.partitions.c.topic_id,
+                                                 s.partitions.c.partition)
+            ).all()
+            file_rows = conn.execute(
+                sa.select(f).where(f.c.state == s.FILE_LIVE).order_by(f.c.id)
+            ).all()
+            held = held_jobs(conn, [r.job_id for r in file_rows if r.job_id is not None], now)
+            seg_rows = conn.execute(
+                sa.select(*INFO_COLUMNS)
+                .select_from(sg.join(f, f.c.id == sg.c.file_id)
+                             .join(t, t.c.id == sg.c.topic_id))
+                .where(s.LIVE)
+                .order_by(sg.c.topic_id, sg.c.partition, sg.c.last_offset)
+            ).all()
+    return Snapshot(
+        taken_at_ms=now,
+        topics=tuple(topic_info(r) for r in topic_rows),
+        partitions=tuple(partition_info(names[r.topic_id], r) for r in part_rows),
+        files=tuple(file_info(r, leased=r.job_id in held) for r in file_rows),
+        segments=tuple(segment_info(r) for r in seg_rows),
+        leased_file_ids=frozenset(int(r.id) for r in file_rows if r.job_id in held),
+    )
