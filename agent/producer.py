@@ -8,9 +8,14 @@ What a crash at each step of a flush leaves behind:
 1. `register_pending_file` — a `pending` file row, no object: GC drops the row.
 2. object PUT (one PUT, or a multipart upload for large flushes) — a `pending` row and an
    object nobody can read: GC deletes both. A crash mid-multipart leaves no object.
-3. `commit_file` — one transaction assigns offsets and makes every chunk visible at once;
-   before it commits, as step 2; after it, the records are visible even if the acks are
-   lost (a retrying producer then writes duplicates, as Kafka without idempotence does).
+3. `commit_file` (`commit_produced` when the flush holds idempotent batches) — one
+   transaction assigns offsets and makes every chunk visible at once, checking and
+   advancing idempotent producers' sequence state with them; before it commits, as step
+   2; after it, the records are visible even if the acks are lost. A retrying
+   non-idempotent producer then writes duplicates, as Kafka without idempotence does; an
+   idempotent producer's resend (to this agent or another) is answered with the original
+   offsets. A chunk whose idempotent batch turns out a duplicate or out of order at commit
+   is not inserted: its bytes stay unreferenced in the object until compaction drops them.
 On an error (not a crash) the pending file is marked `abandoned` and every future of the
 flush fails with `FlushError`; if the commit's outcome is unknown the file is left as it
 is and the futures fail with `FlushOutcomeUnknownError`.
@@ -27,9 +32,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 
 from clock import SYSTEM_CLOCK, Clock
-from fileformat import ChunkBuilder, FileWriter, KeyHasher
-from metadata import MetadataStore, TopicInfo
+from fileformat import ChunkBuilder, FileWriter, KeyHasher, read_header
+from metadata import MetadataStore, ProducerBatch, RejectedChunk, TopicInfo
 from metadata.errors import CommitUnknownError
+from metadata.models import SEQUENCE_WRAP
+from metadata.producers import Duplicate
 from metadata.segments import chunk_meta
 from objectstore import ObjectStore
 
@@ -42,6 +49,7 @@ from .errors import (
     InvalidRecordError,
     RecordTooLargeError,
 )
+from .idempotence import Admit, InFlight, ProducerTracker
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +65,25 @@ def new_object_key(clock: Clock = SYSTEM_CLOCK) -> str:
     return f"{OBJECT_PREFIX}{clock.now_ms() * 1_000_000:020d}-{uuid.uuid4().hex[:12]}.silt"
 
 
-# What a flush resolves to: per partition, the chunk's base offset or the flush's error.
-FlushOutcome = dict[tuple[str, int], "int | BaseException"]
+@dataclass(frozen=True, slots=True)
+class PerBatch:
+    """A partition whose chunk the commit rejected: the answer of each idempotent batch by
+    its relative offset (an original offset or an error), `other` for every other record."""
+
+    answers: dict[int, int | BaseException]
+    other: BaseException
+
+
+# What a flush resolves to: per partition, the chunk's base offset, the flush's error, or
+# per-batch answers (a chunk rejected by the idempotence check).
+FlushOutcome = dict[tuple[str, int], "int | BaseException | PerBatch"]
+
+
+def _resolved(tp: tuple[str, int], outcome: int | BaseException) -> ProduceFuture:
+    """A produce future answered already (a resend of a committed batch, or a refusal)."""
+    done: Future[FlushOutcome] = Future()
+    done.set_result({tp: outcome})
+    return ProduceFuture(done, tp, 0)
 
 
 class ProduceFuture:
@@ -80,6 +105,11 @@ class ProduceFuture:
     def result(self, timeout: float | None = None) -> int:
         """The offset; raises the flush's error if it failed."""
         outcome = self._flush.result(timeout)[self._tp]
+        if isinstance(outcome, PerBatch):
+            answer = outcome.answers.get(self._rel, outcome.other)
+            if isinstance(answer, BaseException):
+                raise answer
+            return answer
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome + self._rel
@@ -89,6 +119,9 @@ class ProduceFuture:
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         outcome = self._flush.result(timeout)[self._tp]  # the flush Future itself never fails
+        if isinstance(outcome, PerBatch):
+            answer = outcome.answers.get(self._rel, outcome.other)
+            return answer if isinstance(answer, BaseException) else None
         return outcome if isinstance(outcome, BaseException) else None
 
     def add_done_callback(self, fn: Callable[[ProduceFuture], object]) -> None:
@@ -99,6 +132,7 @@ class ProduceFuture:
 class _PartitionBuffer:
     builder: ChunkBuilder
     compacted: bool
+    batches: list[ProducerBatch] = field(default_factory=list)  # idempotent, in offset order
 
 
 @dataclass(slots=True)
@@ -177,6 +211,8 @@ class Agent:
         # bound) and the running totals over every object committed.
         self.reports: deque[FlushReport] = deque(maxlen=REPORTS_KEPT)
         self.totals = FlushTotals()
+        self._producers = ProducerTracker(metadata.config.producer_id_expiration_ms,
+                                          clock.now_ms)
         self._thread = threading.Thread(target=self._run, name="silt-agent-flusher", daemon=True)
         self._thread.start()
 
@@ -242,7 +278,14 @@ class Agent:
     def produce_batch(self, topic: str, partition: int, raw_batch: bytes) -> ProduceFuture:
         """Buffer a ready-made Kafka RecordBatch v2 (stored byte for byte).
 
-        The future resolves to the batch's first offset.
+        The future resolves to the batch's first offset. A batch of an idempotent producer
+        (producerId >= 0) is checked against the producer's state (agent/idempotence.py):
+        a resend of a batch in flight shares its future, a resend of a committed batch
+        resolves at once to its original offset, and a sequence gap or an old epoch fails
+        the future with OutOfOrderSequenceError / InvalidProducerEpochError (metadata
+        errors) without buffering anything. The commit checks again (module docstring).
+        Transactional batches are refused (InvalidRecordError): transactions are not
+        supported.
         """
         info = self.topic(topic)
         self._check_partition(info, partition)
@@ -251,13 +294,53 @@ class Agent:
                 f"batch of {len(raw_batch)} bytes exceeds max.message.bytes="
                 f"{info.config.max_message_bytes} of topic {topic!r}"
             )
-        with self._cond:
-            self._reserve(len(raw_batch))
-            pb = self._partition_buffer(info, partition)
-            first, _count = pb.builder.append_batch(raw_batch)
-            done = self._buffer.done  # before _account, which may seal this buffer
-            self._account(len(raw_batch))
-            return ProduceFuture(done, (topic, partition), first)
+        header = read_header(raw_batch)
+        if header.producer_id < 0:
+            with self._cond:
+                return self._append_batch(info, partition, raw_batch, None)
+        if header.is_transactional:
+            raise InvalidRecordError("transactional batches are not supported")
+        batch = ProducerBatch(header.producer_id, header.producer_epoch, header.base_sequence,
+                              (header.base_sequence + header.last_offset_delta)
+                              % SEQUENCE_WRAP, 0)
+        key = (header.producer_id, topic, partition)
+        tp = (topic, partition)
+        reloaded = False
+        while True:
+            with self._cond:
+                self._reserve(len(raw_batch))
+                decision = self._producers.check(key, batch, reloaded)
+                if isinstance(decision, Admit):
+                    return self._append_batch(info, partition, raw_batch, (key, batch))
+                if isinstance(decision, InFlight):
+                    done, rel = decision.handle
+                    return ProduceFuture(done, tp, rel)
+            if isinstance(decision, Duplicate):
+                return _resolved(tp, decision.base_offset)
+            if isinstance(decision, Exception):
+                return _resolved(tp, decision)
+            # Not known here, or refused on what this agent knew: read the committed state.
+            state = self._metadata.producer_state(*key)
+            with self._cond:
+                self._producers.learn(key, state)
+            reloaded = True
+
+    def _append_batch(self, info: TopicInfo, partition: int, raw_batch: bytes,
+                      idempotent: tuple[tuple[int, str, int], ProducerBatch] | None,
+                      ) -> ProduceFuture:
+        """Append a checked batch to the buffer (holding the condition; the idempotent path
+        reserved already, so the lock was not released between its check and this)."""
+        self._reserve(len(raw_batch))
+        pb = self._partition_buffer(info, partition)
+        first, _count = pb.builder.append_batch(raw_batch)
+        done = self._buffer.done  # before _account, which may seal this buffer
+        if idempotent is not None:
+            key, batch = idempotent
+            placed = replace(batch, offset_delta=first)
+            pb.batches.append(placed)
+            self._producers.add(key, placed, (done, first))
+        self._account(len(raw_batch))
+        return ProduceFuture(done, (info.name, partition), first)
 
     def flush(self, timeout: float | None = None) -> None:
         """Block until every record buffered before this call has been flushed (or failed)."""
@@ -399,6 +482,7 @@ class Agent:
         finally:
             if self.totals.objects > objects_before:
                 self.totals = replace(self.totals, flushes=self.totals.flushes + 1)
+            self._settle(items, outcome)
             buf.done.set_result(outcome)
 
     def _flush_object(
@@ -421,15 +505,18 @@ class Agent:
                 for _, pb in items:
                     writer.add(pb.builder.finish())
                 layout = writer.finish()
-            bases = self._metadata.commit_file(
-                file_id,
-                size=layout.size,
-                data_offset=layout.data_offset,
-                data_length=layout.data_length,
-                meta_offset=layout.meta_offset,
-                meta_length=layout.meta_length,
-                chunks=[chunk_meta(c) for c in layout.chunks],
-            )
+            chunks = [chunk_meta(c) for c in layout.chunks]
+            batches = {tp: pb.batches for tp, pb in items if pb.batches}
+            if batches:
+                outcomes = self._metadata.commit_produced(
+                    file_id, size=layout.size, data_offset=layout.data_offset,
+                    data_length=layout.data_length, meta_offset=layout.meta_offset,
+                    meta_length=layout.meta_length, chunks=chunks, batches=batches)
+            else:
+                outcomes = dict(self._metadata.commit_file(
+                    file_id, size=layout.size, data_offset=layout.data_offset,
+                    data_length=layout.data_length, meta_offset=layout.meta_offset,
+                    meta_length=layout.meta_length, chunks=chunks))
         except CommitUnknownError as exc:
             unknown = FlushOutcomeUnknownError(f"commit of {key} has unknown outcome: {exc}")
             self._fail(items, unknown, exc, outcome)
@@ -442,11 +529,31 @@ class Agent:
             self._fail(items, FlushError(f"flush of {key} failed, nothing committed: {exc}"),
                        exc, outcome)
             return
-        for tp, _ in items:
-            outcome[tp] = bases[tp]
+        for tp, pb in items:
+            result = outcomes[tp]
+            if isinstance(result, RejectedChunk):
+                outcome[tp] = PerBatch({b.offset_delta: a for b, a in
+                                        zip(pb.batches, result.answers, strict=True)},
+                                       result.other)
+            else:
+                outcome[tp] = result
+        if all(isinstance(r, RejectedChunk) for r in outcomes.values()):
+            return  # nothing of the object is visible (the commit abandoned it)
         report = FlushReport(key, len(items), records, layout.size)
         self.reports.append(report)
         self.totals = self.totals.plus(report)
+
+    def _settle(self, items: list[tuple[tuple[str, int], _PartitionBuffer]],
+                outcome: FlushOutcome) -> None:
+        """Tell the producer tracker how each idempotent batch of a flush ended (before the
+        futures resolve, so a producer's next batch is judged on the settled state)."""
+        with self._cond:
+            for tp, pb in items:
+                result = outcome[tp]
+                for b in pb.batches:  # rejected or failed: not stored here
+                    self._producers.settle((b.producer_id, *tp), b,
+                                           result + b.offset_delta
+                                           if isinstance(result, int) else None)
 
     @staticmethod
     def _fail(

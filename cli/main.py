@@ -108,7 +108,7 @@ class Context:
     @property
     def metadata(self) -> MetadataStore:
         if self._metadata is None:
-            self._metadata = MetadataStore.open(self.metadata_url)
+            self._metadata = MetadataStore.open(self.metadata_url, config=self.settings.metadata)
         return self._metadata
 
     def close(self) -> None:

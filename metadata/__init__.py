@@ -2,6 +2,8 @@
 on SQLite (embedded default) or PostgreSQL, behind one API (`MetadataStore`)."""
 
 from .models import (
+    AgentInfo,
+    BatchRecord,
     ChunkMeta,
     CompactionCommit,
     CompactionOutput,
@@ -12,6 +14,9 @@ from .models import (
     OutputSegment,
     PartitionInfo,
     PlacedSegment,
+    ProducerBatch,
+    ProducerState,
+    RejectedChunk,
     RetentionChange,
     RetentionResult,
     Segment,
@@ -25,6 +30,8 @@ from .topicconfig import TopicConfig
 
 __all__ = [
     "DEFAULT_URL",
+    "AgentInfo",
+    "BatchRecord",
     "ChunkMeta",
     "CompactionCommit",
     "CompactionOutput",
@@ -36,6 +43,9 @@ __all__ = [
     "OutputSegment",
     "PartitionInfo",
     "PlacedSegment",
+    "ProducerBatch",
+    "ProducerState",
+    "RejectedChunk",
     "RetentionChange",
     "RetentionResult",
     "Segment",

@@ -1,17 +1,22 @@
-"""Metadata-store settings (the `metadata` section): which database, by URL. Loaded by
-`settings.load` (env `SILT_METADATA`, as always); the URL forms are `engine_url`'s."""
+"""Metadata-store settings (the `metadata` section): which database, by URL, and the
+cluster-wide timeouts the store applies (agent liveness, idle producer state). Loaded by
+`settings.load` (env `SILT_METADATA` for the URL, as always); the URL forms are
+`engine_url`'s. Pass the section to `MetadataStore.open(url, config=...)`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from settings import Section, text
+from settings import Section, integer, text
 
 from .engine import DEFAULT_URL, engine_url
 from .errors import UnsupportedMetadataUrlError
 
 URL = "url"
+PRODUCER_ID_EXPIRATION_MS = "producer.id.expiration.ms"
+BROKER_SESSION_TIMEOUT_MS = "broker.session.timeout.ms"
+BROKER_HEARTBEAT_INTERVAL_MS = "broker.heartbeat.interval.ms"
 ENV_URL = "SILT_METADATA"
 
 
@@ -31,3 +36,18 @@ class MetadataConfig(Section):
 
     url: str = text(URL, DEFAULT_URL, allowed="a URL sqlite:///path or postgresql://...",
                     check=_supported, env=ENV_URL)
+    # Kafka's producer.id.expiration.ms: a producer's state on a partition is forgotten
+    # after this long without a write there (its next batch is then accepted at any
+    # sequence, as a new producer's).
+    producer_id_expiration_ms: int = integer(PRODUCER_ID_EXPIRATION_MS, 86_400_000, lo=1)
+    # Kafka's KRaft broker.session.timeout.ms / broker.heartbeat.interval.ms: an agent is
+    # live (listed as a broker) while its last heartbeat is younger than the timeout; it
+    # heartbeats every interval.
+    broker_session_timeout_ms: int = integer(BROKER_SESSION_TIMEOUT_MS, 9_000, lo=1)
+    broker_heartbeat_interval_ms: int = integer(BROKER_HEARTBEAT_INTERVAL_MS, 2_000, lo=1)
+
+    def check_across(self) -> None:
+        if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms:
+            raise self.invalid(BROKER_HEARTBEAT_INTERVAL_MS, self.broker_heartbeat_interval_ms,
+                               f"an integer < {BROKER_SESSION_TIMEOUT_MS}"
+                               f" ({self.broker_session_timeout_ms})")

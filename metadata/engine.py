@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -33,6 +33,9 @@ from .errors import (
     SchemaVersionError,
     UnsupportedMetadataUrlError,
 )
+
+if TYPE_CHECKING:  # config.py imports this module (DEFAULT_URL, engine_url)
+    from .config import MetadataConfig
 
 log = logging.getLogger(__name__)
 
@@ -115,22 +118,31 @@ class Database:
     """One metadata database: engine, clock and transactions. Thread-safe: each call checks
     out its own connection."""
 
-    def __init__(self, engine: sa.Engine, url: str, clock: Clock) -> None:
+    def __init__(self, engine: sa.Engine, url: str, clock: Clock,
+                 config: MetadataConfig) -> None:
         self.engine = engine
         self.clock = clock
+        self.config = config  # the timeouts the concern modules apply
         self.pg = engine.dialect.name == "postgresql"
         self._url = url
         self._secret: bytes | None = None
 
     @classmethod
-    def open(cls, url: str = DEFAULT_URL, *, clock: Clock = SYSTEM_CLOCK) -> Self:
+    def open(cls, url: str = DEFAULT_URL, *, clock: Clock = SYSTEM_CLOCK,
+             config: MetadataConfig | None = None) -> Self:
         """Connect, then create or migrate the schema (idempotent; concurrent opens are safe).
+
+        `config` gives the timeouts (producer-state expiry, agent sessions; its URL is not
+        used: `url` is); default: the section's defaults.
 
         Each migration runs in its own transaction that re-reads the version under a lock
         (PostgreSQL advisory lock / SQLite write lock), so two processes opening a fresh
         database apply each migration exactly once. A crash mid-migration rolls it back.
         """
-        db = cls(make_engine(url), url, clock)
+        if config is None:
+            from .config import MetadataConfig
+            config = MetadataConfig()
+        db = cls(make_engine(url), url, clock, config)
         try:
             db._migrate()
         except BaseException:

@@ -95,3 +95,24 @@ class JobConflictError(MetadataError):
 class StaleLeaseError(MetadataError):
     """The lease was taken over (its fence moved) or the job is over: this worker may not
     commit; nothing was applied."""
+
+
+class UnknownAgentError(MetadataError):
+    """No agent is registered under this id (deregistered): register it again."""
+
+
+class OutOfOrderSequenceError(MetadataError):
+    """An idempotent batch's first sequence does not follow the producer's last one on the
+    partition (a gap, or a new epoch not starting at 0); Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER."""
+
+
+class InvalidProducerEpochError(MetadataError):
+    """An idempotent batch carries an epoch older than the producer's current one on the
+    partition (a fenced, zombie producer); Kafka's INVALID_PRODUCER_EPOCH."""
+
+
+class BatchRejectedError(MetadataError):
+    """Nothing of this chunk was stored because another batch in it was a duplicate or out of
+    order; retrying the batch is safe (its sequence numbers were not consumed)."""
+
+    retriable = True

@@ -3,9 +3,9 @@
 
 Lock order of an agent commit (PostgreSQL): the file rows (id order), then the partition
 rows in sorted (topic_id, partition) order, so committers touching overlapping partitions
-serialize per partition and cannot deadlock. Per-partition state that must change with the
-offsets it guards (idempotent producers' sequence numbers, next) belongs in the same
-transaction: `_commit_body`, after the partition locks.
+serialize per partition and cannot deadlock. Idempotent producers' state (producers.py) is
+checked and updated in the same transaction, after the partition locks: a chunk holding a
+duplicate or out-of-order batch is not inserted (`commit_produced`).
 
 Failure model of a commit: `Database.commit` (engine.py), read back through the files'
 states (a file id is its commit's stable identity).
@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 
+from . import producers
 from . import schema as s
 from .engine import Database, Unknown
 from .errors import (
+    BatchRejectedError,
     FileStateError,
     InvalidCommitError,
     ObjectKeyExistsError,
@@ -29,13 +31,17 @@ from .errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from .models import ChunkMeta, FileInfo
+from .models import ChunkMeta, FileInfo, ProducerBatch, ProducerState, RejectedChunk
 from .segments import check_segment, insert_segments, segment_row
 
 # One file of an agent commit: its id, its layout (size, data_offset, data_length,
 # meta_offset, meta_length) and its chunks.
 FileCommit = tuple[int, Mapping[str, int], Sequence[ChunkMeta]]
 Bases = dict[tuple[str, int], int]
+# Per chunk of a produced file: its base offset, or why it was not inserted.
+Outcomes = dict[tuple[str, int], "int | RejectedChunk"]
+# Per chunk (topic, partition): its idempotent batches, in offset order.
+ProducerBatches = Mapping[tuple[str, int], Sequence[ProducerBatch]]
 
 
 def file_info(row: sa.Row[Any], leased: bool = False) -> FileInfo:
@@ -110,7 +116,46 @@ def commit_file(
     """
     layout = {"size": size, "data_offset": data_offset, "data_length": data_length,
               "meta_offset": meta_offset, "meta_length": meta_length}
-    return _commit(db, f"commit of file {file_id}", [(file_id, layout, chunks)])[0]
+    # Without producer batches no chunk is rejected: every outcome is a base offset.
+    return cast(Bases, _commit(db, f"commit of file {file_id}", [(file_id, layout, chunks)])[0])
+
+
+def commit_produced(
+    db: Database,
+    file_id: int,
+    *,
+    size: int,
+    data_offset: int,
+    data_length: int,
+    meta_offset: int,
+    meta_length: int,
+    chunks: Sequence[ChunkMeta],
+    batches: ProducerBatches,
+) -> Outcomes:
+    """`commit_file` for an agent's object holding idempotent producers' batches: in the
+    same transaction, after the partition locks, every chunk's `batches` are checked in
+    order against their producers' state (producers.py) and the state advanced.
+
+    A chunk with a duplicate or out-of-order batch is not inserted (its bytes are dead space
+    in the object, dropped by the next compaction of the file) and does not consume offsets;
+    its outcome is a RejectedChunk (duplicates answered with their original offsets). Other
+    chunks commit normally. If no chunk is inserted the file goes pending → abandoned (GC
+    deletes it) instead of live.
+
+    Crash before COMMIT: the file stays pending, no state changed. After: the chunks and the
+    producers' states are visible together. A failed COMMIT is read back through the file's
+    state: pending (retried), live or abandoned (applied; chunks without a segment are
+    reported rejected with a retriable BatchRejectedError, since their exact verdicts are
+    not stored — a retry of a duplicate is then answered with its original offset).
+    """
+    layout = {"size": size, "data_offset": data_offset, "data_length": data_length,
+              "meta_offset": meta_offset, "meta_length": meta_length}
+    spans = {(c.topic, c.partition): c.offset_span for c in chunks}
+    for tp, bs in batches.items():
+        if tp not in spans:
+            raise InvalidCommitError(f"producer batches for {tp[0]}/{tp[1]}, not in the file")
+        producers.validate_batches(spans[tp], bs, f"chunk {tp[0]}/{tp[1]}")
+    return _commit(db, f"commit of file {file_id}", [(file_id, layout, chunks)], batches)[0]
 
 
 def commit_files(db: Database, files: Sequence[FileCommit]) -> list[dict[tuple[str, int], int]]:
@@ -122,33 +167,45 @@ def commit_files(db: Database, files: Sequence[FileCommit]) -> list[dict[tuple[s
     whole job at once (Spark). Failures commit nothing; errors as for `commit_file` (a
     failed COMMIT is read back through all the files' states).
     """
-    return _commit(db, f"commit of {len(files)} files", files)
+    return cast(list[Bases], _commit(db, f"commit of {len(files)} files", files))
 
 
-def _commit(db: Database, what: str, files: Sequence[FileCommit]) -> list[Bases]:
+def _commit(db: Database, what: str, files: Sequence[FileCommit],
+            batches: ProducerBatches | None = None) -> list[Outcomes]:
     for _, _, chunks in files:
         _validate_chunks(chunks)
     ids = [file_id for file_id, _, _ in files]
+    # Applied states: live, or abandoned when a produced file had every chunk rejected.
+    applied = (s.FILE_LIVE, s.FILE_ABANDONED) if batches else (s.FILE_LIVE,)
 
-    def read_back(conn: sa.Connection) -> list[Bases] | Unknown | None:
+    def read_back(conn: sa.Connection) -> list[Outcomes] | Unknown | None:
         f, sg = s.files.c, s.segments.c
         states = dict(conn.execute(sa.select(f.id, f.state).where(f.id.in_(ids))).all())
         if all(states.get(i) == s.FILE_PENDING for i in ids):
             return None
-        if not all(states.get(i) == s.FILE_LIVE for i in ids):
+        if not all(states.get(i) in applied for i in ids):
             return Unknown(", ".join(f"file {i} is now {states.get(i)}" for i in ids))
-        bases: dict[int, Bases] = {i: {} for i in ids}
+        found: dict[int, Outcomes] = {i: {} for i in ids}
         for r in conn.execute(
             sa.select(sg.file_id, s.topics.c.name, sg.partition, sg.base_offset)
             .join(s.topics, s.topics.c.id == sg.topic_id).where(sg.file_id.in_(ids))
         ):
-            bases[r.file_id][(r.name, r.partition)] = r.base_offset
-        return [bases[i] for i in ids]
+            found[r.file_id][(r.name, r.partition)] = r.base_offset
+        for file_id, _, chunks in files:
+            for c in chunks:
+                tp = (c.topic, c.partition)
+                if tp not in found[file_id]:  # rejected: only a produced file's chunk
+                    retry = BatchRejectedError(f"{c.topic}/{c.partition} was not stored;"
+                                               " its verdict was lost with the COMMIT reply")
+                    n = len(batches.get(tp, ())) if batches else 0
+                    found[file_id][tp] = RejectedChunk((retry,) * n, retry)
+        return [found[i] for i in ids]
 
-    return db.commit(what, lambda conn: _commit_body(db, conn, files), read_back)
+    return db.commit(what, lambda conn: _commit_body(db, conn, files, batches), read_back)
 
 
-def _commit_body(db: Database, conn: sa.Connection, files: Sequence[FileCommit]) -> list[Bases]:
+def _commit_body(db: Database, conn: sa.Connection, files: Sequence[FileCommit],
+                 batches: ProducerBatches | None) -> list[Outcomes]:
     f, t = s.files.c, s.topics.c
     now = db.clock.now_ms()
     # 1. pending → live, taking the file row locks (a concurrent abandon/GC waits).
@@ -176,21 +233,46 @@ def _commit_body(db: Database, conn: sa.Connection, files: Sequence[FileCommit])
     for c in all_chunks:
         if (ids[c.topic], c.partition) not in next_offset:
             raise UnknownPartitionError(f"topic {c.topic!r} has no partition {c.partition}")
-    # 4. assign offsets and insert segments, file after file.
-    results: list[Bases] = []
+    # 4. idempotent producers' state on these partitions (their rows are guarded by the
+    #    partition locks just taken).
+    states: dict[tuple[int, int], dict[int, ProducerState]] = {}  # partition -> pid -> state
+    if batches:
+        for (pid, *k), st in producers.load_states(db, conn, (
+                (b.producer_id, ids[tp[0]], tp[1]) for tp, bs in batches.items()
+                for b in bs)).items():
+            states.setdefault((k[0], k[1]), {})[pid] = st
+    changed: dict[producers.StateKey, ProducerState] = {}
+    expiration = db.config.producer_id_expiration_ms
+    # 5. check each chunk's batches, assign offsets and insert segments, file after file.
+    results: list[Outcomes] = []
     rows = []
     for file_id, _, chunks in files:
-        bases: Bases = {}
+        outcomes: Outcomes = {}
+        inserted = 0
         for c in chunks:
+            tp = (c.topic, c.partition)
             key = (ids[c.topic], c.partition)
             base = next_offset[key]
+            if batches and tp in batches:
+                verdict = producers.check_chunk(states.get(key, {}), batches[tp], base, now,
+                                                expiration)
+                if isinstance(verdict, RejectedChunk):
+                    outcomes[tp] = verdict  # no segment, no offsets consumed
+                    continue
+                for pid, st in verdict.items():
+                    changed[(pid, *key)] = st
             next_offset[key] = base + c.offset_span
-            bases[(c.topic, c.partition)] = base
+            outcomes[tp] = base
+            inserted += 1
             rows.append(segment_row(c, file_id, key[0], base, base + c.offset_span - 1, now,
                                     None))
-        results.append(bases)
+        if not inserted:  # every chunk rejected: nothing references the object
+            conn.execute(s.files.update().where(f.id == file_id).values(
+                state=s.FILE_ABANDONED, state_changed_at_ms=now))
+        results.append(outcomes)
     insert_segments(conn, db.pg, rows)
     _set_next_offsets(db, conn, sorted(next_offset.items()))
+    producers.save_states(db, conn, changed)
     return results
 
 

@@ -242,3 +242,68 @@ class JobInfo:
     updated_at_ms: int
     result: Mapping[str, Any] | None
     input_segments: int = 0  # live segments of the inputs when first leased
+
+
+@dataclass(frozen=True, slots=True)
+class AgentInfo:
+    """A registered agent (a Kafka broker to clients): `node_id` is its broker id."""
+
+    node_id: int
+    agent_id: str
+    host: str
+    port: int
+    registered_at_ms: int
+    heartbeat_at_ms: int
+
+
+SEQUENCE_WRAP = 2**31  # producer sequences run 0 .. 2**31 - 1, then 0 again
+MAX_EPOCH = 2**15 - 1  # a producer epoch is an int16
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerBatch:
+    """One idempotent batch of a chunk handed to an agent commit: who wrote it, its
+    sequence range (inclusive; wraps after 2**31 - 1) and where it starts in the chunk."""
+
+    producer_id: int
+    epoch: int
+    first_seq: int
+    last_seq: int
+    offset_delta: int  # the batch's first offset relative to the chunk's base
+
+    @property
+    def seq_span(self) -> int:
+        """How many offsets the batch covers (its last offset delta + 1)."""
+        return (self.last_seq - self.first_seq) % SEQUENCE_WRAP + 1
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    """A committed batch of a producer as its state keeps it: sequences and offsets."""
+
+    first_seq: int
+    last_seq: int
+    base_offset: int
+    last_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerState:
+    """An idempotent producer's state on one partition: its epoch and its last (up to five)
+    batches, oldest first."""
+
+    producer_id: int
+    epoch: int
+    batches: tuple[BatchRecord, ...]
+    updated_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedChunk:
+    """An agent commit did not insert this chunk: one of its idempotent batches was a
+    duplicate or out of order. `answers` holds, per idempotent batch in the order given,
+    the original base offset (a duplicate) or the error for that batch; every other record
+    of the chunk gets `other` (retriable: nothing of the chunk was stored)."""
+
+    answers: tuple[int | Exception, ...]
+    other: Exception

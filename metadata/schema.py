@@ -23,6 +23,19 @@ Schema (version 1):
   `files.job_id` names the job currently holding the file. Files replaced by a compaction
   go live → retired → deleting → deleted, retired ones only after the GC grace period.
 
+Version 2 (the front door: agent registry, idempotent producers):
+
+- `agents(node_id, agent_id UNIQUE, host, port, registered_at_ms, heartbeat_at_ms, stopped)`:
+  agents serving the Kafka protocol; `node_id` is the Kafka broker id, never reused (SQLite
+  AUTOINCREMENT), kept across re-registrations of the same `agent_id`. Live: not stopped and
+  a heartbeat within the session timeout.
+- `producer_ids(id=1, next_id)`: the producer-id sequence (one row, incremented under its
+  row lock / the SQLite write lock, so concurrent allocations never collide).
+- `producer_state(producer_id, topic_id, partition, epoch, batches JSON text, updated_at_ms)`,
+  PK (producer_id, topic_id, partition): an idempotent producer's epoch and its last five
+  batches `[first_seq, last_seq, base_offset, last_offset]` on one partition, updated in the
+  transaction that commits them (files.py); idle rows expire (producers.py).
+
 A migration is a function of a connection inside the transaction that also records its
 version; `MIGRATIONS[i]` brings the schema from version i to i + 1. Migrations are frozen once
 released: a later change to a table is a new migration, and `_v1` then gets its own copy of
@@ -212,6 +225,56 @@ def _v1(conn: sa.Connection, now_ms: int) -> None:
     conn.execute(tables[0].insert().values(id=1, secret=os.urandom(32), created_at_ms=now_ms))
 
 
+agents = sa.Table(
+    "agents",
+    md,
+    sa.Column("node_id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("agent_id", sa.String(255), nullable=False, unique=True),
+    sa.Column("host", sa.String(255), nullable=False),
+    sa.Column("port", sa.Integer, nullable=False),
+    sa.Column("registered_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("heartbeat_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("stopped", sa.Boolean, nullable=False),
+    sa.CheckConstraint("port BETWEEN 0 AND 65535", name="agents_port"),
+    sqlite_autoincrement=True,  # a node id is never handed out twice
+)
+
+producer_ids = sa.Table(
+    "producer_ids",
+    md,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("next_id", sa.BigInteger, nullable=False),
+    sa.CheckConstraint("id = 1", name="producer_ids_singleton"),
+)
+
+producer_state = sa.Table(
+    "producer_state",
+    md,
+    sa.Column("producer_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("topic_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("epoch", sa.Integer, nullable=False),
+    sa.Column("batches", sa.Text, nullable=False),  # JSON [[first_seq, last_seq, base, last]]
+    sa.Column("updated_at_ms", sa.BigInteger, nullable=False),
+    sa.ForeignKeyConstraint(
+        ["topic_id", "partition"], ["partitions.topic_id", "partitions.partition"]
+    ),
+    sa.Index("producer_state_updated", "updated_at_ms"),
+)
+
+FIRST_PRODUCER_ID = 1
+
+
+def _v2(conn: sa.Connection, now_ms: int) -> None:
+    """The agent registry and idempotent producers' state."""
+    v2 = sa.MetaData()
+    tables = [t.to_metadata(v2) for t in (agents, producer_ids, producer_state)]
+    # producer_state's foreign key needs `partitions` in the same MetaData to resolve.
+    partitions.to_metadata(v2)
+    v2.create_all(conn, tables=tables)
+    conn.execute(tables[1].insert().values(id=1, next_id=FIRST_PRODUCER_ID))
+
+
 Migration = Callable[[sa.Connection, int], None]
-MIGRATIONS: list[Migration] = [_v1]
+MIGRATIONS: list[Migration] = [_v1, _v2]
 LATEST_VERSION = len(MIGRATIONS)

@@ -1,6 +1,7 @@
 """`MetadataStore`: the one handle on the metadata database, a thin facade over the
 concern modules — topics.py, files.py (agent commits, GC), retention.py, reads.py
-(segments, snapshots, stats), jobs.py (compaction leases and commits) — on the shared
+(segments, snapshots, stats), jobs.py (compaction leases and commits), agents.py (the
+agent registry), producers.py (idempotent producers) — on the shared
 `Database` of engine.py (engine, migrations, transactions, the commit helper and its
 failure model). The methods are those modules' functions, so each is documented where
 it is implemented.
@@ -8,7 +9,7 @@ it is implemented.
 
 from __future__ import annotations
 
-from . import files, jobs, reads, retention, topics
+from . import agents, files, jobs, producers, reads, retention, topics
 from .engine import DEFAULT_URL, Database
 
 __all__ = ["DEFAULT_URL", "MetadataStore"]
@@ -16,8 +17,9 @@ __all__ = ["DEFAULT_URL", "MetadataStore"]
 
 class MetadataStore(Database):
     """The cluster's metadata: topics and configs, partitions' offsets, objects and segments,
-    compaction jobs. Thread-safe: one handle may be shared by threads (each call checks out
-    its own connection). Open with `MetadataStore.open(url, clock=...)`."""
+    compaction jobs, agents, idempotent producers' state. Thread-safe: one handle may be
+    shared by threads (each call checks out its own connection). Open with
+    `MetadataStore.open(url, clock=..., config=...)`."""
 
     # topics
     create_topic = topics.create_topic
@@ -28,6 +30,7 @@ class MetadataStore(Database):
     register_pending_file = files.register_pending_file
     commit_file = files.commit_file
     commit_files = files.commit_files
+    commit_produced = files.commit_produced
     abandon_file = files.abandon_file
     get_file = files.get_file
     files_to_gc = files.files_to_gc
@@ -46,3 +49,13 @@ class MetadataStore(Database):
     commit_compaction = jobs.commit_compaction
     get_job = jobs.get_job
     list_jobs = jobs.list_jobs
+    # the agent registry
+    register_agent = agents.register_agent
+    heartbeat_agent = agents.heartbeat_agent
+    deregister_agent = agents.deregister_agent
+    live_brokers = agents.live_brokers
+    # idempotent producers
+    allocate_producer_id = producers.allocate_producer_id
+    producer_state = producers.producer_state
+    expire_producers = producers.expire_producers
+    producer_last_offsets = producers.producer_last_offsets

@@ -1,0 +1,28 @@
+"""Which live agent Metadata names leader of a partition: a pure function of the live set.
+
+Agents are leaderless (any agent serves any partition), but Kafka clients want one leader
+per partition. Leaders are spread evenly — consecutive partitions of a topic go to
+consecutive agents in node-id order, starting at an offset given by a stable hash of the
+topic name (so partition 0 of every topic does not land on the same agent) — and stay put
+while the set of live agents is the same. No I/O: the server and tests call it alike.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+
+from metadata import AgentInfo
+
+
+def topic_hash(topic: str) -> int:
+    """A hash of the topic name that is the same in every process (CRC32 of its UTF-8)."""
+    return zlib.crc32(topic.encode())
+
+
+def leader(topic: str, partition: int, live: Sequence[AgentInfo]) -> AgentInfo:
+    """The agent leading (topic, partition) among `live` (any order); ValueError if none."""
+    if not live:
+        raise ValueError("no live agents")
+    ordered = sorted(live, key=lambda a: a.node_id)
+    return ordered[(topic_hash(topic) + partition) % len(ordered)]

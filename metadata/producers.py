@@ -1,0 +1,284 @@
+"""Idempotent producers: producer ids, and each producer's state per partition, with Kafka's
+rules (ProducerStateManager; franz-go kfake's 00_produce.go) as pure functions.
+
+Per (producer id, partition) the store keeps the producer's epoch and its last five batches
+(first and last sequence, base and last offset). A batch of that producer is, in order:
+
+- of an unknown producer (no state, or state idle past `producer.id.expiration.ms`):
+  accepted at any sequence;
+- a DUPLICATE if its epoch is the current one and its sequence range is one of the last
+  five batches': answered with that batch's original base offset, never stored twice;
+- INVALID_PRODUCER_EPOCH if its epoch is older than the current one;
+- with a newer epoch: accepted only at sequence 0 (the producer bumped its epoch and
+  restarted its sequences), else OUT_OF_ORDER_SEQUENCE_NUMBER;
+- with the current epoch: accepted if its first sequence follows the last batch's last
+  sequence (2**31 - 1 is followed by 0), else OUT_OF_ORDER_SEQUENCE_NUMBER.
+
+The check and the state update run in the transaction that commits the chunk holding the
+batch (files.py, after the partition row locks, so committers of one partition serialize);
+agents run the same `check_batch` early against what they know (agent/idempotence.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from . import schema as s
+from .engine import Database
+from .errors import (
+    BatchRejectedError,
+    InvalidCommitError,
+    InvalidProducerEpochError,
+    MetadataError,
+    OutOfOrderSequenceError,
+    UnknownTopicError,
+)
+from .models import (
+    MAX_EPOCH,
+    SEQUENCE_WRAP,
+    BatchRecord,
+    ProducerBatch,
+    ProducerState,
+    RejectedChunk,
+)
+
+BATCHES_KEPT = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
+NO_PRODUCER_ID = -1  # a batch header's producerId when the producer is not idempotent
+
+# (producer_id, topic_id, partition): the key of a producer_state row.
+StateKey = tuple[int, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    """The batch was committed before: answer it with its original base offset."""
+
+    base_offset: int
+
+
+Verdict = Duplicate | MetadataError | None  # None: accept
+
+
+# ------------------------------------------------------------------ the rules (pure)
+
+
+def in_sequence(last_seq: int, first_seq: int) -> bool:
+    """Whether `first_seq` is the sequence after `last_seq` (wrapping after 2**31 - 1)."""
+    return first_seq == (last_seq + 1) % SEQUENCE_WRAP
+
+
+def current(state: ProducerState | None, now_ms: int,
+            expiration_ms: int) -> ProducerState | None:
+    """`state`, or None once it has been idle for `expiration_ms` (the producer is then
+    unknown again, as after Kafka's producer.id.expiration.ms)."""
+    if state is None or state.updated_at_ms + expiration_ms <= now_ms:
+        return None
+    return state
+
+
+def check_batch(state: ProducerState | None, batch: ProducerBatch) -> Verdict:
+    """Kafka's verdict on `batch` given the producer's current state on the partition
+    (None: unknown producer; pass it through `current` first)."""
+    if state is None:
+        return None
+    if batch.epoch == state.epoch:
+        for b in state.batches:
+            if b.first_seq == batch.first_seq and b.last_seq == batch.last_seq:
+                return Duplicate(b.base_offset)
+        last = state.batches[-1].last_seq
+        if not in_sequence(last, batch.first_seq):
+            return OutOfOrderSequenceError(
+                f"producer {batch.producer_id} epoch {batch.epoch}: sequence"
+                f" {batch.first_seq} does not follow {last}")
+        return None
+    if batch.epoch < state.epoch:
+        return InvalidProducerEpochError(
+            f"producer {batch.producer_id}: epoch {batch.epoch} is older than the current"
+            f" {state.epoch}")
+    if batch.first_seq != 0:
+        return OutOfOrderSequenceError(
+            f"producer {batch.producer_id}: new epoch {batch.epoch} must start at sequence 0,"
+            f" not {batch.first_seq}")
+    return None
+
+
+def advance(state: ProducerState | None, batch: ProducerBatch, base_offset: int,
+            now_ms: int) -> ProducerState:
+    """The state after `batch` (accepted by `check_batch`) was stored at `base_offset`."""
+    record = BatchRecord(batch.first_seq, batch.last_seq, base_offset,
+                         base_offset + batch.seq_span - 1)
+    kept = state.batches if state is not None and state.epoch == batch.epoch else ()
+    return ProducerState(batch.producer_id, batch.epoch,
+                         (*kept, record)[-BATCHES_KEPT:], now_ms)
+
+
+def check_chunk(states: Mapping[int, ProducerState | None], batches: Sequence[ProducerBatch],
+                chunk_base: int, now_ms: int,
+                expiration_ms: int) -> RejectedChunk | dict[int, ProducerState]:
+    """All of a chunk's idempotent batches, in order, against their producers' `states` on
+    the chunk's partition (by producer id; missing: unknown) if the chunk is stored at
+    `chunk_base`: the new states if every batch is accepted, else the chunk's rejection
+    (duplicates answered with their original offsets, errors, and a retriable rejection for
+    the rest)."""
+    work: dict[int, ProducerState] = {}
+    answers: list[int | Exception | None] = []
+    for b in batches:
+        pid = b.producer_id
+        state = work[pid] if pid in work else current(states.get(pid), now_ms, expiration_ms)
+        verdict = check_batch(state, b)
+        if verdict is None:
+            work[pid] = advance(state, b, chunk_base + b.offset_delta, now_ms)
+            answers.append(None)
+        else:
+            answers.append(verdict.base_offset if isinstance(verdict, Duplicate) else verdict)
+    if all(a is None for a in answers):
+        return work
+    other = BatchRejectedError(
+        "another batch of this chunk was a duplicate or out of order; nothing was stored")
+    return RejectedChunk(tuple(other if a is None else a for a in answers), other)
+
+
+def validate_batches(span: int, batches: Sequence[ProducerBatch], where: str) -> None:
+    """InvalidCommitError unless every batch is well formed and inside a chunk of `span`
+    offsets, in offset order, without overlaps."""
+    end = 0
+    for b in batches:
+        if b.producer_id < 0 or not 0 <= b.epoch <= MAX_EPOCH:
+            raise InvalidCommitError(f"{where}: bad producer id or epoch in {b}")
+        if not (0 <= b.first_seq < SEQUENCE_WRAP and 0 <= b.last_seq < SEQUENCE_WRAP):
+            raise InvalidCommitError(f"{where}: sequence out of range in {b}")
+        if b.offset_delta < end or b.offset_delta + b.seq_span > span:
+            raise InvalidCommitError(f"{where}: batch {b} overlaps or leaves the chunk")
+        end = b.offset_delta + b.seq_span
+
+
+# ------------------------------------------------------------------ rows
+
+
+def _state_of(row: Any) -> ProducerState:
+    pid, epoch, batches, updated = row
+    return ProducerState(int(pid), int(epoch),
+                         tuple(BatchRecord(*b) for b in json.loads(batches)), int(updated))
+
+
+def load_states(db: Database, conn: sa.Connection,
+                keys: Iterable[StateKey]) -> dict[StateKey, ProducerState]:
+    """The stored states of these (producer_id, topic_id, partition) keys, in one statement
+    driven by the keys (as `files._lock_partitions`: arrays / one JSON text, not an IN list).
+    Callers hold the partitions' row locks, so the rows cannot change under them."""
+    wanted = sorted(set(keys))
+    if not wanted:
+        return {}
+    cols = 'ps.producer_id, ps.epoch, ps.batches, ps.updated_at_ms, ps.topic_id, ps."partition"'
+    if db.pg:
+        rows = conn.exec_driver_sql(
+            f'SELECT {cols} FROM producer_state AS ps '
+            'JOIN unnest(%s::bigint[], %s::bigint[], %s::integer[]) AS v(p, t, q) '
+            'ON ps.producer_id = v.p AND ps.topic_id = v.t AND ps."partition" = v.q',
+            tuple(list(col) for col in zip(*wanted, strict=True))).all()
+    else:
+        rows = conn.exec_driver_sql(
+            f'SELECT {cols} FROM json_each(?) AS j JOIN producer_state AS ps '
+            'ON ps.producer_id = json_extract(j.value, \'$[0]\') '
+            'AND ps.topic_id = json_extract(j.value, \'$[1]\') '
+            'AND ps."partition" = json_extract(j.value, \'$[2]\')',
+            (json.dumps(wanted),)).all()
+    return {(int(r[0]), int(r[4]), int(r[5])): _state_of(r[:4]) for r in rows}
+
+
+def save_states(db: Database, conn: sa.Connection,
+                states: Mapping[StateKey, ProducerState]) -> None:
+    """Insert or replace these states in one driver call (an upsert, so a row deleted by
+    `expire_producers` meanwhile is simply written again)."""
+    if not states:
+        return
+    rows = [(k[0], k[1], k[2], st.epoch,
+             json.dumps([[b.first_seq, b.last_seq, b.base_offset, b.last_offset]
+                         for b in st.batches]), st.updated_at_ms)
+            for k, st in sorted(states.items())]
+    upsert = ('ON CONFLICT (producer_id, topic_id, "partition") DO UPDATE SET '
+              'epoch = excluded.epoch, batches = excluded.batches, '
+              'updated_at_ms = excluded.updated_at_ms')
+    cols = 'producer_id, topic_id, "partition", epoch, batches, updated_at_ms'
+    if db.pg:
+        conn.exec_driver_sql(
+            f'INSERT INTO producer_state ({cols}) SELECT * FROM unnest(%s::bigint[], '
+            f'%s::bigint[], %s::integer[], %s::integer[], %s::text[], %s::bigint[]) {upsert}',
+            tuple(list(col) for col in zip(*rows, strict=True)))
+    else:
+        conn.exec_driver_sql(f"INSERT INTO producer_state ({cols}) VALUES (?, ?, ?, ?, ?, ?) "
+                             f"{upsert}", rows)
+
+
+# ------------------------------------------------------------------ the store's API
+
+
+def allocate_producer_id(db: Database) -> int:
+    """A producer id never handed out before (InitProducerId without a transactional id:
+    Kafka gives every such call a fresh id at epoch 0).
+
+    One write transaction increments the sequence row (its row lock on PostgreSQL, the
+    write lock on SQLite), so concurrent callers get distinct ids. Crash before COMMIT:
+    nothing allocated; after, if the answer is lost: an id is skipped, harmlessly.
+    """
+    p = s.producer_ids.c
+    with db.write() as conn:
+        return int(conn.execute(
+            s.producer_ids.update().where(p.id == 1).values(next_id=p.next_id + 1)
+            .returning(p.next_id)).scalar_one()) - 1
+
+
+def producer_state(db: Database, producer_id: int, topic: str,
+                   partition: int) -> ProducerState | None:
+    """The producer's current state on the partition; None if unknown or expired."""
+    ps, t = s.producer_state.c, s.topics.c
+    with db.read() as conn:
+        topic_id = conn.execute(sa.select(t.id).where(t.name == topic)).scalar()
+        if topic_id is None:
+            raise UnknownTopicError(f"unknown topic {topic!r}")
+        row = conn.execute(
+            sa.select(ps.producer_id, ps.epoch, ps.batches, ps.updated_at_ms)
+            .where(ps.producer_id == producer_id, ps.topic_id == topic_id,
+                   ps.partition == partition)).first()
+    state = None if row is None else _state_of(row)
+    return current(state, db.clock.now_ms(), db.config.producer_id_expiration_ms)
+
+
+def expire_producers(db: Database) -> int:
+    """Delete producer states idle past producer.id.expiration.ms; how many went.
+
+    Expired rows are already ignored by the checks (`current`); this only reclaims them.
+    One transaction; crash before COMMIT: nothing deleted (the next call does it).
+    """
+    cutoff = db.clock.now_ms() - db.config.producer_id_expiration_ms
+    with db.write() as conn:
+        return int(conn.execute(s.producer_state.delete().where(
+            s.producer_state.c.updated_at_ms <= cutoff)).rowcount)
+
+
+def producer_last_offsets(
+    db: Database, partitions: Iterable[tuple[str, int]]
+) -> dict[tuple[str, int], frozenset[int]]:
+    """Per partition, the last offset of each live producer's last batch: the batches the
+    compactor keeps whole (Kafka's cleaner retains each active producer's last batch)."""
+    wanted = set(partitions)
+    if not wanted:
+        return {}
+    ps, t = s.producer_state.c, s.topics.c
+    cutoff = db.clock.now_ms() - db.config.producer_id_expiration_ms
+    found: dict[tuple[str, int], set[int]] = {}
+    with db.read() as conn:
+        for name, part, batches in conn.execute(
+            sa.select(t.name, ps.partition, ps.batches)
+            .join(s.topics, t.id == ps.topic_id)
+            .where(t.name.in_(sorted({n for n, _ in wanted})), ps.updated_at_ms > cutoff)
+        ):
+            if (name, part) in wanted:
+                found.setdefault((name, part), set()).add(int(json.loads(batches)[-1][3]))
+    return {tp: frozenset(v) for tp, v in found.items()}
+

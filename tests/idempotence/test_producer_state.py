@@ -1,0 +1,169 @@
+"""Idempotent producers' state in the metadata store: Kafka's sequence and epoch rules,
+checked in the transaction that commits the chunk, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from clock import ManualClock
+from metadata import MetadataStore, RejectedChunk
+from metadata.config import MetadataConfig
+from metadata.errors import (
+    BatchRejectedError,
+    InvalidCommitError,
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+)
+from tests.idempotence.helpers import chunk, commit, pbatch
+
+TP = ("t", 0)
+OTHER = ("t", 1)
+
+
+def next_offset(md: MetadataStore, partition: int = 0) -> int:
+    return md.partitions("t")[partition].next_offset
+
+
+def rejected(outcome: object) -> RejectedChunk:
+    assert isinstance(outcome, RejectedChunk), outcome
+    return outcome
+
+
+def test_producer_ids_are_unique_under_concurrency(md: MetadataStore) -> None:
+    got: list[int] = []
+    lock = threading.Lock()
+
+    def allocate() -> None:
+        ids = [md.allocate_producer_id() for _ in range(10)]
+        with lock:
+            got.extend(ids)
+
+    threads = [threading.Thread(target=allocate) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 40 and len(set(got)) == 40 and min(got) >= 1
+
+
+def test_unknown_producer_any_sequence_then_in_order(md: MetadataStore) -> None:
+    pid = md.allocate_producer_id()
+    assert commit(md, "a", {TP: [pbatch(pid, 0, 42)]}) == {TP: 0}
+    assert commit(md, "b", {TP: [pbatch(pid, 0, 45), pbatch(pid, 0, 48)]}) == {TP: 3}
+    state = md.producer_state(pid, "t", 0)
+    assert state is not None and state.epoch == 0
+    assert [(b.first_seq, b.last_seq, b.base_offset, b.last_offset) for b in state.batches] == [
+        (42, 44, 0, 2), (45, 47, 3, 5), (48, 50, 6, 8)]
+    assert md.producer_state(pid, "t", 1) is None
+
+
+def test_duplicate_of_last_five_answered_with_original_offset(md: MetadataStore) -> None:
+    pid = md.allocate_producer_id()
+    for i in range(6):
+        commit(md, f"f{i}", {TP: [pbatch(pid, 0, 3 * i)]})
+    assert next_offset(md) == 18
+    # Batches 1..5 are kept: a resend of any of them is a duplicate at its first offset.
+    for i in range(1, 6):
+        r = rejected(commit(md, f"dup{i}", {TP: [pbatch(pid, 0, 3 * i)]})[TP])
+        assert r.answers == (3 * i,)
+    # Batch 0 fell out of the last five: its resend is out of order.
+    r = rejected(commit(md, "old", {TP: [pbatch(pid, 0, 0)]})[TP])
+    assert isinstance(r.answers[0], OutOfOrderSequenceError)
+    assert next_offset(md) == 18  # nothing stored, no offsets consumed
+    state = md.producer_state(pid, "t", 0)
+    assert state is not None and len(state.batches) == 5
+
+
+def test_gap_old_epoch_and_new_epoch(md: MetadataStore) -> None:
+    pid = md.allocate_producer_id()
+    commit(md, "a", {TP: [pbatch(pid, 3, 0)]})
+    gap = rejected(commit(md, "gap", {TP: [pbatch(pid, 3, 7)]})[TP])
+    assert isinstance(gap.answers[0], OutOfOrderSequenceError)
+    assert not gap.answers[0].retriable
+    old = rejected(commit(md, "old", {TP: [pbatch(pid, 2, 3)]})[TP])
+    assert isinstance(old.answers[0], InvalidProducerEpochError)
+    assert not old.answers[0].retriable
+    not_zero = rejected(commit(md, "nz", {TP: [pbatch(pid, 4, 3)]})[TP])
+    assert isinstance(not_zero.answers[0], OutOfOrderSequenceError)
+    assert commit(md, "bump", {TP: [pbatch(pid, 4, 0)]}) == {TP: 3}
+    state = md.producer_state(pid, "t", 0)
+    assert state is not None and state.epoch == 4 and len(state.batches) == 1
+    # The old epoch's batch is no duplicate any more: it is fenced.
+    fenced = rejected(commit(md, "zombie", {TP: [pbatch(pid, 3, 0)]})[TP])
+    assert isinstance(fenced.answers[0], InvalidProducerEpochError)
+
+
+def test_sequences_wrap_after_int32_max(md: MetadataStore) -> None:
+    pid = md.allocate_producer_id()
+    commit(md, "a", {TP: [pbatch(pid, 0, 2**31 - 3, count=2)]})  # 2**31-3 .. 2**31-2
+    b = pbatch(pid, 0, 2**31 - 1, count=3)  # 2**31-1, 0, 1
+    assert (b.last_seq, b.seq_span) == (1, 3)
+    assert commit(md, "b", {TP: [b]}) == {TP: 2}
+    assert commit(md, "c", {TP: [pbatch(pid, 0, 2)]}) == {TP: 5}
+
+
+def test_rejected_chunk_spares_other_partitions(md: MetadataStore) -> None:
+    a, b = md.allocate_producer_id(), md.allocate_producer_id()
+    commit(md, "first", {TP: [pbatch(a, 0, 0)]})
+    # One object: partition 0 holds a's duplicate and b's fresh batch; partition 1 is clean.
+    out = commit(md, "mixed", {TP: [pbatch(a, 0, 0), pbatch(b, 0, 0)],
+                               OTHER: [pbatch(b, 0, 0)]})
+    r = rejected(out[TP])
+    assert r.answers[0] == 0
+    assert isinstance(r.answers[1], BatchRejectedError) and r.answers[1].retriable
+    assert r.other is r.answers[1]
+    assert out[OTHER] == 0
+    assert next_offset(md, 0) == 3 and next_offset(md, 1) == 3
+    # b's batch on partition 0 was not stored: its retry is a first batch, accepted.
+    assert md.producer_state(b, "t", 0) is None
+    assert commit(md, "retry", {TP: [pbatch(b, 0, 0)]}) == {TP: 3}
+    segs = md.find_segments("t", 0, 0)
+    assert [(s.base_offset, s.last_offset) for s in segs] == [(0, 2), (3, 5)]
+
+
+def test_object_with_every_chunk_rejected_is_abandoned(md: MetadataStore) -> None:
+    pid = md.allocate_producer_id()
+    commit(md, "first", {TP: [pbatch(pid, 0, 0)]})
+    fid = md.register_pending_file("again")
+    out = md.commit_produced(fid, size=1, data_offset=0, data_length=1, meta_offset=0,
+                             meta_length=1, chunks=[chunk("t", 0, 3)],
+                             batches={TP: [pbatch(pid, 0, 0)]})
+    assert rejected(out[TP]).answers == (0,)
+    assert md.get_file(fid).state == "abandoned"
+
+
+def test_malformed_batches_are_refused(md: MetadataStore) -> None:
+    fid = md.register_pending_file("x")
+    layout = {"size": 1, "data_offset": 0, "data_length": 1, "meta_offset": 0,
+              "meta_length": 1}
+    with pytest.raises(InvalidCommitError, match="not in the file"):
+        md.commit_produced(fid, **layout, chunks=[chunk("t", 1, 3)],
+                           batches={TP: [pbatch(1, 0, 0)]})
+    with pytest.raises(InvalidCommitError, match="leaves the chunk"):
+        md.commit_produced(fid, **layout, chunks=[chunk("t", 0, 2)],
+                           batches={TP: [pbatch(1, 0, 0, count=3)]})
+    with pytest.raises(InvalidCommitError, match="epoch"):
+        commit(md, "z", {TP: [pbatch(1, 40_000, 0)]})
+    assert md.get_file(fid).state == "pending" and next_offset(md) == 0
+
+
+def test_state_expires(metadata_url: str, clock: ManualClock) -> None:
+    md = MetadataStore.open(metadata_url, clock=clock,
+                            config=MetadataConfig(producer_id_expiration_ms=60_000))
+    md.create_topic("t", 2)
+    pid = md.allocate_producer_id()
+    commit(md, "a", {TP: [pbatch(pid, 0, 0)]})
+    assert md.producer_last_offsets([TP, OTHER]) == {TP: frozenset({2})}
+    clock.advance(59_999)
+    assert isinstance(commit(md, "gap", {TP: [pbatch(pid, 0, 9)]})[TP], RejectedChunk)
+    assert md.expire_producers() == 0
+    clock.advance(1)
+    assert md.producer_state(pid, "t", 0) is None
+    assert md.producer_last_offsets([TP]) == {}
+    # Idle past producer.id.expiration.ms: the producer is unknown, any sequence goes.
+    assert commit(md, "later", {TP: [pbatch(pid, 0, 9)]}) == {TP: 3}
+    clock.advance(60_000)
+    assert md.expire_producers() == 1
+    md.close()
