@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from fileformat import WRITABLE_COMPRESSIONS, Compression
+from fileformat import PRODUCER, TOPIC_COMPRESSIONS, Compression
 from planner import PlannerConfig
 from settings import Section, choice, integer, number
 
@@ -17,13 +17,18 @@ LEASE_MS = "lease.ms"
 FILE_DELETE_DELAY_MS = "file.delete.delay.ms"
 POLL_INTERVAL_S = "poll.interval.s"
 COMPRESSION_TYPE = "compression.type"
+# Kafka's broker compression.type values, plus the producer's "none" for "uncompressed".
+COMPRESSION_CHOICES = {**{name: name for name in TOPIC_COMPRESSIONS}, "none": "uncompressed"}
 
 
 @dataclass(frozen=True, slots=True)
 class CompactorConfig(Section):
     """Worker settings: the offset map's memory budget per job, how long a job's lease lasts
     (renewed every third of it), how long replaced files stay readable before GC deletes
-    them (Kafka's file.delete.delay.ms), how often the worker loop polls, output codec."""
+    them (Kafka's file.delete.delay.ms), how often the worker loop polls, and the codec of
+    rewritten batches for topics that do not set their own `compression.type` (as Kafka's
+    broker-level compression.type is the default of the topic's; `producer`: each batch
+    keeps its input codec)."""
 
     SECTION: ClassVar[str] = "compactor"
 
@@ -31,5 +36,10 @@ class CompactorConfig(Section):
     lease_ms: int = integer(LEASE_MS, 60_000, lo=1)
     grace_ms: int = integer(FILE_DELETE_DELAY_MS, 60_000, lo=0)
     poll_interval_s: float = number(POLL_INTERVAL_S, 5.0, above=0)
-    compression: Compression = choice(COMPRESSION_TYPE, Compression.NONE, WRITABLE_COMPRESSIONS)
+    compression: str = choice(COMPRESSION_TYPE, PRODUCER, COMPRESSION_CHOICES)
     planner: PlannerConfig = field(default_factory=PlannerConfig)
+
+    @property
+    def rewrite_codec(self) -> Compression | None:
+        """The codec for topics without their own compression.type; None: keep each input's."""
+        return TOPIC_COMPRESSIONS[self.compression]

@@ -7,8 +7,10 @@ partition by partition in the common (topic, partition) order; no stream seeks b
 reopened. Per compacted partition, pass 1 decides the survivors from the key hashes alone
 (`dedupe`), then pass 2 copies surviving batches byte for byte and rewrites partially
 surviving ones from their survivors' record bytes (`filter_batch`: new header, same base
-offset, so every offset is unchanged). Compacted-topic data and delete-policy data go
-to two different output objects, each streamed to the store (multipart when large).
+offset, so every offset is unchanged), compressed with the topic's rewrite codec (Kafka's
+topic `compression.type`; `producer`: the input batch's own codec). Compacted-topic data
+and delete-policy data go to two different output objects, each streamed to the store
+(multipart when large).
 """
 
 from __future__ import annotations
@@ -166,13 +168,15 @@ def merge(
     delete_out: Callable[[], OutputTarget],
     now_ms: int,
     memory_budget: int,
-    compression: Compression = Compression.NONE,
+    codecs: Mapping[str, Compression | None] | None = None,
     heartbeat: Callable[[], None] = lambda: None,
     open_input: InputOpener = open_streams,
 ) -> MergeStats:
     """Merge `inputs` into the outputs created on demand by `compacted_out`/`delete_out`.
 
-    `open_input` opens each input's two sections (default: two streams, two GETs per file).
+    `codecs` gives, per topic, the codec partially surviving batches are rewritten in;
+    None or a missing topic: each keeps its input codec (Kafka's `producer`). `open_input`
+    opens each input's two sections (default: two streams, two GETs per file).
     """
     stats = MergeStats(input_files=len(inputs))
     capacity = max(1, memory_budget // MAP_BYTES_PER_KEY)
@@ -204,7 +208,7 @@ def merge(
                 compacted = tp[0] in compacted_topics
                 _merge_partition(
                     tp, live, target(compacted), compacted, rules.get(tp), stats,
-                    capacity=capacity, now_ms=now_ms, compression=compression,
+                    capacity=capacity, now_ms=now_ms, codec=(codecs or {}).get(tp[0]),
                 )
                 stats.partitions += 1
             heartbeat()
@@ -223,7 +227,7 @@ def _merge_partition(
     *,
     capacity: int,
     now_ms: int,
-    compression: Compression,
+    codec: Compression | None,
 ) -> None:
     """Pass 1 over the META heads of `inputs`, then pass 2 over their DATA streams."""
     topic, partition = tp
@@ -318,7 +322,6 @@ def _merge_partition(
                 if builder is None:
                     builder = out.writer.open_chunk(
                         topic, partition, base_offset=out_base, keyed=keyed,
-                        compression=compression,
                     )
                 rel = offsets[pos : pos + bn] - out_base
                 sel = np.flatnonzero(bk)
@@ -329,7 +332,8 @@ def _merge_partition(
                 else:
                     # Survivors' record bytes are copied as they are; the batch keeps its
                     # base offset and timestamp, so their deltas (offsets) stay valid.
-                    raw = filter_batch(view, header, sel.tolist(), compression=compression)
+                    raw = filter_batch(view, header, sel.tolist(), compression=(
+                        header.compression if codec is None else codec))
                     stats.batches_reencoded += 1
                 hashes = b""
                 tombs: Any = ()

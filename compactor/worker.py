@@ -44,6 +44,7 @@ from metadata.errors import (
 from metadata.models import CompactionOutput, RetentionResult
 from metadata.models import Snapshot as MetadataSnapshot
 from metadata.segments import output_segment
+from metadata.topicconfig import COMPRESSION_TYPE
 from objectstore import ObjectStore, ObjectWriter
 from planner import JobSpec, Plan, propose, propose_all, validate
 
@@ -254,6 +255,10 @@ class Compactor:
         compacted = frozenset(t.name for t in md_snap.topics if t.config.compacted)
         last = self.metadata.producer_last_offsets((p.topic, p.partition)
                                                    for p in spec.partitions)
+        # A topic's own compression.type wins; the compactor's is the default (as Kafka's
+        # broker-level compression.type is for topics that do not set theirs).
+        codecs = {t.name: (t.config.rewrite_codec if COMPRESSION_TYPE in t.configs
+                           else self.config.rewrite_codec) for t in md_snap.topics}
         rules = {(p.topic, p.partition): PartitionRule(p.whole_log, p.clean_upto_offset,
                                                        p.delete_retention_ms,
                                                        p.dirty_start_offset,
@@ -279,7 +284,7 @@ class Compactor:
         return merge(self.store, inputs, compacted_topics=compacted, rules=rules,
                      compacted_out=make(True), delete_out=make(False), now_ms=self.clock.now_ms(),
                      memory_budget=self.config.memory_budget,
-                     compression=self.config.compression, heartbeat=heartbeat,
+                     codecs=codecs, heartbeat=heartbeat,
                      open_input=self.open_input)
 
     def _discard(self, outputs: list[_Output]) -> None:

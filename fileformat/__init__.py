@@ -5,6 +5,8 @@ No I/O happens here: streams are passed in as objects with `.read(n)` and writer
 """
 
 from fileformat.batch import (
+    PRODUCER,
+    TOPIC_COMPRESSIONS,
     WRITABLE_COMPRESSIONS,
     BatchHeader,
     Compression,
@@ -45,6 +47,8 @@ __all__ = [
     "KEY_HASH_SIZE",
     "NULL_KEY_HASH",
     "OBJECT_HEADER_SIZE",
+    "PRODUCER",
+    "TOPIC_COMPRESSIONS",
     "WRITABLE_COMPRESSIONS",
     "BatchHeader",
     "Chunk",

@@ -1,9 +1,10 @@
 """Kafka RecordBatch v2 (magic 2): build, verify, decode, re-base.
 
 Record sections are encoded and decoded by aiokafka's C-accelerated builder/reader, always
-UNCOMPRESSED; compression is done here around it (zstd via `zstandard`, gzip via stdlib,
-lz4/snappy decode only when `cramjam` is importable) so the codec set does not depend on
-aiokafka's optional extras.
+UNCOMPRESSED; compression is done here around it with one codec provider, cramjam, for all
+four Kafka codecs and their Kafka framings (gzip; snappy raw as librdkafka writes it or in
+Java's xerial framing; the LZ4 frame format; zstd). Decompression is bounded by
+MAX_DECOMPRESSED, and bytes that do not decompress raise CorruptDataError.
 
 Byte layout (big-endian; `pos` relative to the batch start)::
 
@@ -30,18 +31,15 @@ with a per-chunk "frame CRC" in the index (see `fileformat.objectfile`).
 
 from __future__ import annotations
 
-import gzip
-import importlib.util
-import io
 import struct
-import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
+import cramjam
 import crc32c
-import zstandard
+import numpy as np
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
@@ -100,9 +98,17 @@ class Compression(IntEnum):
     ZSTD = 4
 
 
-# The codecs siltstream writes, by Kafka's compression.type names (it reads all five).
+# The codecs siltstream writes, by the Kafka producer's compression.type names (all five).
 WRITABLE_COMPRESSIONS: Mapping[str, Compression] = {
-    "none": Compression.NONE, "gzip": Compression.GZIP, "zstd": Compression.ZSTD,
+    "none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
+    "lz4": Compression.LZ4, "zstd": Compression.ZSTD,
+}
+PRODUCER = "producer"
+# Kafka's topic (and broker) compression.type values: the codec batches are rewritten in,
+# None for `producer` (each batch keeps the codec its producer chose).
+TOPIC_COMPRESSIONS: Mapping[str, Compression | None] = {
+    PRODUCER: None, "uncompressed": Compression.NONE, "gzip": Compression.GZIP,
+    "snappy": Compression.SNAPPY, "lz4": Compression.LZ4, "zstd": Compression.ZSTD,
 }
 
 
@@ -217,64 +223,124 @@ def with_base_offset(batch: Any, base_offset: int) -> bytes:
 
 
 # ---------------------------------------------------------------------------------------
-# compression
+# compression (one codec provider: cramjam)
+
+# Kafka's default levels (KIP-390): gzip 6 (zlib's default), lz4 9, zstd 3.
+GZIP_LEVEL = 6
+LZ4_LEVEL = 9
+ZSTD_LEVEL = 3
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+"""Java's snappy framing (xerial SnappyOutputStream): this magic, version and
+compatible-version int32s (16 bytes), then blocks of [int32 length][raw snappy]."""
+XERIAL_HEADER = struct.Struct(">8sii")
+XERIAL_BLOCK = 32 * 1024  # uncompressed bytes per block, as Java's producer writes
+_XERIAL_LENGTH = struct.Struct(">i")
 
 
 def compress(data: Any, compression: Compression) -> bytes:
-    """Compress a records section with `compression` (zstd or gzip)."""
-    if compression == Compression.ZSTD:
-        return zstandard.ZstdCompressor(level=3).compress(data)
+    """Compress a records section as Kafka's clients do for `compression`.
+
+    snappy is written in Java's xerial framing (Java, librdkafka and the Python clients read
+    it); lz4 as an LZ4 frame with independent blocks and no content checksum (KIP-57: what
+    Kafka's Java reader accepts).
+    """
+    if compression == Compression.NONE:
+        return bytes(data)
     if compression == Compression.GZIP:
-        return gzip.compress(data, compresslevel=6, mtime=0)
-    raise UnsupportedError(f"cannot compress with {compression.name}")
+        return bytes(cramjam.gzip.compress(data, level=GZIP_LEVEL))
+    if compression == Compression.SNAPPY:
+        view = memoryview(data)
+        parts = [XERIAL_HEADER.pack(XERIAL_MAGIC, 1, 1)]
+        for at in range(0, len(view), XERIAL_BLOCK):
+            block = bytes(cramjam.snappy.compress_raw(view[at : at + XERIAL_BLOCK]))
+            parts += (_XERIAL_LENGTH.pack(len(block)), block)
+        return b"".join(parts)
+    if compression == Compression.LZ4:
+        lz4 = cramjam.lz4.Compressor(level=LZ4_LEVEL, content_checksum=False,
+                                     block_linked=False)
+        lz4.compress(bytes(data))  # its streaming API takes bytes only
+        return bytes(lz4.finish())
+    if compression == Compression.ZSTD:
+        return bytes(cramjam.zstd.compress(data, level=ZSTD_LEVEL))
+    raise UnsupportedError(f"cannot compress with {compression}")
 
 
 def decompress(data: Any, compression: Compression) -> bytes:
-    """Decompress a records section (at most MAX_DECOMPRESSED bytes: bomb guard)."""
-    try:
-        if compression == Compression.ZSTD:
-            dctx = zstandard.ZstdDecompressor()
-            with dctx.stream_reader(bytes(data), read_across_frames=True) as zreader:
-                out = _read_bounded(zreader)
-        elif compression == Compression.GZIP:
-            with gzip.GzipFile(fileobj=io.BytesIO(data)) as greader:
-                out = _read_bounded(greader)
-        elif compression in (Compression.SNAPPY, Compression.LZ4):
-            out = _cramjam_decompress(data, compression)
-        else:
-            raise UnsupportedError(f"unknown compression {compression}")
-    except (zstandard.ZstdError, OSError, EOFError, zlib.error) as exc:
-        raise CorruptDataError(f"{compression.name} records do not decompress: {exc}") from exc
-    if len(out) > MAX_DECOMPRESSED:
-        raise CorruptDataError(f"records decompress to more than {MAX_DECOMPRESSED} bytes")
-    return out
+    """Decompress a records section (at most MAX_DECOMPRESSED bytes: bomb guard).
+
+    Raises CorruptDataError if the bytes do not decompress, expand past the bound, or
+    hold trailing bytes; never returns a partial result.
+    """
+    out = _output_buffer(0)
+    return bytes(out[: _decompress_into(data, compression, out)])
 
 
-def _read_bounded(reader: Any) -> bytes:
-    """Read a decompressing stream to EOF, stopping just past MAX_DECOMPRESSED."""
-    parts: list[bytes] = []
-    total = 0
-    while total <= MAX_DECOMPRESSED:
-        part = reader.read(min(1 << 20, MAX_DECOMPRESSED + 1 - total))
-        if not part:
-            break
-        parts.append(part)
-        total += len(part)
-    return b"".join(parts)
+def _output_buffer(room: int) -> memoryview:
+    """`room` bytes, then space for MAX_DECOMPRESSED + 1 decompressed bytes. Uninitialised
+    (np.empty of this size is an anonymous mapping): only pages written cost memory."""
+    return memoryview(np.empty(room + MAX_DECOMPRESSED + 1, dtype=np.uint8).data)
 
 
-def _cramjam_decompress(data: Any, compression: Compression) -> bytes:
-    # aiokafka's lz4 (frame) and snappy (raw or xerial-framed) decoders need cramjam.
-    if importlib.util.find_spec("cramjam") is None:
-        raise UnsupportedError(f"{compression.name} batches need the cramjam package")
-    from aiokafka import codec
+def _decompress_into(data: Any, compression: Compression, out: memoryview) -> int:
+    """Decompress `data` into `out` (sized by `_output_buffer`), returning the byte count.
 
+    cramjam fails instead of writing past the end of `out`, so a bomb is stopped at
+    MAX_DECOMPRESSED + 1 bytes written; reaching that size is itself an error.
+    """
     try:
         if compression == Compression.SNAPPY:
-            return bytes(codec.snappy_decode(bytes(data)))
-        return bytes(codec.lz4_decode(bytes(data)))
-    except Exception as exc:  # cramjam raises its own DecompressionError
-        raise CorruptDataError(f"{compression.name} records do not decompress: {exc}") from exc
+            n = _snappy_into(memoryview(data), out)
+        elif compression == Compression.GZIP:
+            n = cramjam.gzip.decompress_into(data, out)
+        elif compression == Compression.LZ4:
+            n = cramjam.lz4.decompress_into(data, out)
+        elif compression == Compression.ZSTD:
+            n = cramjam.zstd.decompress_into(data, out)
+        else:
+            raise UnsupportedError(f"cannot decompress {compression}")
+    except cramjam.DecompressionError as exc:
+        raise CorruptDataError(f"{compression.name} records are corrupt or decompress to more"
+                               f" than {MAX_DECOMPRESSED} bytes: {exc}") from exc
+    if n > MAX_DECOMPRESSED:
+        raise CorruptDataError(f"records decompress to more than {MAX_DECOMPRESSED} bytes")
+    return int(n)
+
+
+def _snappy_into(data: memoryview, out: memoryview) -> int:
+    """Raw snappy (librdkafka) or Java's xerial framing (detected by its magic), into `out`.
+
+    Each raw block states its decompressed length up front; it is checked against the
+    space left before anything is decompressed.
+    """
+    if len(data) < XERIAL_HEADER.size or data[: len(XERIAL_MAGIC)] != XERIAL_MAGIC:
+        blocks: Iterator[memoryview] = iter((data,))
+    else:
+        blocks = _xerial_blocks(data)
+    written = 0
+    for block in blocks:
+        size = cramjam.snappy.decompress_raw_len(block)
+        if written + size > MAX_DECOMPRESSED:
+            raise CorruptDataError(f"records decompress to more than {MAX_DECOMPRESSED} bytes")
+        got = cramjam.snappy.decompress_raw_into(block, out[written : written + size])
+        if got != size:
+            raise CorruptDataError(f"snappy block holds {got} bytes, its header says {size}")
+        written += size
+    return written
+
+
+def _xerial_blocks(data: memoryview) -> Iterator[memoryview]:
+    """The raw snappy blocks of a xerial stream; a block running past the end is corrupt."""
+    pos = XERIAL_HEADER.size
+    end = len(data)
+    while pos < end:
+        if pos + _XERIAL_LENGTH.size > end:
+            raise CorruptDataError("xerial snappy block length runs past the records")
+        (size,) = _XERIAL_LENGTH.unpack_from(data, pos)
+        pos += _XERIAL_LENGTH.size
+        if size < 0 or pos + size > end:
+            raise CorruptDataError(f"xerial snappy block of {size} bytes runs past the records")
+        yield data[pos : pos + size]
+        pos += size
 
 
 # ---------------------------------------------------------------------------------------
@@ -344,17 +410,19 @@ def build_batch(
 
 
 def uncompressed_view(view: memoryview, header: BatchHeader) -> memoryview:
-    """The batch itself if uncompressed, else a reassembled uncompressed copy (CRC unchanged)."""
+    """The batch itself if uncompressed, else a reassembled uncompressed copy (CRC unchanged:
+    it covers the compressed bytes). The records are decompressed straight after the copied
+    header, so no further copy is made."""
     codec = header.compression
     if codec == Compression.NONE:
         return view
-    body = decompress(view[HEADER_SIZE:], codec)
-    out = bytearray(HEADER_SIZE + len(body))
+    buf = _output_buffer(HEADER_SIZE)
+    size = HEADER_SIZE + _decompress_into(view[HEADER_SIZE:], codec, buf[HEADER_SIZE:])
+    out = buf[:size]
     out[:HEADER_SIZE] = view[:HEADER_SIZE]
-    out[HEADER_SIZE:] = body
-    _LENGTH.pack_into(out, LENGTH_POS, len(out) - LOG_OVERHEAD)
+    _LENGTH.pack_into(out, LENGTH_POS, size - LOG_OVERHEAD)
     _ATTRIBUTES.pack_into(out, ATTRIBUTES_POS, header.attributes & ~CODEC_MASK)
-    return memoryview(out)
+    return out
 
 
 def iter_records(view: memoryview, header: BatchHeader, offset_shift: int = 0) -> Iterator[Record]:

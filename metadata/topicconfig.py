@@ -8,11 +8,12 @@ errors are InvalidConfigError, Kafka's INVALID_CONFIG.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from settings import Section, declared, integer, number, setting, show
+from fileformat import PRODUCER, TOPIC_COMPRESSIONS, Compression
+from settings import Section, choice, declared, integer, number, setting, show
 
 from .errors import InvalidConfigError
 
@@ -25,6 +26,7 @@ MIN_COMPACTION_LAG_MS = "min.compaction.lag.ms"
 MAX_COMPACTION_LAG_MS = "max.compaction.lag.ms"
 MAX_MESSAGE_BYTES = "max.message.bytes"
 SEGMENT_BYTES = "segment.bytes"
+COMPRESSION_TYPE = "compression.type"
 
 POLICY_DELETE = "delete"
 POLICY_COMPACT = "compact"
@@ -59,11 +61,20 @@ class TopicConfig(Section):
     max_compaction_lag_ms: int = integer(MAX_COMPACTION_LAG_MS, LONG_MAX, lo=1, hi=LONG_MAX)
     max_message_bytes: int = integer(MAX_MESSAGE_BYTES, 1_048_588, lo=0, hi=INT_MAX)
     segment_bytes: int = integer(SEGMENT_BYTES, 1_073_741_824, lo=14, hi=INT_MAX)
+    # The codec the compactor rewrites partially surviving batches in; `producer` keeps each
+    # batch's own. Batches are stored as produced (never recompressed on the produce path).
+    compression_type: str = choice(COMPRESSION_TYPE, PRODUCER,
+                                   {name: name for name in TOPIC_COMPRESSIONS})
 
     @property
     def compacted(self) -> bool:
         """Whether the policy includes compaction (latest record per key is kept)."""
         return POLICY_COMPACT in self.cleanup_policy.split(",")
+
+    @property
+    def rewrite_codec(self) -> Compression | None:
+        """The codec of batches the compactor rewrites; None: each keeps its input codec."""
+        return TOPIC_COMPRESSIONS[self.compression_type]
 
     @property
     def deletes(self) -> bool:
@@ -113,5 +124,6 @@ def validate_configs(configs: Mapping[str, str]) -> dict[str, str]:
     Raises InvalidConfigError naming the offending key and what is allowed.
     """
     TopicConfig.from_map(configs)  # every key, every value, cross-key checks
-    return {key: _policy(value) if key == CLEANUP_POLICY else value.strip()
-            for key, value in configs.items()}
+    canonical: dict[str, Callable[[str], str]] = {
+        CLEANUP_POLICY: _policy, COMPRESSION_TYPE: lambda v: v.strip().lower()}
+    return {key: canonical.get(key, str.strip)(value) for key, value in configs.items()}

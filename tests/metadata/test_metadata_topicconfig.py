@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from fileformat import Compression
 from metadata import TopicConfig
 from metadata.errors import InvalidConfigError
 from metadata.topicconfig import DEFAULTS, KNOWN_KEYS, LONG_MAX, validate_configs
@@ -23,6 +24,7 @@ def test_defaults_match_kafka() -> None:
     assert cfg.max_compaction_lag_ms == LONG_MAX
     assert cfg.max_message_bytes == 1_048_588
     assert cfg.segment_bytes == 1_073_741_824
+    assert cfg.compression_type == "producer" and cfg.rewrite_codec is None
     assert TopicConfig.from_map(DEFAULTS) == cfg
 
 
@@ -59,6 +61,7 @@ BAD = [
     ("min.cleanable.dirty.ratio", "x"), ("min.compaction.lag.ms", "-1"),
     ("max.compaction.lag.ms", "0"), ("max.message.bytes", "-1"),
     ("max.message.bytes", "2147483648"), ("segment.bytes", "13"), ("segment.bytes", ""),
+    ("compression.type", "none"), ("compression.type", "brotli"), ("compression.type", ""),
 ]
 
 
@@ -69,6 +72,16 @@ def test_bad_values_name_the_key(key: str, value: str) -> None:
     msg = str(err.value)
     assert repr(key) in msg and "\n" not in msg
     assert not err.value.retriable
+
+
+@pytest.mark.parametrize(("value", "codec"), [
+    ("producer", None), ("uncompressed", Compression.NONE), ("gzip", Compression.GZIP),
+    ("snappy", Compression.SNAPPY), ("lz4", Compression.LZ4), (" ZSTD ", Compression.ZSTD),
+])
+def test_compression_type_takes_kafkas_values(value: str, codec: Compression | None) -> None:
+    stored = validate_configs({"compression.type": value})
+    assert stored == {"compression.type": value.strip().lower()}
+    assert TopicConfig.from_map(stored).rewrite_codec == codec
 
 
 def test_unknown_key_lists_allowed_keys() -> None:

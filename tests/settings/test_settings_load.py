@@ -101,8 +101,8 @@ level.max.age.ms = "never"      # None
     ("linger.ms = [1]", "an integer >= 0"),
     ('linger.ms = "soon"', "an integer >= 0"),
     ("linger.ms = -1", "an integer >= 0"),
-    ('compression.type = "lz4"', "one of none, gzip, zstd"),
-    ("compression.type = 4", "one of none, gzip, zstd"),
+    ('compression.type = "brotli"', "one of none, gzip, snappy, lz4, zstd"),
+    ("compression.type = 4", "one of none, gzip, snappy, lz4, zstd"),
 ])
 def test_bad_file_values(tmp_path: Path, line: str, allowed: str) -> None:
     path = write(tmp_path, f"[agent]\n{line}\n")
