@@ -68,7 +68,8 @@ def test_confluent_kafka_produce_and_consume_exactly(any_agent: AgentProcess) ->
         assert _confluent_consume(any_agent.bootstrap, "orders", p, 0, len(rows)) == rows
         # from the middle: the batch holding offset 50 is returned, the client skips below
         assert _confluent_consume(any_agent.bootstrap, "orders", p, 50, 10) == rows[50:60]
-    consumer = Consumer({"bootstrap.servers": any_agent.bootstrap, "group.id": "unused"})
+    consumer = Consumer({"bootstrap.servers": any_agent.bootstrap, "group.id": "unused",
+                         "enable.auto.commit": False})
     assert consumer.get_watermark_offsets(TopicPartition("orders", 2), timeout=30) == (0, 100)
     consumer.close()
 
@@ -113,6 +114,7 @@ def test_fetch_at_the_end_long_polls_until_a_record_is_committed(
     md.close()
     # fetch.wait.max.ms far above the poll timeout: only a commit notification answers in time
     consumer = Consumer({"bootstrap.servers": agent_proc.bootstrap, "group.id": "unused",
+                         "enable.auto.commit": False,  # no group coordinator yet
                          "fetch.wait.max.ms": 200_000, "socket.timeout.ms": 300_000})
     consumer.assign([TopicPartition("live", 0, 0)])
     assert consumer.poll(1) is None  # the fetch is now parked at offset 0
@@ -122,9 +124,11 @@ def test_fetch_at_the_end_long_polls_until_a_record_is_committed(
     fired.start()
     msg = consumer.poll(60)
     fired.join()
-    consumer.close()
     assert msg is not None and msg.error() is None
     assert (msg.offset(), msg.key(), msg.value()) == (0, b"k", b"hello")
+    # The consumer's next fetch is parked for 200 s: SIGTERM answers it and exits 0.
+    assert agent_proc.terminate(timeout=60) == 0
+    consumer.close()
 
 
 def test_consume_through_a_compacted_log_keeps_original_offsets(
