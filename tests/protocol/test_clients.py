@@ -18,15 +18,17 @@ from objectstore import open_store
 
 from .server import AgentProcess
 
-Row = tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes]]]
+Row = tuple[Any, ...]  # partition, offset, key, value, headers
 
 
 def _expected(n: int, partitions: int, prefix: str) -> dict[int, list[Row]]:
     rows: dict[int, list[Row]] = {p: [] for p in range(partitions)}
     for i in range(n):
         p = i % partitions
+        headers: list[tuple[str, str | bytes | None]] = (
+            [("n", str(i).encode())] if i % 3 == 0 else [])
         rows[p].append((p, len(rows[p]), f"{prefix}k{i}".encode(), f"{prefix}v{i}".encode() * 5,
-                        [("n", str(i).encode())] if i % 3 == 0 else []))
+                        headers))
     return rows
 
 
@@ -53,7 +55,7 @@ def test_confluent_kafka_produce_and_consume_exactly(any_agent: AgentProcess) ->
     md.create_topic("orders", 4)
     md.close()
     expected = _expected(400, 4, "c")
-    acks: list[tuple[Any, int, int]] = []
+    acks: list[tuple[Any, ...]] = []
     producer = Producer({"bootstrap.servers": any_agent.bootstrap, "acks": "all",
                          "enable.idempotence": False, "linger.ms": 5})
     for rows in expected.values():
@@ -119,8 +121,11 @@ def test_fetch_at_the_end_long_polls_until_a_record_is_committed(
     consumer.assign([TopicPartition("live", 0, 0)])
     assert consumer.poll(1) is None  # the fetch is now parked at offset 0
     producer = Producer({"bootstrap.servers": agent_proc.bootstrap, "acks": "all"})
-    fired = threading.Timer(0.5, lambda: (producer.produce("live", b"hello", b"k"),
-                                          producer.flush(30)))
+    def produce_one() -> None:
+        producer.produce("live", b"hello", b"k")
+        producer.flush(30)
+
+    fired = threading.Timer(0.5, produce_one)
     fired.start()
     msg = consumer.poll(60)
     fired.join()
