@@ -4,6 +4,8 @@ concurrent reads of one segment into one GET and stays within its byte bound."""
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -17,7 +19,7 @@ from objectstore import open_store
 from objectstore.base import ObjectStore
 from objectstore.wrappers import StoreWrapper
 
-from .server import AgentProcess
+from .server import REPO, AgentProcess
 
 
 def test_sigterm_mid_produce_exits_0_and_every_acked_record_is_readable(
@@ -93,3 +95,14 @@ def test_segment_cache_single_flight_and_bounded(tmp_path: Any) -> None:
     assert store.range_gets == 3
     assert Reader(base, md).read("hot", 0).__next__().value == b"x" * 1000
     md.close()
+
+
+def test_a_taken_port_is_one_line_and_exit_1(agent_proc: AgentProcess, tmp_path: Any) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "cli", "--store", agent_proc.store_url, "--metadata",
+         agent_proc.metadata_url, "agent", "--listen", agent_proc.bootstrap],
+        env={"PYTHONPATH": str(REPO), "PATH": ""}, cwd=tmp_path, capture_output=True,
+        text=True, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        f"silt: cannot serve on {agent_proc.bootstrap}:")
