@@ -15,7 +15,15 @@ from typing import Any
 
 from ..codec import Builder
 from ..context import ServerContext
-from . import api_versions, fetch, find_coordinator, list_offsets, metadata, produce
+from . import (
+    api_versions,
+    create_topics,
+    fetch,
+    find_coordinator,
+    list_offsets,
+    metadata,
+    produce,
+)
 
 Handler = Callable[[ServerContext, Any, Any, Builder], Awaitable[Any]]
 
@@ -34,6 +42,7 @@ class Api:
 
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, FIND_COORDINATOR, API_VERSIONS = 0, 1, 2, 3, 10, 18
+CREATE_TOPICS = 19
 
 TABLE: Mapping[int, Api] = {api.key: api for api in (
     Api(PRODUCE, 3, 11, produce.handle),
@@ -42,4 +51,5 @@ TABLE: Mapping[int, Api] = {api.key: api for api in (
     Api(METADATA, 1, 12, metadata.handle),
     Api(FIND_COORDINATOR, 0, 4, find_coordinator.handle),
     Api(API_VERSIONS, 0, 3, api_versions.handle),
+    Api(CREATE_TOPICS, 2, 7, create_topics.handle),
 )}
