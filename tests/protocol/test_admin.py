@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewTopic as KNewTopic
 from kafka.errors import InvalidConfigurationError, TopicAlreadyExistsError
