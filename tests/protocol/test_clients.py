@@ -172,3 +172,38 @@ def test_unknown_topic_is_an_error_not_a_creation(agent_proc: AgentProcess) -> N
     md = agent_proc.metadata()
     assert [t.name for t in md.list_topics()] == []
     md.close()
+
+
+def test_aiokafka_produce_and_consume(agent_proc: AgentProcess) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.structs import TopicPartition as ATopicPartition
+
+    md = agent_proc.metadata()
+    md.create_topic("aio", 2)
+    md.close()
+
+    async def roundtrip() -> list[tuple[int, bytes, bytes]]:
+        producer = AIOKafkaProducer(bootstrap_servers=agent_proc.bootstrap, acks="all",
+                                    enable_idempotence=False)
+        await producer.start()
+        try:
+            metas = [await producer.send_and_wait("aio", b"v%d" % i, key=b"k%d" % i,
+                                                  partition=1) for i in range(5)]
+            assert [m.offset for m in metas] == list(range(5))
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=agent_proc.bootstrap,
+                                    enable_auto_commit=False)
+        await consumer.start()
+        try:
+            tp = ATopicPartition("aio", 1)
+            consumer.assign([tp])
+            consumer.seek(tp, 2)
+            got = [await asyncio.wait_for(consumer.getone(), 30) for _ in range(3)]
+        finally:
+            await consumer.stop()
+        return [(r.offset, r.key, r.value) for r in got]
+
+    assert asyncio.run(roundtrip()) == [(i, b"k%d" % i, b"v%d" % i) for i in (2, 3, 4)]
