@@ -7,15 +7,29 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fileformat import WRITABLE_COMPRESSIONS, Compression
-from settings import Section, choice, integer
+from settings import Section, choice, integer, text
 
 LINGER_MS = "linger.ms"
 FLUSH_BYTES = "flush.bytes"
 BUFFER_MEMORY = "buffer.memory"
 MAX_BLOCK_MS = "max.block.ms"
 COMPRESSION_TYPE = "compression.type"
+# The Kafka wire-protocol server of `silt agent` (agent/protocol/).
+LISTENERS = "listeners"
+ADVERTISED_LISTENERS = "advertised.listeners"
+SOCKET_REQUEST_MAX_BYTES = "socket.request.max.bytes"
+FETCH_CACHE_BYTES = "fetch.cache.bytes"
 
 OBJECT_PREFIX = "data/"
+
+
+def parse_host_port(value: str) -> tuple[str, int] | None:
+    """("host", port) from "HOST:PORT" ("[::1]:9092" for IPv6), or None if malformed."""
+    host, sep, port = value.strip().rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        return None
+    return host, int(port)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +43,15 @@ class AgentConfig(Section):
     buffer_memory: int = integer(BUFFER_MEMORY, 64 * 1024 * 1024, lo=1)  # >= flush.bytes
     max_block_ms: int = integer(MAX_BLOCK_MS, 60_000, lo=0)
     compression: Compression = choice(COMPRESSION_TYPE, Compression.NONE, WRITABLE_COMPRESSIONS)
+    # `silt agent` only: where it listens, what Metadata tells clients to connect to ("" = the
+    # listen address), the largest request frame (Kafka's default, 100 MiB) and the bytes of
+    # segment reads the fetch path keeps (so N consumers of one hot partition cost one GET).
+    listeners: str = text(LISTENERS, "127.0.0.1:9092", allowed="HOST:PORT",
+                          check=lambda v: parse_host_port(v) is not None)
+    advertised_listeners: str = text(ADVERTISED_LISTENERS, "", allowed="HOST:PORT or empty",
+                                     check=lambda v: v == "" or parse_host_port(v) is not None)
+    socket_request_max_bytes: int = integer(SOCKET_REQUEST_MAX_BYTES, 100 * 1024 * 1024, lo=8)
+    fetch_cache_bytes: int = integer(FETCH_CACHE_BYTES, 64 * 1024 * 1024, lo=0)
 
     def check_across(self) -> None:
         if self.buffer_memory < self.flush_bytes:

@@ -26,6 +26,11 @@ CONSUME_COLUMNS = [
     ("mib_per_s_per_core", "MiB/s per core"), ("records_per_s_per_core", "records/s per core"),
     ("gets", "GETs"),
 ]
+CODECS_COLUMNS = [
+    ("library", "library"), ("produce_v9_bytes", "Produce v9 B"),
+    ("decode_produce_us", "decode Produce µs"), ("fetch_v12_bytes", "Fetch v12 B"),
+    ("encode_fetch_us", "encode Fetch µs"), ("identical_bytes", "identical bytes"),
+]
 MEMORY_COLUMNS = [
     ("distinct_keys", "distinct keys"), ("budget_mib", "budget MiB"),
     ("keys_in_map", "keys deduplicated"), ("partial_clean", "partial clean"),
@@ -48,7 +53,7 @@ def render(report: dict[str, Any]) -> str:
         return [r for r in report["results"] if r["benchmark"] == kind]
 
     ingest, compaction, memory = rows("ingest"), rows("compaction"), rows("dedupe_memory")
-    consume = rows("consume")
+    consume, codecs = rows("consume"), rows("codecs")
     return f"""# Benchmarks
 
 Measured on {m['cpu']} ({m['cores']} cores), Python {m['python']}, {m['platform']}.
@@ -56,7 +61,7 @@ Measured on {m['cpu']} ({m['cores']} cores), Python {m['python']}, {m['platform'
 own process and is not counted.
 
 Rerun: `make bench` (JSON on stdout and this page rewritten). One suite, JSON only:
-`.venv/bin/python -m bench.run --suite ingest` (also `compaction`, `consume`, `memory`;
+`.venv/bin/python -m bench.run --suite ingest` (also `compaction`, `consume`, `memory`, `codecs`;
 `--quick` for tiny sizes). Figures vary with the machine: compare runs on one machine.
 
 ## Agent ingest (1,000 partitions, defaults: flush every 250 ms or 8 MiB)
@@ -88,6 +93,12 @@ bounds the 100 B case. GETs are always 2 per input file.
 ## Consume (Reader, file://, one ranged GET per segment)
 
 {_table(consume, CONSUME_COLUMNS)}
+
+## Kafka protocol codecs (CPU µs per 1 MiB message, 16 partitions of 64 KiB batches)
+
+{_table(codecs, CODECS_COLUMNS)}
+
+The server decodes requests and encodes responses with kio (docs/architecture.md says why).
 
 ## Pass-1 memory (one partition, distinct keys, default 128 MiB budget)
 

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .codecs import run_codecs
 from .compaction import run_compaction, run_dedupe_memory
 from .consume import run_consume
 from .ingest import IngestParams, run_ingest
@@ -98,7 +99,7 @@ def run_consume_suite(quick: bool) -> list[dict[str, Any]]:
 
 
 SUITES = {"ingest": run_ingest_suite, "compaction": run_compaction_suite,
-          "consume": run_consume_suite, "memory": run_memory_suite}
+          "consume": run_consume_suite, "memory": run_memory_suite, "codecs": run_codecs}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,13 @@ from typing import IO, Any, ParamSpec, TypeVar
 import click
 
 from agent import Agent, AgentConfig, AgentError, Reader
-from agent.config import BUFFER_MEMORY, FLUSH_BYTES, LINGER_MS
+from agent.config import (
+    ADVERTISED_LISTENERS,
+    BUFFER_MEMORY,
+    FLUSH_BYTES,
+    LINGER_MS,
+    LISTENERS,
+)
 from agent.partitioner import DefaultPartitioner
 from agent.producer import ProduceFuture
 from compactor.config import MEMORY_BUDGET, POLL_INTERVAL_S, CompactorConfig
@@ -592,6 +598,36 @@ def costs(partitions: str, files_per_round: int, rounds: int, records_per_partit
         print_table(results, report)
     if not report["client_server_agree"]:
         click.echo("silt: client and server request counts disagree", err=True)
+        sys.exit(1)
+
+
+@cli.command("agent")
+@click.option("--listen", default=None, metavar="HOST:PORT",
+              show_default=_default(AgentConfig, LISTENERS),
+              help="Where to accept Kafka clients (agent.listeners).")
+@click.option("--advertise", default=None, metavar="HOST:PORT",
+              help="Where Metadata tells clients to connect (agent.advertised.listeners;"
+                   " default: the listen address).")
+@pass_ctx
+@one_line_errors
+def agent_command(ctx: Context, listen: str | None, advertise: str | None) -> None:
+    """Serve the Kafka protocol: stock Kafka clients produce, fetch and list offsets.
+
+    Runs until SIGTERM or SIGINT, then stops accepting, flushes, answers the requests it
+    has read and exits 0.
+    """
+    import asyncio
+    import logging
+
+    from agent.protocol import serve
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    config = ctx.load({f"agent.{LISTENERS}": listen,
+                       f"agent.{ADVERTISED_LISTENERS}": advertise}).agent
+    try:
+        asyncio.run(serve(ctx.store, ctx.metadata, config))
+    except OSError as exc:  # the listen address is taken or not ours
+        click.echo(f"silt: cannot serve on {config.listeners}: {exc.strerror or exc}", err=True)
         sys.exit(1)
 
 

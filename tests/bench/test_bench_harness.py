@@ -32,3 +32,12 @@ def test_ingest_runs_both_agent_apis(api: str) -> None:
     assert (r["api"], r["records"]) == (api, 3200)
     assert r["flushes"] >= 1 and r["put_requests_per_flush"] == 1.0
     assert r["mib_per_s_per_core"] > 0 and r["latency_ms_p50"] is not None
+
+
+def test_codec_suite_compares_identical_bytes() -> None:
+    from bench.codecs import run_codecs
+
+    rows = run_codecs(quick=True)
+    assert {r["library"] for r in rows} == {"kio", "kafka-python"}
+    assert all(r["identical_bytes"] and r["produce_v9_bytes"] > 1_000_000 for r in rows)
+    assert all(r["decode_produce_us"] > 0 and r["encode_fetch_us"] > 0 for r in rows)

@@ -1,0 +1,55 @@
+"""The ONE dispatch table: each API key's handler and the versions it supports.
+
+ApiVersions answers from this table, so what is advertised is what is dispatched. A handler
+is `async (context, request header, decoded request, response builder) -> reply`, where the
+reply is a response entity, None (no response: Produce with acks=0), or an awaitable of
+either (the response is written when it resolves, in request order: Produce returns one so
+that the next request on the connection is read while a flush is pending).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..codec import Builder
+from ..context import ServerContext
+from . import (
+    api_versions,
+    create_topics,
+    fetch,
+    find_coordinator,
+    list_offsets,
+    metadata,
+    produce,
+)
+
+Handler = Callable[[ServerContext, Any, Any, Builder], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    """One API: its key, supported versions (inclusive) and handler."""
+
+    key: int
+    min_version: int
+    max_version: int
+    handler: Handler
+
+    def supports(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, FIND_COORDINATOR, API_VERSIONS = 0, 1, 2, 3, 10, 18
+CREATE_TOPICS = 19
+
+TABLE: Mapping[int, Api] = {api.key: api for api in (
+    Api(PRODUCE, 3, 11, produce.handle),
+    Api(FETCH, 4, 12, fetch.handle),
+    Api(LIST_OFFSETS, 1, 7, list_offsets.handle),
+    Api(METADATA, 1, 12, metadata.handle),
+    Api(FIND_COORDINATOR, 0, 4, find_coordinator.handle),
+    Api(API_VERSIONS, 0, 3, api_versions.handle),
+    Api(CREATE_TOPICS, 2, 7, create_topics.handle),
+)}

@@ -1,0 +1,103 @@
+"""ListOffsets (key 2): earliest (-2), latest (-1), max timestamp (-3), or by timestamp.
+
+Earliest is the log start, latest the high watermark (next offset). By timestamp: the first
+record with timestamp >= T, found from the segments' recorded max timestamps and the batch
+headers' max timestamps; only the one batch that holds it is decoded. Max timestamp: the
+record with the largest timestamp (the first such), found the same way. Leader epoch -1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32, i64
+
+from fileformat import iter_batches
+from fileformat.batch import iter_records
+from metadata import SegmentInfo
+from metadata.errors import UnknownTopicError
+
+from ..codec import NO_THROTTLE, Builder
+from ..context import ServerContext
+
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+SEGMENTS_PER_QUERY = 256
+
+
+def _segments(ctx: ServerContext, topic: str, partition: int, start: int) -> list[SegmentInfo]:
+    """Every live segment of the partition (paged metadata queries)."""
+    found: list[SegmentInfo] = []
+    position = start
+    while True:
+        page = ctx.metadata.find_segments(topic, partition, position, limit=SEGMENTS_PER_QUERY)
+        found += page
+        if len(page) < SEGMENTS_PER_QUERY:
+            return found
+        position = page[-1].last_offset + 1
+
+
+def _first_at(ctx: ServerContext, seg: SegmentInfo, wanted: int,
+              exact: bool) -> tuple[int, int] | None:
+    """(timestamp, offset) of the segment's first record with timestamp >= wanted (== if
+    exact); decodes only the batch that holds it."""
+    data = ctx.cache.get(seg)
+    for header, view in iter_batches(data):
+        if header.max_timestamp < wanted:
+            continue
+        for rec in iter_records(view, header, seg.base_offset):
+            if rec.timestamp == wanted or (not exact and rec.timestamp > wanted):
+                return rec.timestamp, rec.offset
+    return None
+
+
+def lookup(ctx: ServerContext, topic: str, partition: int, timestamp: int,
+           offsets: dict[int, tuple[int, int]]) -> tuple[ErrorCode, int, int]:
+    """(error, timestamp, offset) for one partition (blocking: runs in the pool)."""
+    if partition not in offsets:
+        return ErrorCode.unknown_topic_or_partition, -1, -1
+    start, end = offsets[partition]
+    if timestamp == EARLIEST:
+        return ErrorCode.none, -1, start
+    if timestamp == LATEST:
+        return ErrorCode.none, -1, end
+    segments = [s for s in _segments(ctx, topic, partition, start) if s.record_count]
+    if timestamp == MAX_TIMESTAMP:
+        if not segments:
+            return ErrorCode.none, -1, -1
+        top = max(s.max_timestamp for s in segments)
+        seg = next(s for s in segments if s.max_timestamp == top)
+        found = _first_at(ctx, seg, top, exact=True)
+    elif timestamp < 0:
+        return ErrorCode.invalid_request, -1, -1
+    else:
+        seg_or_none = next((s for s in segments if s.max_timestamp >= timestamp), None)
+        found = None if seg_or_none is None else _first_at(ctx, seg_or_none, timestamp, False)
+    if found is None:
+        return ErrorCode.none, -1, -1
+    return ErrorCode.none, found[0], found[1]
+
+
+def lookup_all(ctx: ServerContext, request: Any) -> list[tuple[str, list[Any]]]:
+    results: list[tuple[str, list[Any]]] = []
+    for t in request.topics:
+        try:
+            offsets = {pi.partition: (pi.log_start_offset, pi.next_offset)
+                       for pi in ctx.metadata.partitions(t.name)}
+        except UnknownTopicError:
+            offsets = {}
+        results.append((t.name, [(int(p.partition_index),
+                                  *lookup(ctx, t.name, int(p.partition_index),
+                                          int(p.timestamp), offsets))
+                                 for p in t.partitions]))
+    return results
+
+
+async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+    results = await ctx.run(lookup_all, ctx, request)
+    return b("ListOffsetsResponse", throttle_time=NO_THROTTLE, topics=tuple(
+        b("ListOffsetsTopicResponse", name=name, partitions=tuple(
+            b("ListOffsetsPartitionResponse", partition_index=i32(index), error_code=error,
+              timestamp=i64(ts), offset=i64(offset), leader_epoch=i32(-1))
+            for index, error, ts, offset in parts))
+        for name, parts in results))

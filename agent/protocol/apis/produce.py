@@ -1,0 +1,169 @@
+"""Produce (key 0): record batches appended through the agent, kept as bytes end to end.
+
+Each partition's records field is split into batches by their length prefixes; each batch is
+CRC-checked and stored byte for byte by `Agent.produce_batch` (baseOffset patched there). A
+partition with several batches has all of them checked before any is buffered, so a bad one
+stores none of that partition. The response is written only after the agent's flush has PUT
+the object and committed it (acks=1 and acks=-1 alike); acks=0 gets no response.
+
+A crash before the commit loses unacked records only; after it, records are visible even if
+the response never leaves (a non-idempotent producer's retry then writes them again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32, i64
+
+from agent.errors import (
+    AgentClosedError,
+    BufferFullError,
+    FlushError,
+    FlushOutcomeUnknownError,
+    InvalidRecordError,
+    RecordTooLargeError,
+)
+from agent.producer import ProduceFuture
+from fileformat import FormatError, verify_batch
+from fileformat.batch import LENGTH_POS, LOG_OVERHEAD, batch_offsets
+from fileformat.errors import CorruptDataError, UnsupportedError
+from metadata.errors import MetadataError, UnknownTopicError
+
+from ..codec import NO_THROTTLE, Builder
+from ..context import ServerContext
+
+
+def split_batches(records: bytes) -> Iterator[memoryview]:
+    """The batches of a records field, by their length prefixes (framing only, no CRC)."""
+    view = memoryview(records)
+    pos, end = 0, len(view)
+    while pos < end:
+        if end - pos < LOG_OVERHEAD:
+            raise CorruptDataError(f"truncated batch header at {pos}")
+        size = int.from_bytes(view[pos + LENGTH_POS:pos + LOG_OVERHEAD], "big", signed=True)
+        total = size + LOG_OVERHEAD
+        if size <= 0 or pos + total > end:
+            raise CorruptDataError(f"batch at {pos} declares {size} bytes, {end - pos} left")
+        yield view[pos:pos + total]
+        pos += total
+
+
+def error_code(exc: BaseException) -> ErrorCode:
+    """The Kafka error a produce failure is reported as (retriable ones make clients retry)."""
+    match exc:
+        case UnknownTopicError():
+            return ErrorCode.unknown_topic_or_partition
+        case RecordTooLargeError():
+            return ErrorCode.message_too_large
+        case NullKeyError():
+            return ErrorCode.invalid_record
+        case InvalidRecordError():  # a partition out of range
+            return ErrorCode.unknown_topic_or_partition
+        case UnsupportedError():
+            return ErrorCode.unsupported_for_message_format
+        case FormatError():  # bad CRC, framing, magic
+            return ErrorCode.corrupt_message
+        case BufferFullError() | FlushOutcomeUnknownError():
+            return ErrorCode.request_timed_out
+        case FlushError():
+            return ErrorCode.kafka_storage_error
+        case AgentClosedError():
+            return ErrorCode.not_leader_or_follower
+        case MetadataError():
+            return ErrorCode.kafka_storage_error
+    return ErrorCode.unknown_server_error
+
+
+class NullKeyError(InvalidRecordError):
+    """A record without a key sent to a compacted topic (Kafka: INVALID_RECORD)."""
+
+
+def _admit(ctx: ServerContext, topic: str, partition: int,
+           records: bytes | None) -> list[ProduceFuture] | ErrorCode:
+    """Buffer one partition's batches in the agent (blocking: runs in the pool)."""
+    agent = ctx.agent
+    try:
+        info = agent.topic(topic)
+        if not 0 <= partition < info.partitions:
+            return ErrorCode.unknown_topic_or_partition
+        batches = list(split_batches(records or b""))
+        if not batches:
+            return ErrorCode.corrupt_message
+        compacted = info.config.compacted
+        if len(batches) > 1 or compacted:
+            for batch in batches:
+                header = verify_batch(batch)
+                if compacted and any(key is None for *_, key in batch_offsets(batch, header)):
+                    raise NullKeyError(f"topic {topic!r} is compacted: records need a key")
+        futures = [agent.produce_batch(topic, partition, bytes(batch)) for batch in batches]
+    except Exception as exc:
+        return error_code(exc)
+    # Fetches long-polling this partition wake when its flush commits (acks=0 included).
+    futures[-1].add_done_callback(lambda _: ctx.notify_commit_threadsafe())
+    return futures
+
+
+def _admit_all(ctx: ServerContext, request: Any) -> list[tuple[str, list[tuple[int, Any]]]]:
+    return [(t.name, [(p.index, _admit(ctx, t.name, p.index, p.records))
+                      for p in t.partition_data])
+            for t in request.topic_data]
+
+
+async def _outcome(fut: ProduceFuture) -> int | ErrorCode:
+    """The batch's base offset once flushed, or its error code."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[int | ErrorCode] = loop.create_future()
+
+    def settle(pf: ProduceFuture) -> None:
+        exc = pf.exception()
+        value: int | ErrorCode = error_code(exc) if exc is not None else pf.result()
+        loop.call_soon_threadsafe(_resolve, done, value)
+
+    fut.add_done_callback(settle)
+    return await done
+
+
+def _resolve(done: asyncio.Future[int | ErrorCode], value: int | ErrorCode) -> None:
+    if not done.done():
+        done.set_result(value)
+
+
+async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+    if request.transactional_id is not None:
+        return _response(b, [(t.name, [(p.index, ErrorCode.transactional_id_authorization_failed)
+                                       for p in t.partition_data])
+                             for t in request.topic_data])
+    admitted = await ctx.run(_admit_all, ctx, request)
+    if request.acks == 0:
+        return None
+    return asyncio.ensure_future(_complete(ctx, b, admitted))
+
+
+async def _complete(ctx: ServerContext, b: Builder,
+                    admitted: list[tuple[str, list[tuple[int, Any]]]]) -> Any:
+    results: list[tuple[str, list[tuple[int, int | ErrorCode]]]] = []
+    for topic, parts in admitted:
+        done: list[tuple[int, int | ErrorCode]] = []
+        for index, outcome in parts:
+            if isinstance(outcome, list):
+                offsets = [await _outcome(f) for f in outcome]
+                errors = [o for o in offsets if isinstance(o, ErrorCode)]
+                outcome = errors[0] if errors else offsets[0]
+            done.append((index, outcome))
+        results.append((topic, done))
+    return _response(b, results)
+
+
+def _response(b: Builder, results: list[tuple[str, list[tuple[int, Any]]]]) -> Any:
+    return b("ProduceResponse", throttle_time=NO_THROTTLE, responses=tuple(
+        b("TopicProduceResponse", name=topic, partition_responses=tuple(
+            b("PartitionProduceResponse", index=i32(index),
+              error_code=o if isinstance(o, ErrorCode) else ErrorCode.none,
+              base_offset=i64(-1 if isinstance(o, ErrorCode) else o), log_append_time=None,
+              log_start_offset=i64(-1), record_errors=(), error_message=None)
+            for index, o in parts))
+        for topic, parts in results))

@@ -1,0 +1,75 @@
+"""Request/response (de)serialisation with kio, and building version-specific responses.
+
+kio has one frozen dataclass per message version; `Builder` constructs a response of the
+request's version by class name, passing only the fields that version has, so a handler is
+written once for its whole version range.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import io
+import struct
+from datetime import timedelta
+from types import ModuleType
+from typing import Any
+
+from kio.index import load_payload_module, load_request_schema
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+from kio.static.primitive import i32
+
+from .errors import ProtocolError
+
+FRAME = struct.Struct(">i")
+PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id: every header starts so
+NO_THROTTLE = timedelta(0)
+
+
+@functools.cache
+def _fields(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+class Builder:
+    """Builds entities of one API version's response module by class name."""
+
+    __slots__ = ("module",)
+
+    def __init__(self, api_key: int, version: int) -> None:
+        self.module: ModuleType = load_payload_module(api_key, version, EntityType.response)
+
+    def __call__(self, class_name: str, /, **values: Any) -> Any:
+        """`class_name`(**values), dropping the values this version's class has no field for."""
+        cls = getattr(self.module, class_name)
+        known = _fields(cls)
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+    def has(self, name: str, field: str) -> bool:
+        """Whether this version's `name` has `field`."""
+        return field in _fields(getattr(self.module, name))
+
+
+def decode_request(payload: bytes, api_key: int, version: int) -> tuple[Any, Any]:
+    """(header, request) of a frame whose key and version the caller already accepted."""
+    cls = load_request_schema(api_key, version)
+    try:
+        header, n = entity_reader(cls.__header_schema__)(payload, 0)
+        request, _ = entity_reader(cls)(payload, n)
+    except Exception as exc:  # kio raises several types on malformed input
+        raise ProtocolError(f"undecodable {cls.__name__} v{version}: {exc}") from exc
+    return header, request
+
+
+def encode_response(correlation_id: int, response: Any) -> bytes:
+    """The size-prefixed frame: response header (its version from kio) and body."""
+    cls = type(response)
+    header_cls = cls.__header_schema__
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    entity_writer(header_cls)(buf, header_cls(correlation_id=i32(correlation_id)))
+    entity_writer(cls)(buf, response)
+    with buf.getbuffer() as view:
+        FRAME.pack_into(view, 0, len(view) - FRAME.size)
+    return buf.getvalue()

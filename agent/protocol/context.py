@@ -1,0 +1,113 @@
+"""What every handler shares: the agent, the metadata store, the segment cache, the thread
+pool for blocking work, the broker list (one seam), topic ids and commit notifications."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import uuid
+import zlib
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from agent.producer import Agent
+from metadata import MetadataStore, TopicInfo
+from objectstore import ObjectStore
+
+from .cache import SegmentCache
+
+if TYPE_CHECKING:
+    from .apis import Api
+
+T = TypeVar("T")
+
+# This agent's broker id until agents register in the metadata store (then the registry
+# assigns ids and `live_brokers` lists every live agent).
+NODE_ID = 0
+IO_THREADS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Broker:
+    """An agent as Kafka clients see it: a broker id and where to connect."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(eq=False)
+class ServerContext:
+    """State shared by the handlers of one server (one per `silt agent` process)."""
+
+    agent: Agent
+    metadata: MetadataStore
+    store: ObjectStore
+    advertised: tuple[str, int]
+    cache: SegmentCache
+    apis: Mapping[int, Api] = field(default_factory=dict)
+    pool: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(IO_THREADS, thread_name_prefix="silt-io"))
+    loop: asyncio.AbstractEventLoop | None = None
+    stopping: bool = False  # set at shutdown: long-polls return at once
+    _committed: asyncio.Event | None = None
+    _cluster_ns: uuid.UUID | None = None
+
+    # ----------------------------------------------------------------- brokers (the seam)
+
+    def live_brokers(self) -> list[Broker]:
+        """The brokers Metadata lists. ONE seam: today this agent alone; the agent registry
+        (heartbeats in the metadata store) replaces it with every live agent."""
+        host, port = self.advertised
+        return [Broker(NODE_ID, host, port)]
+
+    def leader(self, brokers: list[Broker], topic: TopicInfo, partition: int) -> Broker:
+        """The broker named leader of a partition: spread evenly over the brokers, stable
+        while the set of brokers is (any agent serves any partition anyway)."""
+        return brokers[(zlib.crc32(topic.name.encode()) + partition) % len(brokers)]
+
+    # ----------------------------------------------------------------- identities
+
+    def cluster_ns(self) -> uuid.UUID:
+        """A UUID derived from the cluster secret: the namespace of topic ids."""
+        if self._cluster_ns is None:
+            digest = hashlib.sha256(b"siltstream cluster id" + self.metadata.cluster_secret())
+            self._cluster_ns = uuid.UUID(bytes=digest.digest()[:16], version=4)
+        return self._cluster_ns
+
+    def cluster_id(self) -> str:
+        """Kafka-style 22-character cluster id (base64 of the cluster namespace UUID)."""
+        return base64.urlsafe_b64encode(self.cluster_ns().bytes).decode().rstrip("=")
+
+    def topic_id(self, topic: TopicInfo) -> uuid.UUID:
+        """The topic's stable UUID: uuid5(cluster namespace, "<metadata topic id>/<name>"),
+        so it survives restarts and differs for a topic deleted and created again."""
+        return uuid.uuid5(self.cluster_ns(), f"{topic.id}/{topic.name}")
+
+    # ----------------------------------------------------------------- threads and commits
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run blocking work (metadata queries, object GETs, agent appends) off the loop."""
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    def committed(self) -> asyncio.Event:
+        """An event set at the next commit of this agent (take it BEFORE reading, so a
+        commit between the read and the wait is not missed)."""
+        if self._committed is None:
+            self._committed = asyncio.Event()
+        return self._committed
+
+    def notify_commit(self) -> None:
+        """Wake every fetch waiting for data (on the loop thread)."""
+        event, self._committed = self._committed, None
+        if event is not None:
+            event.set()
+
+    def notify_commit_threadsafe(self) -> None:
+        """`notify_commit` from any thread (the agent's flusher)."""
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.notify_commit)

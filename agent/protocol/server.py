@@ -1,0 +1,186 @@
+"""The asyncio server: frames, dispatch through the one table, ordered replies, shutdown.
+
+A frame is a 4-byte big-endian size and that many bytes. A size above
+socket.request.max.bytes, a truncated frame, bytes that do not decode, or an unknown API key
+or version close THAT connection only (as Kafka does); an unsupported ApiVersions version
+gets the v0 error response UNSUPPORTED_VERSION with the supported list, so the client can
+retry with one it has. Requests on one connection are read and admitted one after the other
+and answered in order; a Produce's reply waits for its flush while the next requests are
+read, and nothing here blocks other connections (blocking work runs in the thread pool).
+
+Shutdown (SIGTERM/SIGINT): stop accepting, stop reading new requests (connections waiting
+for a request are dropped at once, the others after the request they are reading), flush the
+agent, answer every request already read, close. A crash at any point loses only records
+that were never acked; acked ones are committed (the agent's write-path guarantee).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import signal
+from inspect import isawaitable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from agent.config import AgentConfig, parse_host_port
+from agent.producer import Agent
+from metadata import MetadataStore
+from objectstore import ObjectStore
+
+from .apis import API_VERSIONS, TABLE, api_versions
+from .cache import SegmentCache
+from .codec import FRAME, PREFIX, Builder, decode_request, encode_response
+from .context import ServerContext
+from .errors import ProtocolError
+
+log = logging.getLogger(__name__)
+
+MAX_IN_FLIGHT = 32  # replies queued per connection before it stops reading (backpressure)
+SHUTDOWN_GRACE_S = 30.0
+
+
+@functools.cache
+def builder(api_key: int, version: int) -> Builder:
+    return Builder(api_key, version)
+
+
+class _Connection:
+    """One client connection: its reader task and whether it waits for a new frame."""
+
+    __slots__ = ("idle", "task")
+
+    def __init__(self, task: asyncio.Task[None]) -> None:
+        self.task = task
+        self.idle = True
+
+
+class Server:
+    """Serves the Kafka protocol on one listener for the agent in `ctx`."""
+
+    def __init__(self, ctx: ServerContext, host: str, port: int,
+                 max_request_bytes: int = AgentConfig().socket_request_max_bytes) -> None:
+        ctx.apis = TABLE
+        self.ctx = ctx
+        self.host, self.port = host, port
+        self.max_request_bytes = max_request_bytes
+        self._server: asyncio.Server | None = None
+        self._conns: dict[asyncio.Task[None], _Connection] = {}
+        self._stopping = False
+
+    async def start(self) -> None:
+        """Bind and start accepting (port 0 picks a free port: read `self.port` after)."""
+        self.ctx.loop = asyncio.get_running_loop()
+        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        if self.ctx.advertised[1] == 0:
+            self.ctx.advertised = (self.ctx.advertised[0], self.port)
+
+    async def stop(self) -> None:
+        """Stop accepting and reading, flush, answer what was read, close connections."""
+        self._stopping = self.ctx.stopping = True
+        if self._server is not None:
+            self._server.close()
+        self.ctx.notify_commit()  # long-polling fetches answer now
+        for conn in self._conns.values():
+            if conn.idle:
+                conn.task.cancel()
+        await self.ctx.run(self.ctx.agent.flush)
+        if self._conns:
+            _, late = await asyncio.wait(list(self._conns), timeout=SHUTDOWN_GRACE_S)
+            for task in late:
+                task.cancel()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    # ------------------------------------------------------------------ connections
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        conn = self._conns[task] = _Connection(task)
+        replies: asyncio.Queue[tuple[int, Any] | None] = asyncio.Queue(MAX_IN_FLIGHT)
+        sender = asyncio.create_task(self._send(replies, writer))
+        peer = writer.get_extra_info("peername")
+        try:
+            while not self._stopping:
+                conn.idle = True
+                head = await reader.readexactly(FRAME.size)
+                conn.idle = False
+                size = FRAME.unpack(head)[0]
+                if not PREFIX.size <= size <= self.max_request_bytes:
+                    raise ProtocolError(f"frame of {size} bytes (limit "
+                                        f"{self.max_request_bytes})")
+                payload = await reader.readexactly(size)
+                await replies.put(await self._dispatch(payload))
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial:
+                log.info("connection %s: truncated frame, closing", peer)
+        except (ProtocolError, ConnectionError) as exc:
+            log.info("connection %s: %s, closing", peer, exc)
+        except asyncio.CancelledError:
+            pass  # shutdown while waiting for a request
+        except Exception:
+            log.exception("connection %s: handler failed, closing", peer)
+        finally:
+            await replies.put(None)
+            with contextlib.suppress(Exception):
+                await sender
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            del self._conns[task]
+
+    async def _dispatch(self, payload: bytes) -> tuple[int, Any]:
+        """(correlation id, reply) of one request; ProtocolError closes the connection."""
+        key, version, correlation_id = PREFIX.unpack_from(payload)
+        api = TABLE.get(key)
+        if key == API_VERSIONS and (api is None or not api.supports(version)):
+            return correlation_id, api_versions.response(
+                self.ctx, builder(API_VERSIONS, 0), ErrorCode.unsupported_version)
+        if api is None or not api.supports(version):
+            raise ProtocolError(f"unsupported API key {key} version {version}")
+        header, request = decode_request(payload, key, version)
+        reply = await api.handler(self.ctx, header, request, builder(key, version))
+        return correlation_id, reply
+
+    @staticmethod
+    async def _send(replies: asyncio.Queue[tuple[int, Any] | None],
+                    writer: asyncio.StreamWriter) -> None:
+        """Write replies in request order (awaiting the pending ones)."""
+        while (item := await replies.get()) is not None:
+            correlation_id, reply = item
+            if isawaitable(reply):
+                reply = await reply
+            if reply is None:  # acks=0
+                continue
+            writer.write(encode_response(correlation_id, reply))
+            await writer.drain()
+
+
+async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig) -> None:
+    """Run `silt agent` until SIGTERM or SIGINT, then shut down cleanly."""
+    listen = parse_host_port(config.listeners)
+    advertised = parse_host_port(config.advertised_listeners or config.listeners)
+    assert listen is not None and advertised is not None  # checked by the settings
+    agent = Agent(store, metadata, config)
+    ctx = ServerContext(agent=agent, metadata=metadata, store=store, advertised=advertised,
+                        cache=SegmentCache(store, config.fetch_cache_bytes))
+    server = Server(ctx, *listen, max_request_bytes=config.socket_request_max_bytes)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await server.start()
+        log.warning("silt agent listening on %s:%d, advertised as %s:%d", server.host,
+                    server.port, *ctx.advertised)
+        await stop.wait()
+        log.warning("silt agent stopping: flushing and answering in-flight requests")
+        await server.stop()
+    finally:
+        await ctx.run(agent.close)
+        ctx.pool.shutdown()
