@@ -80,10 +80,6 @@ class PartitionRule:
     clean_upto_offset: int  # records at or above are younger than min.compaction.lag.ms
     delete_retention_ms: int
     dirty_start_offset: int = 0  # the cleaner checkpoint: the offset map starts here
-    # Last offsets of live idempotent producers' last batches (metadata's producer state):
-    # such a batch is kept whole, as Kafka's cleaner retains each active producer's last
-    # batch so that its dedupe state survives compaction.
-    producer_last_offsets: frozenset[int] = frozenset()
 
 
 @dataclass(slots=True)
@@ -111,7 +107,6 @@ class MergeStats:
     partitions: int = 0
     partial_cleans: int = 0  # partitions whose offset map filled up
     null_keys_kept: int = 0
-    producer_batches_kept: int = 0  # last batches of producers kept whole (see PartitionRule)
     # New cleaner checkpoints (first offset not deduplicated) per partition.
     checkpoints: dict[TopicPartition, int] = field(default_factory=dict)
 
@@ -297,27 +292,18 @@ def _merge_partition(
                 fresh = keep & tomb_mask & (tomb_cleaned == 0) & in_range
                 tomb_cleaned[fresh] = now_ms
     # ---- pass 2: survivors from stream B, in the same order.
-    retained = rule.producer_last_offsets if rule is not None else frozenset()
     builder: ChunkBuilder | None = None
     start = 0
     for (ci, _, base), cnt, i in zip(heads, counts, inputs, strict=True):
         data = i.data.read_chunk(ci)
         k = keep[start : start + cnt]
-        if not k.any() and not any(base <= o < base + ci.offset_span for o in retained):
+        if not k.any():
             start += cnt
             continue
         pos = start
         for header, view in iter_batches(data):
             bn = header.record_count
             bk = keep[pos : pos + bn]
-            if (retained and header.producer_id >= 0 and not bk.all()
-                    and base + header.base_offset + header.last_offset_delta in retained):
-                back = ~bk
-                tombs_back = int(np.count_nonzero(tomb_drop[pos : pos + bn] & back))
-                stats.tombstones_dropped -= tombs_back
-                stats.duplicates_dropped -= int(np.count_nonzero(back)) - tombs_back
-                bk[:] = True  # a live producer's last batch: kept whole (a view of keep)
-                stats.producer_batches_kept += 1
             if bk.any():
                 if builder is None:
                     builder = out.writer.open_chunk(

@@ -253,17 +253,13 @@ class Compactor:
             inputs.append(InputFile(fid, f.object_key, f.data_offset, f.data_length,
                                     f.meta_offset, f.meta_length, segs_by_file.get(fid, {})))
         compacted = frozenset(t.name for t in md_snap.topics if t.config.compacted)
-        last = self.metadata.producer_last_offsets((p.topic, p.partition)
-                                                   for p in spec.partitions)
         # A topic's own compression.type wins; the compactor's is the default (as Kafka's
         # broker-level compression.type is for topics that do not set theirs).
         codecs = {t.name: (t.config.rewrite_codec if COMPRESSION_TYPE in t.configs
                            else self.config.rewrite_codec) for t in md_snap.topics}
         rules = {(p.topic, p.partition): PartitionRule(p.whole_log, p.clean_upto_offset,
                                                        p.delete_retention_ms,
-                                                       p.dirty_start_offset,
-                                                       last.get((p.topic, p.partition),
-                                                                frozenset()))
+                                                       p.dirty_start_offset)
                  for p in spec.partitions}
 
         def make(compacted_data: bool) -> Callable[[], OutputTarget]:

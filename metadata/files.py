@@ -114,10 +114,10 @@ def commit_file(
     failed COMMIT is read back (live: applied, the assigned bases are returned; pending:
     not applied, retried).
     """
-    layout = {"size": size, "data_offset": data_offset, "data_length": data_length,
-              "meta_offset": meta_offset, "meta_length": meta_length}
     # Without producer batches no chunk is rejected: every outcome is a base offset.
-    return cast(Bases, _commit(db, f"commit of file {file_id}", [(file_id, layout, chunks)])[0])
+    return cast(Bases, commit_produced(
+        db, file_id, size=size, data_offset=data_offset, data_length=data_length,
+        meta_offset=meta_offset, meta_length=meta_length, chunks=chunks, batches={}))
 
 
 def commit_produced(

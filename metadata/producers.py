@@ -260,25 +260,3 @@ def expire_producers(db: Database) -> int:
         return int(conn.execute(s.producer_state.delete().where(
             s.producer_state.c.updated_at_ms <= cutoff)).rowcount)
 
-
-def producer_last_offsets(
-    db: Database, partitions: Iterable[tuple[str, int]]
-) -> dict[tuple[str, int], frozenset[int]]:
-    """Per partition, the last offset of each live producer's last batch: the batches the
-    compactor keeps whole (Kafka's cleaner retains each active producer's last batch)."""
-    wanted = set(partitions)
-    if not wanted:
-        return {}
-    ps, t = s.producer_state.c, s.topics.c
-    cutoff = db.clock.now_ms() - db.config.producer_id_expiration_ms
-    found: dict[tuple[str, int], set[int]] = {}
-    with db.read() as conn:
-        for name, part, batches in conn.execute(
-            sa.select(t.name, ps.partition, ps.batches)
-            .join(s.topics, t.id == ps.topic_id)
-            .where(t.name.in_(sorted({n for n, _ in wanted})), ps.updated_at_ms > cutoff)
-        ):
-            if (name, part) in wanted:
-                found.setdefault((name, part), set()).add(int(json.loads(batches)[-1][3]))
-    return {tp: frozenset(v) for tp, v in found.items()}
-

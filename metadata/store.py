@@ -58,4 +58,3 @@ class MetadataStore(Database):
     allocate_producer_id = producers.allocate_producer_id
     producer_state = producers.producer_state
     expire_producers = producers.expire_producers
-    producer_last_offsets = producers.producer_last_offsets

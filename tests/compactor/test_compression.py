@@ -74,8 +74,9 @@ def test_client_batches_are_stored_as_sent_and_read_back(urls: tuple[str, str]) 
     store, md, clock = open_store(store_url), MetadataStore.open(md_url), ManualClock()
     md.create_topic("t", 1)
     records = [sample_records(40, tag=name.encode()) for name in BATCH_IDS]
-    sent = [build(recs, codec, 0) for recs, (_, build, codec) in zip(
-        records, CLIENT_BATCHES, strict=True)]
+    # One idempotent producer: each batch's base sequence follows on from the last.
+    sent = [build(recs, codec, 40 * i) for i, (recs, (_, build, codec)) in enumerate(zip(
+        records, CLIENT_BATCHES, strict=True))]
     firsts = produce_batches(store, md, clock, "t", sent)
     assert firsts == [40 * i for i in range(len(sent))]
     stored = stored_batches(store, md, "t")
@@ -109,13 +110,15 @@ def _compact_case(tmp: str, topic_setting: str | None, compactor_setting: str | 
     md.create_topic("c", 1, configs)
     sent: dict[int, tuple[bytes, Compression]] = {}  # first offset -> (batch, its codec)
     produced: list[Record] = []
+    sequence = 0  # one idempotent producer: base sequences follow on
     for rnd, keysets in enumerate(rounds):
         batches = []
         for i, ((_, build, codec), keys) in enumerate(zip(kinds, keysets, strict=True)):
             recs: list[ClientRecord] = [
                 (1000 + rnd, b"k%d" % k, b"v%d-%d-%d" % (rnd, i, n), [("h", b"1")])
                 for n, k in enumerate(keys)]
-            batches.append((build(recs, codec, 0), codec, recs))
+            batches.append((build(recs, codec, sequence), codec, recs))
+            sequence += len(recs)
         firsts = produce_batches(store, md, clock, "c", [b for b, _, _ in batches])
         for first, (raw, codec, recs) in zip(firsts, batches, strict=True):
             sent[first] = (raw, codec)

@@ -288,8 +288,8 @@ def test_read_decodes_every_client_codec(spark: Any, tmp_path: Path) -> None:
     md.create_topic("z", 1)
     store = open_store(store_url)
     with Agent(store, md, AgentConfig(linger_ms=60_000), clock=ManualClock()) as a:
-        for name, build, codec in CLIENT_BATCHES:
-            a.produce_batch("z", 0, build(sample_records(20, tag=name.encode()), codec, 0))
+        for i, (name, build, codec) in enumerate(CLIENT_BATCHES):  # one producer's batches
+            a.produce_batch("z", 0, build(sample_records(20, tag=name.encode()), codec, 20 * i))
     want = [(r.offset, r.key, r.value) for r in Reader(store, md).read("z", 0, 0)]
     md.close()
     assert len(want) == 20 * len(CLIENT_BATCHES)
