@@ -41,7 +41,7 @@ class ServerContext:
     pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(IO_THREADS, thread_name_prefix="silt-io"))
     loop: asyncio.AbstractEventLoop | None = None
-    registration: Registration | None = None  # set once registered (after binding)
+    registration: Registration | None = None  # set after binding (the port is known)
     stopping: bool = False  # set at shutdown: long-polls return at once
     _committed: asyncio.Event | None = None
     _cluster_ns: uuid.UUID | None = None

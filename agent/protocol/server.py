@@ -177,9 +177,8 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
         loop.add_signal_handler(sig, stop.set)
     try:
         await server.start()
-        registration = Registration(metadata, *ctx.advertised)
+        registration = ctx.registration = Registration(metadata, *ctx.advertised)
         info = await ctx.run(registration.start)
-        ctx.registration = registration
         log.warning("silt agent %s (node %d) listening on %s:%d, advertised as %s:%d",
                     info.agent_id, info.node_id, server.host, server.port, *ctx.advertised)
         await stop.wait()

@@ -5,8 +5,9 @@ CRC-checked and stored byte for byte by `Agent.produce_batches` (baseOffset patc
 null keys of compacted topics refused there), which checks all of a partition's batches
 before buffering any, so a bad one stores none of that partition. Idempotent producers'
 batches are checked by the agent and again at commit: a resend is answered with its original
-offset, a gap with OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch with INVALID_PRODUCER_EPOCH. The response is written only after the agent's flush has PUT
-the object and committed it (acks=1 and acks=-1 alike); acks=0 gets no response.
+offset, a gap with OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch with INVALID_PRODUCER_EPOCH.
+The response is written only after the agent's flush has PUT the object and committed it
+(acks=1 and acks=-1 alike); acks=0 gets no response.
 
 A crash before the commit loses unacked records only; after it, records are visible even if
 the response never leaves (a non-idempotent producer's retry then writes them again).
