@@ -310,6 +310,9 @@ def test_idempotent_resend_to_second_agent_after_first_died_before_ack(
         got = _consume_all(b.bootstrap, "once", 2)
         assert [(p, o) for p, o, _ in got] == [(partition, o) for o in range(100)]
         assert sorted(v for *_, v in got) == sorted(b"v%d" % i for i in range(100))
+        # A's session ran out; B is still listed because it heartbeats
+        (alive,) = _wait_live(md, {b.port})
+        assert alive.heartbeat_at_ms > alive.registered_at_ms
     finally:
         md.close()
         b.terminate()
