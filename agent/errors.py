@@ -23,6 +23,10 @@ class InvalidRecordError(AgentError):
     """The record breaks a topic rule (null key on a compacted topic, bad partition...)."""
 
 
+class NullKeyError(InvalidRecordError):
+    """A record without a key sent to a compacted topic (Kafka: INVALID_RECORD)."""
+
+
 class RecordTooLargeError(InvalidRecordError):
     """The record (or batch) is larger than the topic's max.message.bytes, or the record
     alone is larger than the agent's whole buffer.memory."""

@@ -32,7 +32,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 
 from clock import SYSTEM_CLOCK, Clock
-from fileformat import ChunkBuilder, FileWriter, KeyHasher, read_header
+from fileformat import BatchHeader, ChunkBuilder, FileWriter, KeyHasher, read_header, verify_batch
+from fileformat.batch import batch_offsets
 from metadata import MetadataStore, ProducerBatch, RejectedChunk, TopicInfo
 from metadata.errors import CommitUnknownError
 from metadata.models import SEQUENCE_WRAP
@@ -47,6 +48,7 @@ from .errors import (
     FlushError,
     FlushOutcomeUnknownError,
     InvalidRecordError,
+    NullKeyError,
     RecordTooLargeError,
 )
 from .idempotence import Admit, InFlight, ProducerTracker
@@ -284,22 +286,48 @@ class Agent:
         resolves at once to its original offset, and a sequence gap or an old epoch fails
         the future with OutOfOrderSequenceError / InvalidProducerEpochError (metadata
         errors) without buffering anything. The commit checks again (module docstring).
-        Transactional batches are refused (InvalidRecordError): transactions are not
-        supported.
+        Raised at once, nothing buffered: RecordTooLargeError, NullKeyError (a compacted
+        topic), InvalidRecordError (partition out of range; a transactional batch:
+        transactions are not supported), FormatError (framing, CRC, codec).
         """
+        return self.produce_batches(topic, partition, [raw_batch])[0]
+
+    def produce_batches(self, topic: str, partition: int,
+                        raw_batches: Sequence[bytes]) -> list[ProduceFuture]:
+        """`produce_batch` for each batch, all checked before any is buffered, so a bad one
+        stores none of them (what a Produce request's partition needs)."""
         info = self.topic(topic)
         self._check_partition(info, partition)
+        # One batch needs no CRC check here: the chunk builder checks it before storing it.
+        verify = len(raw_batches) > 1 or info.config.compacted
+        headers = [self._check_batch(info, raw, verify) for raw in raw_batches]
+        return [self._produce_checked(info, partition, raw, header)
+                for raw, header in zip(raw_batches, headers, strict=True)]
+
+    def _check_batch(self, info: TopicInfo, raw_batch: bytes, verify: bool) -> BatchHeader:
+        """The batch's header once it passes the topic's rules (see `produce_batch`), its CRC
+        checked if `verify`. A compacted topic's batch is decoded here to find null keys."""
         if len(raw_batch) > info.config.max_message_bytes:
             raise RecordTooLargeError(
                 f"batch of {len(raw_batch)} bytes exceeds max.message.bytes="
-                f"{info.config.max_message_bytes} of topic {topic!r}"
+                f"{info.config.max_message_bytes} of topic {info.name!r}"
             )
-        header = read_header(raw_batch)
+        header = verify_batch(raw_batch) if verify else read_header(raw_batch)
+        if header.is_transactional:
+            raise InvalidRecordError("transactional batches are not supported")
+        if info.config.compacted and any(
+                key is None for *_, key in batch_offsets(memoryview(raw_batch), header)):
+            raise NullKeyError(
+                f"topic {info.name!r} is compacted: records must have a key"
+                " (Kafka rejects null keys)")
+        return header
+
+    def _produce_checked(self, info: TopicInfo, partition: int, raw_batch: bytes,
+                         header: BatchHeader) -> ProduceFuture:
+        topic = info.name
         if header.producer_id < 0:
             with self._cond:
                 return self._append_batch(info, partition, raw_batch, None)
-        if header.is_transactional:
-            raise InvalidRecordError("transactional batches are not supported")
         batch = ProducerBatch(header.producer_id, header.producer_epoch, header.base_sequence,
                               (header.base_sequence + header.last_offset_delta)
                               % SEQUENCE_WRAP, 0)

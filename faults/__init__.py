@@ -5,6 +5,13 @@ to them (e.g. a `CrashOnce` metadata opener passed to `spark.compaction.run_on_s
 """
 
 from .errors import InjectedCrash
-from .metadata import AFTER_COMMIT, BEFORE_COMMIT, CrashOnce, CrashOnceMetadata
+from .metadata import (
+    AFTER_COMMIT,
+    BEFORE_COMMIT,
+    CrashOnce,
+    CrashOnceMetadata,
+    kill_after_produce_commit,
+)
 
-__all__ = ["AFTER_COMMIT", "BEFORE_COMMIT", "CrashOnce", "CrashOnceMetadata", "InjectedCrash"]
+__all__ = ["AFTER_COMMIT", "BEFORE_COMMIT", "CrashOnce", "CrashOnceMetadata", "InjectedCrash",
+           "kill_after_produce_commit"]

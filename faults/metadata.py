@@ -1,4 +1,5 @@
-"""A metadata store whose compaction commit crashes once, and the opener that makes one.
+"""A metadata store whose compaction commit crashes once, and the opener that makes one;
+a process that dies right after its first produce commit.
 
 Used by the Spark retry tests: the first task attempt crashes just before or just after
 `commit_compaction`; Spark retries the task and the retry must finish (or report) the job
@@ -7,6 +8,8 @@ without committing it twice. "Once" holds across executor processes through a ma
 
 from __future__ import annotations
 
+import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,3 +60,23 @@ class CrashOnceMetadata(MetadataStore):
             raise InjectedCrash("injected crash after the merge, before the commit")
         super().commit_compaction(*args, **kwargs)
         raise InjectedCrash("injected crash after the commit")
+
+
+def kill_after_produce_commit(marker: Path) -> None:
+    """Make this PROCESS die (SIGKILL, nothing flushed or answered) right after its first
+    `commit_produced` returns, if `marker` does not exist yet (it is created first).
+
+    For a test-only entry point that runs `silt agent`: the agent's flush has PUT the object
+    and committed it, and the produce reply is never sent, which is the moment an idempotent
+    producer's resend to another agent must be answered with the original offsets.
+    """
+    original = MetadataStore.commit_produced
+
+    def commit_then_die(self: MetadataStore, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        if not marker.exists():
+            marker.write_text(AFTER_COMMIT)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+
+    setattr(MetadataStore, "commit_produced", commit_then_die)  # noqa: B010 - patch the class

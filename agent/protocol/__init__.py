@@ -5,7 +5,7 @@ handler and versions); context.py holds what handlers share (the Agent, the segm
 the broker list seam, commit notifications); one module per API under apis/.
 """
 
-from .context import Broker, ServerContext
+from .context import ServerContext
 from .server import Server, serve
 
-__all__ = ["Broker", "Server", "ServerContext", "serve"]
+__all__ = ["Server", "ServerContext", "serve"]

@@ -1,5 +1,6 @@
 """What every handler shares: the agent, the metadata store, the segment cache, the thread
-pool for blocking work, the broker list (one seam), topic ids and commit notifications."""
+pool for blocking work, the broker list (the agent registry), topic ids and commit
+notifications."""
 
 from __future__ import annotations
 
@@ -7,37 +8,24 @@ import asyncio
 import base64
 import hashlib
 import uuid
-import zlib
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent.producer import Agent
-from metadata import MetadataStore, TopicInfo
+from metadata import AgentInfo, MetadataStore, TopicInfo
 from objectstore import ObjectStore
 
 from .cache import SegmentCache
+from .registry import Registration
 
 if TYPE_CHECKING:
     from .apis import Api
 
 T = TypeVar("T")
 
-# This agent's broker id until agents register in the metadata store (then the registry
-# assigns ids and `live_brokers` lists every live agent).
-NODE_ID = 0
 IO_THREADS = 16
-
-
-@dataclass(frozen=True, slots=True)
-class Broker:
-    """An agent as Kafka clients see it: a broker id and where to connect."""
-
-    node_id: int
-    host: str
-    port: int
-    rack: str | None = None
 
 
 @dataclass(eq=False)
@@ -53,22 +41,18 @@ class ServerContext:
     pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(IO_THREADS, thread_name_prefix="silt-io"))
     loop: asyncio.AbstractEventLoop | None = None
+    registration: Registration | None = None  # set after binding (the port is known)
     stopping: bool = False  # set at shutdown: long-polls return at once
     _committed: asyncio.Event | None = None
     _cluster_ns: uuid.UUID | None = None
 
-    # ----------------------------------------------------------------- brokers (the seam)
+    # ----------------------------------------------------------------- brokers
 
-    def live_brokers(self) -> list[Broker]:
-        """The brokers Metadata lists. ONE seam: today this agent alone; the agent registry
-        (heartbeats in the metadata store) replaces it with every live agent."""
-        host, port = self.advertised
-        return [Broker(NODE_ID, host, port)]
-
-    def leader(self, brokers: list[Broker], topic: TopicInfo, partition: int) -> Broker:
-        """The broker named leader of a partition: spread evenly over the brokers, stable
-        while the set of brokers is (any agent serves any partition anyway)."""
-        return brokers[(zlib.crc32(topic.name.encode()) + partition) % len(brokers)]
+    def live_brokers(self) -> list[AgentInfo]:
+        """The brokers Metadata lists: the registry's live agents, this one included (empty
+        only before it registered). Blocking (a metadata read): call through `run`.
+        Partition leaders among them: `agent.placement.leader`."""
+        return [] if self.registration is None else self.registration.live_brokers()
 
     # ----------------------------------------------------------------- identities
 

@@ -36,6 +36,7 @@ from .cache import SegmentCache
 from .codec import FRAME, PREFIX, Builder, decode_request, encode_response
 from .context import ServerContext
 from .errors import ProtocolError
+from .registry import Registration
 
 log = logging.getLogger(__name__)
 
@@ -176,11 +177,19 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
         loop.add_signal_handler(sig, stop.set)
     try:
         await server.start()
-        log.warning("silt agent listening on %s:%d, advertised as %s:%d", server.host,
-                    server.port, *ctx.advertised)
+        registration = ctx.registration = Registration(metadata, *ctx.advertised)
+        info = await ctx.run(registration.start)
+        log.warning("silt agent %s (node %d) listening on %s:%d, advertised as %s:%d",
+                    info.agent_id, info.node_id, server.host, server.port, *ctx.advertised)
         await stop.wait()
-        log.warning("silt agent stopping: flushing and answering in-flight requests")
+        log.warning("silt agent stopping: deregistering, flushing, answering in-flight"
+                    " requests")
+        # Deregistered first: clients refreshing metadata move to other agents while this
+        # one drains. A crash instead leaves the row until broker.session.timeout.ms.
+        await ctx.run(registration.stop)
         await server.stop()
     finally:
+        if ctx.registration is not None:
+            await ctx.run(ctx.registration.stop)
         await ctx.run(agent.close)
         ctx.pool.shutdown()

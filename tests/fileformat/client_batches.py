@@ -25,7 +25,9 @@ ClientRecord = tuple[int, bytes | None, bytes | None, Sequence[tuple[str, bytes]
 """(timestamp, key, value, headers) of one record a client appends."""
 
 CODECS = (Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD)
-PRODUCER_ID, PRODUCER_EPOCH = 7, 0  # as an idempotent producer (kafka-python 3's default)
+# Not an idempotent producer: the agent dedupes idempotent batches by sequence, and these
+# codec batches all start at sequence 0 (idempotent batches: tests/idempotence/helpers.py).
+PRODUCER_ID, PRODUCER_EPOCH = -1, -1
 
 
 def aiokafka_batch(records: Sequence[ClientRecord], codec: Compression,

@@ -39,6 +39,8 @@ class AgentProcess:
     metadata_url: str
     log_path: Path
     extra_env: dict[str, str] = field(default_factory=dict)
+    # What runs `silt` (a test-only entry point may wrap it: tests/protocol/crashing_agent.py)
+    entry: list[str] = field(default_factory=lambda: ["-m", "cli"])
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
 
@@ -52,7 +54,7 @@ class AgentProcess:
                "SILT_AGENT_LINGER_MS": self.extra_env.get("SILT_AGENT_LINGER_MS", "50")}
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "cli", "--store", self.store_url, "--metadata",
+                [sys.executable, *self.entry, "--store", self.store_url, "--metadata",
                  self.metadata_url, "agent", "--listen", self.bootstrap],
                 env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + STARTUP_S

@@ -18,8 +18,10 @@ from ..context import ServerContext
 from . import (
     api_versions,
     create_topics,
+    describe_cluster,
     fetch,
     find_coordinator,
+    init_producer_id,
     list_offsets,
     metadata,
     produce,
@@ -42,7 +44,7 @@ class Api:
 
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, FIND_COORDINATOR, API_VERSIONS = 0, 1, 2, 3, 10, 18
-CREATE_TOPICS = 19
+CREATE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CLUSTER = 19, 22, 60
 
 TABLE: Mapping[int, Api] = {api.key: api for api in (
     Api(PRODUCE, 3, 11, produce.handle),
@@ -52,4 +54,6 @@ TABLE: Mapping[int, Api] = {api.key: api for api in (
     Api(FIND_COORDINATOR, 0, 4, find_coordinator.handle),
     Api(API_VERSIONS, 0, 3, api_versions.handle),
     Api(CREATE_TOPICS, 2, 7, create_topics.handle),
+    Api(INIT_PRODUCER_ID, 0, 4, init_producer_id.handle),
+    Api(DESCRIBE_CLUSTER, 0, 1, describe_cluster.handle),
 )}

@@ -66,10 +66,11 @@ def create_all(ctx: ServerContext, request: Any) -> list[tuple[Any, Outcome]]:
 
 async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
     results = await ctx.run(create_all, ctx, request)
+    replicas = len(await ctx.run(ctx.live_brokers))
     return b("CreateTopicsResponse", throttle_time=NO_THROTTLE, topics=tuple(
         b("CreatableTopicResult", name=t.name, error_code=error, error_message=message,
           topic_id=None if info is None else ctx.topic_id(info),
           num_partitions=i32(-1 if info is None else info.partitions),
-          replication_factor=i16(-1 if info is None else len(ctx.live_brokers())),
+          replication_factor=i16(-1 if info is None else replicas),
           configs=None if info is None else ())
         for t, (error, message, info) in results))

@@ -1,10 +1,13 @@
 """Produce (key 0): record batches appended through the agent, kept as bytes end to end.
 
 Each partition's records field is split into batches by their length prefixes; each batch is
-CRC-checked and stored byte for byte by `Agent.produce_batch` (baseOffset patched there). A
-partition with several batches has all of them checked before any is buffered, so a bad one
-stores none of that partition. The response is written only after the agent's flush has PUT
-the object and committed it (acks=1 and acks=-1 alike); acks=0 gets no response.
+CRC-checked and stored byte for byte by `Agent.produce_batches` (baseOffset patched there,
+null keys of compacted topics refused there), which checks all of a partition's batches
+before buffering any, so a bad one stores none of that partition. Idempotent producers'
+batches are checked by the agent and again at commit: a resend is answered with its original
+offset, a gap with OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch with INVALID_PRODUCER_EPOCH.
+The response is written only after the agent's flush has PUT the object and committed it
+(acks=1 and acks=-1 alike); acks=0 gets no response.
 
 A crash before the commit loses unacked records only; after it, records are visible even if
 the response never leaves (a non-idempotent producer's retry then writes them again).
@@ -25,13 +28,20 @@ from agent.errors import (
     FlushError,
     FlushOutcomeUnknownError,
     InvalidRecordError,
+    NullKeyError,
     RecordTooLargeError,
 )
 from agent.producer import ProduceFuture
-from fileformat import FormatError, verify_batch
-from fileformat.batch import LENGTH_POS, LOG_OVERHEAD, batch_offsets
+from fileformat import FormatError
+from fileformat.batch import LENGTH_POS, LOG_OVERHEAD
 from fileformat.errors import CorruptDataError, UnsupportedError
-from metadata.errors import MetadataError, UnknownTopicError
+from metadata.errors import (
+    BatchRejectedError,
+    InvalidProducerEpochError,
+    MetadataError,
+    OutOfOrderSequenceError,
+    UnknownTopicError,
+)
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
@@ -71,15 +81,19 @@ def error_code(exc: BaseException) -> ErrorCode:
             return ErrorCode.request_timed_out
         case FlushError():
             return ErrorCode.kafka_storage_error
+        case OutOfOrderSequenceError():
+            return ErrorCode.out_of_order_sequence_number
+        case InvalidProducerEpochError():
+            return ErrorCode.invalid_producer_epoch
+        case BatchRejectedError():
+            # Nothing of the batch was stored (another batch of its chunk was refused at
+            # commit): a code librdkafka and kafka-python retry with the same sequences.
+            return ErrorCode.not_enough_replicas
         case AgentClosedError():
             return ErrorCode.not_leader_or_follower
         case MetadataError():
             return ErrorCode.kafka_storage_error
     return ErrorCode.unknown_server_error
-
-
-class NullKeyError(InvalidRecordError):
-    """A record without a key sent to a compacted topic (Kafka: INVALID_RECORD)."""
 
 
 def _admit(ctx: ServerContext, topic: str, partition: int,
@@ -90,16 +104,10 @@ def _admit(ctx: ServerContext, topic: str, partition: int,
         info = agent.topic(topic)
         if not 0 <= partition < info.partitions:
             return ErrorCode.unknown_topic_or_partition
-        batches = list(split_batches(records or b""))
+        batches = [bytes(batch) for batch in split_batches(records or b"")]
         if not batches:
             return ErrorCode.corrupt_message
-        compacted = info.config.compacted
-        if len(batches) > 1 or compacted:
-            for batch in batches:
-                header = verify_batch(batch)
-                if compacted and any(key is None for *_, key in batch_offsets(batch, header)):
-                    raise NullKeyError(f"topic {topic!r} is compacted: records need a key")
-        futures = [agent.produce_batch(topic, partition, bytes(batch)) for batch in batches]
+        futures = agent.produce_batches(topic, partition, batches)
     except Exception as exc:
         return error_code(exc)
     # Fetches long-polling this partition wake when its flush commits (acks=0 included).

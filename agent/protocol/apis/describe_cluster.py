@@ -1,0 +1,32 @@
+"""DescribeCluster (key 60): the live agents as brokers, as Metadata lists them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8, i32
+
+from ..codec import NO_THROTTLE, Builder
+from ..context import ServerContext
+
+BROKERS = 1  # endpoint_type: brokers (2, controllers: there are none to describe)
+UNKNOWN_OPERATIONS = -(2**31)  # Kafka's "authorized operations not computed"
+
+
+async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+    endpoint = getattr(request, "endpoint_type", BROKERS)
+    if endpoint != BROKERS:
+        return b("DescribeClusterResponse", throttle_time=NO_THROTTLE,
+                 error_code=ErrorCode.unsupported_endpoint_type,
+                 error_message="siltstream has no controllers: describe brokers",
+                 endpoint_type=i8(endpoint), cluster_id=ctx.cluster_id(),
+                 controller_id=i32(-1), brokers=(),
+                 cluster_authorized_operations=i32(UNKNOWN_OPERATIONS))
+    brokers = await ctx.run(ctx.live_brokers)
+    return b("DescribeClusterResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+             error_message=None, endpoint_type=i8(BROKERS), cluster_id=ctx.cluster_id(),
+             controller_id=i32(brokers[0].node_id if brokers else -1),
+             brokers=tuple(b("DescribeClusterBroker", broker_id=i32(br.node_id), host=br.host,
+                             port=i32(br.port), rack=None) for br in brokers),
+             cluster_authorized_operations=i32(UNKNOWN_OPERATIONS))
