@@ -193,3 +193,8 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
             await ctx.run(ctx.registration.stop)
         await ctx.run(agent.close)
         ctx.pool.shutdown()
+        # Shutdown is under way: a repeated SIGTERM/SIGINT must not kill the process between
+        # the loop's end and its exit (the default action once asyncio drops its handlers).
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_IGN)
