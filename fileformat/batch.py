@@ -68,6 +68,7 @@ LEADER_EPOCH_POS = struct.calcsize(">qi")
 MAGIC_POS = struct.calcsize(">qii")
 CRC_POS = struct.calcsize(">qiib")
 ATTRIBUTES_POS = struct.calcsize(">qiibI")
+LAST_OFFSET_DELTA_POS = struct.calcsize(">qiibIh")
 RECORD_COUNT_POS = struct.calcsize(">qiibIhiqqqhi")
 LOG_OVERHEAD = LENGTH_POS + struct.calcsize(">i")  # bytes not counted by `length`: 12
 FRAME_SIZE = CRC_POS  # bytes before the CRC (not covered by it): 17
@@ -215,6 +216,22 @@ def iter_batches(buf: Any) -> Iterator[tuple[BatchHeader, memoryview]]:
         header = verify_batch(view, pos)
         yield header, view[pos : pos + header.length]
         pos += header.length
+
+
+def split_frames(buf: Any) -> Iterator[memoryview]:
+    """Split a concatenation of batches by their length prefixes only (no CRC or header
+    checks: what a produce request's records field needs before each batch is checked)."""
+    view = memoryview(buf)
+    pos, end = 0, len(view)
+    while pos < end:
+        if end - pos < LOG_OVERHEAD:
+            raise CorruptDataError(f"truncated batch header at {pos}")
+        size = _LENGTH.unpack_from(view, pos + LENGTH_POS)[0]
+        total = size + LOG_OVERHEAD
+        if size <= 0 or pos + total > end:
+            raise CorruptDataError(f"batch at {pos} declares {size} bytes, {end - pos} left")
+        yield view[pos:pos + total]
+        pos += total
 
 
 def with_base_offset(batch: Any, base_offset: int) -> bytes:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from clock import ManualClock
 from objectstore.testserver import RecordingMotoServer
 
 POSTGRES_ADMIN_URL = os.environ.get(
@@ -146,3 +147,9 @@ def metadata_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> 
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/metadata.db"
     return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """The one fake clock (moves only when told to), shared by every suite that needs it."""
+    return ManualClock()

@@ -11,11 +11,6 @@ from metadata import MetadataStore
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
 def md(metadata_url: str, clock: ManualClock) -> Iterator[MetadataStore]:
     store = MetadataStore.open(metadata_url, clock=clock)
     store.create_topic("t", 2)

@@ -11,11 +11,6 @@ from metadata import MetadataStore
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
 def store(metadata_url: str, clock: ManualClock) -> Iterator[MetadataStore]:
     md = MetadataStore.open(metadata_url, clock=clock)
     yield md

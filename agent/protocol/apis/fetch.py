@@ -22,7 +22,12 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
-from fileformat.batch import LEADER_EPOCH_POS, LENGTH_POS, LOG_OVERHEAD
+from fileformat.batch import (
+    LAST_OFFSET_DELTA_POS,
+    LEADER_EPOCH_POS,
+    LENGTH_POS,
+    LOG_OVERHEAD,
+)
 from metadata import PartitionInfo
 from metadata.errors import OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError
 
@@ -34,7 +39,6 @@ _BASE = struct.Struct(">q")
 _LENGTH = struct.Struct(">i")
 _EPOCH = struct.Struct(">i")
 _LAST_DELTA = struct.Struct(">i")
-LAST_OFFSET_DELTA_POS = 23
 
 
 @dataclass(slots=True)

@@ -1,6 +1,7 @@
 """Produce (key 0): record batches appended through the agent, kept as bytes end to end.
 
-Each partition's records field is split into batches by their length prefixes; each batch is
+Each partition's records field is split into batches by their length prefixes
+(`fileformat.batch.split_frames`); each batch is
 CRC-checked and stored byte for byte by `Agent.produce_batches` (baseOffset patched there,
 null keys of compacted topics refused there), which checks all of a partition's batches
 before buffering any, so a bad one stores none of that partition. Idempotent producers'
@@ -16,7 +17,6 @@ the response never leaves (a non-idempotent producer's retry then writes them ag
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -33,8 +33,8 @@ from agent.errors import (
 )
 from agent.producer import ProduceFuture
 from fileformat import FormatError
-from fileformat.batch import LENGTH_POS, LOG_OVERHEAD
-from fileformat.errors import CorruptDataError, UnsupportedError
+from fileformat.batch import split_frames
+from fileformat.errors import UnsupportedError
 from metadata.errors import (
     BatchRejectedError,
     InvalidProducerEpochError,
@@ -45,21 +45,6 @@ from metadata.errors import (
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
-
-
-def split_batches(records: bytes) -> Iterator[memoryview]:
-    """The batches of a records field, by their length prefixes (framing only, no CRC)."""
-    view = memoryview(records)
-    pos, end = 0, len(view)
-    while pos < end:
-        if end - pos < LOG_OVERHEAD:
-            raise CorruptDataError(f"truncated batch header at {pos}")
-        size = int.from_bytes(view[pos + LENGTH_POS:pos + LOG_OVERHEAD], "big", signed=True)
-        total = size + LOG_OVERHEAD
-        if size <= 0 or pos + total > end:
-            raise CorruptDataError(f"batch at {pos} declares {size} bytes, {end - pos} left")
-        yield view[pos:pos + total]
-        pos += total
 
 
 def error_code(exc: BaseException) -> ErrorCode:
@@ -104,7 +89,7 @@ def _admit(ctx: ServerContext, topic: str, partition: int,
         info = agent.topic(topic)
         if not 0 <= partition < info.partitions:
             return ErrorCode.unknown_topic_or_partition
-        batches = [bytes(batch) for batch in split_batches(records or b"")]
+        batches = [bytes(batch) for batch in split_frames(records or b"")]
         if not batches:
             return ErrorCode.corrupt_message
         futures = agent.produce_batches(topic, partition, batches)
