@@ -622,10 +622,11 @@ def agent_command(ctx: Context, listen: str | None, advertise: str | None) -> No
     from agent.protocol import serve
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
-    config = ctx.load({f"agent.{LISTENERS}": listen,
-                       f"agent.{ADVERTISED_LISTENERS}": advertise}).agent
+    settings = ctx.load({f"agent.{LISTENERS}": listen,
+                         f"agent.{ADVERTISED_LISTENERS}": advertise})
+    config = settings.agent
     try:
-        asyncio.run(serve(ctx.store, ctx.metadata, config))
+        asyncio.run(serve(ctx.store, ctx.metadata, config, settings))
     except OSError as exc:  # the listen address is taken or not ours
         click.echo(f"silt: cannot serve on {config.listeners}: {exc.strerror or exc}", err=True)
         sys.exit(1)
