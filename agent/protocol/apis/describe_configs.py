@@ -99,7 +99,7 @@ def describe_all(ctx: ServerContext, request: Any) -> list[tuple[Any, Described]
         else:
             described = (ErrorCode.invalid_request,
                          f"resource type {r.resource_type} is not supported", ())
-        if r.configuration_keys:  # null or empty: every config
+        if r.configuration_keys is not None:  # null: every config (empty: none, as Kafka)
             wanted = set(r.configuration_keys)
             described = (*described[:2], [e for e in described[2] if e.name in wanted])
         out.append((r, described))
