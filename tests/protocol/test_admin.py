@@ -10,16 +10,15 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import (
-    AdminClient,
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
     ConfigSource,
-    NewPartitions,
-    ResourceType,
 )
-from confluent_kafka.cimpl import NewTopic
+from confluent_kafka.admin._resource import ResourceType
+from confluent_kafka.cimpl import NewPartitions, NewTopic
 from kafka import KafkaProducer
 from kafka import TopicPartition as KTopicPartition
 from kafka.admin import ConfigResource as KConfigResource
@@ -98,7 +97,9 @@ def _first_offset(bootstrap: str, topic: str, partition: int, offset: int) -> in
     try:
         msg = consumer.poll(30)
         assert msg is not None and msg.error() is None, msg and msg.error()
-        return int(msg.offset())
+        got = msg.offset()
+        assert got is not None
+        return got
     finally:
         consumer.close()
 
