@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fileformat import WRITABLE_COMPRESSIONS, Compression
-from settings import Section, choice, integer, text
+from settings import Section, choice, integer, setting, text
 
 LINGER_MS = "linger.ms"
 FLUSH_BYTES = "flush.bytes"
@@ -19,8 +19,18 @@ LISTENERS = "listeners"
 ADVERTISED_LISTENERS = "advertised.listeners"
 SOCKET_REQUEST_MAX_BYTES = "socket.request.max.bytes"
 FETCH_CACHE_BYTES = "fetch.cache.bytes"
+AUTO_CREATE_TOPICS_ENABLE = "auto.create.topics.enable"
+NUM_PARTITIONS = "num.partitions"
 
 OBJECT_PREFIX = "data/"
+
+
+def _parse_bool(value: str) -> bool:
+    """Kafka's booleans: "true" or "false" (any case)."""
+    lowered = value.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError(value)
+    return lowered == "true"
 
 
 def parse_host_port(value: str) -> tuple[str, int] | None:
@@ -52,6 +62,13 @@ class AgentConfig(Section):
                                      check=lambda v: v == "" or parse_host_port(v) is not None)
     socket_request_max_bytes: int = integer(SOCKET_REQUEST_MAX_BYTES, 100 * 1024 * 1024, lo=8)
     fetch_cache_bytes: int = integer(FETCH_CACHE_BYTES, 64 * 1024 * 1024, lo=0)
+    # Kafka's broker settings: whether a Metadata request that allows it creates unknown
+    # topics, and the partition count of topics created without one (auto-created topics,
+    # CreateTopics with num_partitions -1).
+    auto_create_topics_enable: bool = setting(
+        AUTO_CREATE_TOPICS_ENABLE, False, allowed="true or false",
+        check=lambda v: isinstance(v, bool), parse=_parse_bool)
+    num_partitions: int = integer(NUM_PARTITIONS, 1, lo=1)
 
     def check_across(self) -> None:
         if self.buffer_memory < self.flush_bytes:

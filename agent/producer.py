@@ -35,7 +35,7 @@ from clock import SYSTEM_CLOCK, Clock
 from fileformat import BatchHeader, ChunkBuilder, FileWriter, KeyHasher, read_header, verify_batch
 from fileformat.batch import batch_offsets
 from metadata import MetadataStore, ProducerBatch, RejectedChunk, TopicInfo
-from metadata.errors import CommitUnknownError
+from metadata.errors import CommitUnknownError, UnknownPartitionError, UnknownTopicError
 from metadata.models import SEQUENCE_WRAP
 from metadata.producers import Duplicate
 from metadata.segments import chunk_meta
@@ -270,6 +270,11 @@ class Agent:
             done = self._buffer.done  # before _account, which may seal this buffer
             self._account(size)
             return ProduceFuture(done, (topic, partition), rel)
+
+    def forget_topics(self) -> None:
+        """Drop the cached topics (after a topic was deleted, grew or changed configs): the
+        next produce of each reloads it from the metadata store."""
+        self._rules = {}
 
     def _load_rules(self, topic: str) -> tuple[TopicInfo, bool, int]:
         info = self._metadata.get_topic(topic)
@@ -550,6 +555,8 @@ class Agent:
             self._fail(items, unknown, exc, outcome)
             return
         except Exception as exc:
+            if isinstance(exc, UnknownTopicError | UnknownPartitionError):
+                self.forget_topics()  # deleted meanwhile (by any agent): reload the rest
             try:
                 self._metadata.abandon_file(file_id)
             except Exception:  # the row stays pending; GC treats it the same way

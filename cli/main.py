@@ -36,6 +36,7 @@ from metadata import MetadataStore
 from metadata.config import ENV_URL as METADATA_ENV
 from metadata.config import MetadataConfig
 from metadata.errors import MetadataError
+from metadata.topicconfig import AlterOp, ConfigChange
 from objectstore import ObjectStore, open_store
 from objectstore.config import ENV_URL as STORE_ENV
 from objectstore.config import URL, StoreConfig
@@ -171,7 +172,7 @@ def cli(ctx: click.Context, config_path: Path | None, store: str | None,
 
 @cli.group()
 def topics() -> None:
-    """Create, list and describe topics."""
+    """Create, list, describe, alter and delete topics."""
 
 
 def _parse_configs(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -250,6 +251,61 @@ def topics_describe(ctx: Context, name: str, as_json: bool) -> None:
     for p in row["partition_detail"]:
         click.echo(f"  {p['partition']:>9}  {p['log_start_offset']:>9}  {p['next_offset']:>11}"
                    f"  {p['segments']:>8}  {p['records']:>7}  {p['bytes']}")
+
+
+@topics.command("delete")
+@click.argument("name")
+@pass_ctx
+@one_line_errors
+def topics_delete(ctx: Context, name: str) -> None:
+    """Delete a topic (its objects are deleted by GC after the grace period)."""
+    ctx.metadata.delete_topic(name)
+    click.echo(f"deleted topic {name}")
+
+
+@topics.command("alter")
+@click.argument("name")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Override a topic config. Repeatable.")
+@click.option("--delete", "deletes", multiple=True, metavar="KEY",
+              help="Remove an override (back to the default). Repeatable.")
+@pass_ctx
+@one_line_errors
+def topics_alter(ctx: Context, name: str, sets: tuple[str, ...],
+                 deletes: tuple[str, ...]) -> None:
+    """Change a topic's configs (validated as `topics create` validates them)."""
+    changes = [ConfigChange(k, AlterOp.SET, v) for k, v in _parse_configs(sets).items()]
+    changes += [ConfigChange(k, AlterOp.DELETE) for k in deletes]
+    info = ctx.metadata.alter_topic_configs(name, changes)
+    shown = ", ".join(f"{k}={v}" for k, v in sorted(info.configs.items())) or "defaults"
+    click.echo(f"topic {name} configs: {shown}")
+
+
+@topics.command("add-partitions")
+@click.argument("name")
+@click.option("--partitions", type=click.IntRange(min=1), required=True,
+              help="The new total partition count (topics only grow).")
+@pass_ctx
+@one_line_errors
+def topics_add_partitions(ctx: Context, name: str, partitions: int) -> None:
+    """Grow a topic to N partitions."""
+    info = ctx.metadata.add_partitions(name, partitions)
+    click.echo(f"topic {name} has {info.partitions} partitions")
+
+
+@topics.command("delete-records")
+@click.argument("name")
+@click.option("--partition", type=click.IntRange(min=0), required=True)
+@click.option("--before", "offset", type=int, required=True,
+              help="The new log start offset (-1: the high watermark).")
+@pass_ctx
+@one_line_errors
+def topics_delete_records(ctx: Context, name: str, partition: int, offset: int) -> None:
+    """Delete a partition's records below an offset (Kafka's DeleteRecords)."""
+    result = ctx.metadata.delete_records({(name, partition): offset})[(name, partition)]
+    if isinstance(result, Exception):
+        raise result
+    click.echo(f"{name}/{partition} log start offset {result}")
 
 
 # ---------------------------------------------------------------------------- produce
@@ -622,10 +678,11 @@ def agent_command(ctx: Context, listen: str | None, advertise: str | None) -> No
     from agent.protocol import serve
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
-    config = ctx.load({f"agent.{LISTENERS}": listen,
-                       f"agent.{ADVERTISED_LISTENERS}": advertise}).agent
+    settings = ctx.load({f"agent.{LISTENERS}": listen,
+                         f"agent.{ADVERTISED_LISTENERS}": advertise})
+    config = settings.agent
     try:
-        asyncio.run(serve(ctx.store, ctx.metadata, config))
+        asyncio.run(serve(ctx.store, ctx.metadata, config, settings))
     except OSError as exc:  # the listen address is taken or not ours
         click.echo(f"silt: cannot serve on {config.listeners}: {exc.strerror or exc}", err=True)
         sys.exit(1)

@@ -68,6 +68,45 @@ def held_jobs(conn: sa.Connection, job_ids: Sequence[int], now: int) -> set[int]
                               j.lease_expires_ms > now)).scalars()}
 
 
+def retire_segments(conn: sa.Connection, segments: Sequence[Any], now: int) -> list[int]:
+    """Take `segments` (rows with `id` and `file_id`) out of the live log and retire the files
+    left without a live segment, so GC deletes their objects after its grace period (readers
+    in flight finish): the one way retention, DeleteRecords and topic deletion drop data.
+    Callers hold the files' row locks. Returns the retired file ids."""
+    sg, f = s.segments.c, s.files.c
+    dead = sorted({int(r.id) for r in segments})
+    for i in range(0, len(dead), 500):
+        conn.execute(s.segments.update().where(sg.id.in_(dead[i:i + 500])).values(live=False))
+    touched = sorted({int(r.file_id) for r in segments})
+    if not touched:
+        return []
+    still = {int(x) for x in conn.execute(
+        sa.select(sg.file_id).where(sg.file_id.in_(touched), s.LIVE).distinct()).scalars()}
+    emptied = [fid for fid in touched if fid not in still]
+    if emptied:
+        conn.execute(s.files.update().where(f.id.in_(emptied), f.state == s.FILE_LIVE)
+                     .values(state=s.FILE_RETIRED, state_changed_at_ms=now, job_id=None))
+    return emptied
+
+
+def lock_live_segments(conn: sa.Connection, where: Any) -> list[Any]:
+    """The live segments matching `where` (id, file_id, topic_id, partition, offsets,
+    counts), their files locked (id order first, then any a compaction swapped in
+    meanwhile: PostgreSQL; SQLite holds the write lock), so they stay live until COMMIT."""
+    sg = s.segments.c
+    query = (sa.select(sg.id, sg.file_id, sg.topic_id, sg.partition, sg.base_offset,
+                       sg.last_offset, sg.record_count, sg.data_len)
+             .where(where, s.LIVE).order_by(sg.topic_id, sg.partition, sg.last_offset))
+    locked: set[int] = set()
+    while True:
+        rows = list(conn.execute(query).all())
+        missing = sorted({int(r.file_id) for r in rows} - locked)
+        if not missing:
+            return rows
+        lock_files(conn, missing)
+        locked.update(missing)
+
+
 def register_pending_file(
     db: Database, object_key: str, *, level: int = 0, holds_compacted: bool = False
 ) -> int:

@@ -1,17 +1,24 @@
-"""Retention: Kafka's retention.ms / retention.bytes for delete-policy topics."""
+"""Retention: Kafka's retention.ms / retention.bytes for delete-policy topics, and
+DeleteRecords (an explicit log start), which drop a log's prefix the same way."""
 
 from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
 from . import schema as s
 from .engine import Database
-from .files import held_jobs, lock_files
+from .errors import (
+    MetadataError,
+    OffsetOutOfRangeError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from .files import held_jobs, lock_files, lock_live_segments, retire_segments
 from .models import RetentionChange, RetentionResult, TopicInfo
 from .topics import topic_info
 
@@ -34,7 +41,6 @@ def apply_retention(db: Database) -> RetentionResult:
     files, then the partition rows: the lock order of compaction commits, so neither
     can deadlock the other. Crash before COMMIT: nothing changed; after: done.
     """
-    f = s.files.c
     now = db.clock.now_ms()
     with db.write() as conn:
         topics = [topic_info(r) for r in conn.execute(sa.select(s.topics))]
@@ -59,35 +65,33 @@ def apply_retention(db: Database) -> RetentionResult:
                 cut[tp] = segs[:n]
         if not cut:
             return RetentionResult((), ())
-        sg, pc = s.segments.c, s.partitions.c
-        dead = sorted(r.id for segs in cut.values() for r in segs)
-        for i in range(0, len(dead), 500):
-            conn.execute(s.segments.update().where(sg.id.in_(dead[i:i + 500]))
-                         .values(live=False))
-        changes = []
-        for (tid, part), segs in sorted(cut.items()):
-            start = segs[-1].last_offset + 1
-            conn.execute(s.partitions.update().where(
-                pc.topic_id == tid, pc.partition == part, pc.log_start_offset < start,
-            ).values(log_start_offset=start))
-            conn.execute(s.partitions.update().where(
-                pc.topic_id == tid, pc.partition == part, pc.clean_offset < start,
-            ).values(clean_offset=start))
-            changes.append(RetentionChange(
-                rules[tid].name, part, start, len(segs),
-                sum(r.record_count for r in segs), sum(r.data_len for r in segs)))
-        touched = sorted({r.file_id for segs in cut.values() for r in segs})
-        still = {int(x) for x in conn.execute(
-            sa.select(sg.file_id).where(sg.file_id.in_(touched), s.LIVE).distinct()
-        ).scalars()}
-        emptied = [fid for fid in touched if fid not in still]
-        if emptied:
-            conn.execute(s.files.update().where(f.id.in_(emptied), f.state == s.FILE_LIVE)
-                         .values(state=s.FILE_RETIRED, state_changed_at_ms=now, job_id=None))
+        starts = {tp: segs[-1].last_offset + 1 for tp, segs in cut.items()}
+        emptied = advance_log_start(conn, starts, [r for segs in cut.values() for r in segs],
+                                    now)
+        changes = [RetentionChange(rules[tid].name, part, starts[(tid, part)], len(segs),
+                                   sum(r.record_count for r in segs),
+                                   sum(r.data_len for r in segs))
+                   for (tid, part), segs in sorted(cut.items())]
     for c in changes:
         log.info("retention: %s/%d log start -> %d (%d segments, %d records, %d bytes)",
                  c.topic, c.partition, c.log_start_offset, c.segments, c.records, c.bytes)
     return RetentionResult(tuple(changes), tuple(emptied))
+
+
+def advance_log_start(conn: sa.Connection, starts: Mapping[tuple[int, int], int],
+                      dead: Sequence[Any], now: int) -> list[int]:
+    """Move each (topic_id, partition)'s log start up to `starts` (never down), the cleaner
+    checkpoint with it, and retire the `dead` segments wholly below (their files' locks
+    held): the one path of retention and DeleteRecords. Returns the retired file ids."""
+    pc = s.partitions.c
+    for (tid, part), start in sorted(starts.items()):
+        conn.execute(s.partitions.update().where(
+            pc.topic_id == tid, pc.partition == part, pc.log_start_offset < start,
+        ).values(log_start_offset=start))
+        conn.execute(s.partitions.update().where(
+            pc.topic_id == tid, pc.partition == part, pc.clean_offset < start,
+        ).values(clean_offset=start))
+    return retire_segments(conn, dead, now)
 
 
 def _retention_prefixes(conn: sa.Connection, rules: Mapping[int, TopicInfo],
@@ -115,3 +119,68 @@ def _retention_prefixes(conn: sa.Connection, rules: Mapping[int, TopicInfo],
         if n:
             out[(int(tid), int(part))] = segs[:n]
     return out
+
+
+def delete_records(db: Database, offsets: Mapping[tuple[str, int], int]
+                   ) -> dict[tuple[str, int], int | MetadataError]:
+    """Kafka's DeleteRecords: move each (topic, partition)'s log start up to its offset
+    (-1: the high watermark); returns, per partition, the new low watermark or its error.
+
+    An offset above the high watermark (or below -1) is OffsetOutOfRangeError, an unknown
+    topic or partition UnknownTopicError / UnknownPartitionError: that partition is left
+    as it is. An offset at or below the log start changes nothing (the answer is the log
+    start). Segments wholly below the new start stop being live and emptied files retire
+    (`advance_log_start`, retention's path), also in files a compaction job holds (the job
+    is then refused at commit and planned again). One transaction for all partitions
+    through `Database.commit` (read back: every log start moved).
+    """
+    t, p, sg = s.topics.c, s.partitions.c, s.segments.c
+    results: dict[tuple[str, int], int | MetadataError] = {}
+    targets: dict[tuple[int, int], int] = {}
+
+    def body(conn: sa.Connection) -> dict[tuple[str, int], int | MetadataError]:
+        results.clear()
+        targets.clear()
+        names = sorted({name for name, _ in offsets})
+        ids = {r.name: int(r.id) for r in conn.execute(
+            sa.select(t.id, t.name).where(t.name.in_(names)))}
+        rows = {(int(r.topic_id), int(r.partition)): (int(r.log_start_offset),
+                                                      int(r.next_offset))
+                for r in conn.execute(sa.select(p.topic_id, p.partition, p.log_start_offset,
+                                                p.next_offset)
+                                      .where(p.topic_id.in_(sorted(ids.values()))))}
+        for (name, part), offset in sorted(offsets.items()):
+            if name not in ids:
+                results[(name, part)] = UnknownTopicError(f"unknown topic {name!r}")
+                continue
+            key = (ids[name], part)
+            if key not in rows:
+                results[(name, part)] = UnknownPartitionError(
+                    f"topic {name!r} has no partition {part}")
+                continue
+            start, end = rows[key]
+            target = end if offset == -1 else offset
+            if offset < -1 or target > end:
+                results[(name, part)] = OffsetOutOfRangeError(
+                    f"cannot delete records of {name}/{part} before offset {offset}: the high"
+                    f" watermark is {end}")
+                continue
+            results[(name, part)] = max(start, target)
+            if target > start:
+                targets[key] = target
+        if targets:
+            below = lock_live_segments(conn, sa.or_(*(
+                sa.and_(sg.topic_id == tid, sg.partition == part, sg.last_offset < target)
+                for (tid, part), target in targets.items())))
+            advance_log_start(conn, targets, below, db.clock.now_ms())
+        return dict(results)
+
+    def read_back(conn: sa.Connection) -> dict[tuple[str, int], int | MetadataError] | None:
+        for (tid, part), target in targets.items():
+            start = conn.execute(sa.select(p.log_start_offset).where(
+                p.topic_id == tid, p.partition == part)).scalar()
+            if start is None or start < target:
+                return None
+        return dict(results)
+
+    return db.commit("delete of records", body, read_back)

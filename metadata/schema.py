@@ -36,6 +36,12 @@ Version 2 (the front door: agent registry, idempotent producers):
   batches `[first_seq, last_seq, base_offset, last_offset]` on one partition, updated in the
   transaction that commits them (files.py); idle rows expire (producers.py).
 
+Version 3 (topic deletion):
+
+- `topic_ids(id=1, next_id)`: the topic-id sequence. Topic ids come from it (not from the
+  table's rowid, which SQLite reuses after the highest row is deleted), so a topic deleted
+  and created again under its name is a new topic with a new id (a new Kafka topic id).
+
 A migration is a function of a connection inside the transaction that also records its
 version; `MIGRATIONS[i]` brings the schema from version i to i + 1. Migrations are frozen once
 released: a later change to a table is a new migration, and `_v1` then gets its own copy of
@@ -275,6 +281,24 @@ def _v2(conn: sa.Connection, now_ms: int) -> None:
     conn.execute(tables[1].insert().values(id=1, next_id=FIRST_PRODUCER_ID))
 
 
+topic_ids = sa.Table(
+    "topic_ids",
+    md,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("next_id", sa.BigInteger, nullable=False),
+    sa.CheckConstraint("id = 1", name="topic_ids_singleton"),
+)
+
+
+def _v3(conn: sa.Connection, now_ms: int) -> None:
+    """The topic-id sequence, starting past every id handed out so far."""
+    v3 = sa.MetaData()
+    table = topic_ids.to_metadata(v3)
+    v3.create_all(conn, tables=[table])
+    top = conn.execute(sa.select(sa.func.max(topics.c.id))).scalar()
+    conn.execute(table.insert().values(id=1, next_id=int(top or 0) + 1))
+
+
 Migration = Callable[[sa.Connection, int], None]
-MIGRATIONS: list[Migration] = [_v1, _v2]
+MIGRATIONS: list[Migration] = [_v1, _v2, _v3]
 LATEST_VERSION = len(MIGRATIONS)

@@ -26,6 +26,9 @@ class MetadataStore(Database):
     get_topic = topics.get_topic
     list_topics = topics.list_topics
     partitions = topics.partitions
+    delete_topic = topics.delete_topic
+    add_partitions = topics.add_partitions
+    alter_topic_configs = topics.alter_topic_configs
     # files: agent commits and GC
     register_pending_file = files.register_pending_file
     commit_file = files.commit_file
@@ -38,6 +41,7 @@ class MetadataStore(Database):
     mark_deleted = files.mark_deleted
     # retention
     apply_retention = retention.apply_retention
+    delete_records = retention.delete_records
     # reads
     find_segments = reads.find_segments
     stats = reads.stats

@@ -8,7 +8,8 @@ errors are InvalidConfigError, Kafka's INVALID_CONFIG.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import enum
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -107,6 +108,86 @@ class TopicConfig(Section):
 
 DEFAULTS: Mapping[str, str] = {key: show(value) for key, value in TopicConfig().items()}
 KNOWN_KEYS = tuple(DEFAULTS)
+
+
+# What DescribeConfigs says of each config: its Kafka type (ConfigType name) and its
+# documentation (after Kafka's TopicConfig docs, with what siltstream does with it).
+DESCRIPTIONS: Mapping[str, tuple[str, str]] = {
+    CLEANUP_POLICY: ("LIST", "The retention policy of old log segments: \"delete\" drops them"
+                     " past retention.ms/retention.bytes, \"compact\" keeps the latest record"
+                     " of each key; both may be given."),
+    RETENTION_MS: ("LONG", "How long a log keeps records before old segments are deleted"
+                   " (delete policy); -1: no time limit."),
+    RETENTION_BYTES: ("LONG", "The size a partition may grow to before old segments are"
+                      " deleted (delete policy); -1: no size limit."),
+    DELETE_RETENTION_MS: ("LONG", "How long tombstones are kept for compacted topics, so"
+                          " consumers reading from the start see them."),
+    MIN_CLEANABLE_DIRTY_RATIO: ("DOUBLE", "How dirty (uncompacted) a log must be before the"
+                                " compactor cleans it."),
+    MIN_COMPACTION_LAG_MS: ("LONG", "The minimum time a record stays uncompacted."),
+    MAX_COMPACTION_LAG_MS: ("LONG", "The maximum time a record may stay ineligible for"
+                            " compaction."),
+    MAX_MESSAGE_BYTES: ("INT", "The largest record batch size allowed."),
+    SEGMENT_BYTES: ("INT", "The segment size of the log (siltstream stores one segment per"
+                    " partition per object; accepted for compatibility)."),
+    COMPRESSION_TYPE: ("STRING", "The codec of batches the compactor rewrites: gzip, snappy,"
+                       " lz4, zstd, uncompressed, or producer (keep the producer's codec)."),
+}
+if set(KNOWN_KEYS) != set(DESCRIPTIONS):
+    raise AssertionError("every topic config needs its description in DESCRIPTIONS")
+
+# Kafka's list-typed topic configs among these: APPEND and SUBTRACT apply to them only.
+LIST_KEYS = frozenset({CLEANUP_POLICY})
+
+
+class AlterOp(enum.IntEnum):
+    """IncrementalAlterConfigs' operations (Kafka's AlterConfigOp.OpType ids)."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigChange:
+    """One incremental change of a topic config: `op` on `key` with `value` (None: DELETE)."""
+
+    key: str
+    op: AlterOp
+    value: str | None = None
+
+
+def apply_changes(stored: Mapping[str, str], changes: Sequence[ConfigChange]) -> dict[str, str]:
+    """The override map after `changes`, in order, validated as create validates a map (so
+    the result is what to store). Kafka's semantics: SET overrides, DELETE reverts to the
+    default, APPEND/SUBTRACT add or remove list elements of the current value (the default
+    when not overridden) and apply to list-typed configs only. InvalidConfigError otherwise.
+    """
+    out = dict(stored)
+    for c in changes:
+        if c.key not in DEFAULTS:
+            raise TopicConfig.unknown(c.key)
+        if c.op is AlterOp.DELETE:
+            out.pop(c.key, None)
+            continue
+        if c.value is None:
+            raise TopicConfig.invalid(c.key, c.value, "a string")
+        if c.op is AlterOp.SET:
+            out[c.key] = c.value
+            continue
+        if c.key not in LIST_KEYS:
+            raise InvalidConfigError(
+                f"config value {c.op.name.lower()} is not allowed for config key {c.key!r}:"
+                " it is not a list")
+        items = [v.strip() for v in out.get(c.key, DEFAULTS[c.key]).split(",") if v.strip()]
+        given = [v.strip() for v in c.value.split(",") if v.strip()]
+        if c.op is AlterOp.APPEND:
+            items += [v for v in given if v not in items]
+        else:
+            items = [v for v in items if v not in given]
+        out[c.key] = ",".join(items)
+    return validate_configs(out)
 
 
 def validate_keys(configs: Mapping[str, object]) -> None:

@@ -1,19 +1,26 @@
-"""Topics and their partitions: create, look up, list."""
+"""Topics and their partitions: create, look up, list, delete, add partitions, alter configs.
+
+Lock order of the changes (PostgreSQL): the topic row (FOR UPDATE), then files, then
+partition rows, so they never deadlock with agent or compaction commits (files, then
+partitions). Each is one transaction through `Database.commit`.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
 from . import schema as s
-from .engine import Database
+from .engine import Database, Unknown
 from .errors import InvalidPartitionsError, InvalidTopicError, TopicExistsError, UnknownTopicError
+from .files import lock_live_segments, retire_segments
 from .models import PartitionInfo, TopicInfo
-from .topicconfig import TopicConfig, validate_configs
+from .topicconfig import ConfigChange, TopicConfig, apply_changes, validate_configs
 
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
@@ -53,12 +60,13 @@ def create_topic(
             ).first()
             if exists is not None:
                 raise TopicExistsError(f"topic {name!r} already exists")
-            topic_id = conn.execute(
-                s.topics.insert().values(
-                    name=name, partitions=partitions,
-                    configs=json.dumps(stored, sort_keys=True), created_at_ms=now,
-                ).returning(s.topics.c.id)
-            ).scalar_one()
+            q = s.topic_ids.c
+            topic_id = int(conn.execute(
+                s.topic_ids.update().where(q.id == 1).values(next_id=q.next_id + 1)
+                .returning(q.next_id)).scalar_one()) - 1
+            conn.execute(s.topics.insert().values(
+                id=topic_id, name=name, partitions=partitions,
+                configs=json.dumps(stored, sort_keys=True), created_at_ms=now))
             conn.execute(s.partitions.insert(), [
                 {"topic_id": topic_id, "partition": p, "log_start_offset": 0,
                  "next_offset": 0}
@@ -103,3 +111,113 @@ def partitions(db: Database, topic: str) -> list[PartitionInfo]:
             .where(p.topic_id == topic_id).order_by(p.partition)
         ).all()
     return [partition_info(topic, r) for r in rows]
+
+
+def _locked_topic(conn: sa.Connection, name: str) -> TopicInfo:
+    row = conn.execute(sa.select(s.topics).where(s.topics.c.name == name)
+                       .with_for_update()).first()
+    if row is None:
+        raise UnknownTopicError(f"unknown topic {name!r}")
+    return topic_info(row)
+
+
+def delete_topic(db: Database, name: str) -> TopicInfo:
+    """Delete a topic; returns what it was. Its live segments leave the log and files left
+    without a live segment retire (`files.retire_segments`: GC deletes their objects after
+    the grace period), then its segment rows, idempotent producers' state, partitions and
+    topic row go. A compaction job holding its files is refused at commit (its inputs'
+    live segments changed); a later topic of the same name is a new topic (a new id).
+
+    One transaction through `Database.commit` (read back: the topic id is gone). Crash
+    before COMMIT: the topic is intact.
+    """
+    t, sg = s.topics.c, s.segments.c
+    deleted: list[TopicInfo] = []
+
+    def body(conn: sa.Connection) -> TopicInfo:
+        deleted.clear()
+        info = _locked_topic(conn, name)
+        deleted.append(info)
+        retire_segments(conn, lock_live_segments(conn, sg.topic_id == info.id),
+                        db.clock.now_ms())
+        for table in (s.producer_state, s.segments, s.partitions):
+            conn.execute(table.delete().where(table.c.topic_id == info.id))
+        conn.execute(s.topics.delete().where(t.id == info.id))
+        return info
+
+    def read_back(conn: sa.Connection) -> TopicInfo | None:
+        if not deleted:
+            return None
+        gone = conn.execute(sa.select(t.id).where(t.id == deleted[0].id)).first() is None
+        return deleted[0] if gone else None
+
+    return db.commit(f"delete of topic {name!r}", body, read_back)
+
+
+def add_partitions(db: Database, name: str, count: int, *,
+                   validate_only: bool = False) -> TopicInfo:
+    """Grow the topic to `count` partitions (new ones empty); returns the topic after.
+
+    InvalidPartitionsError unless `count` exceeds the current count (Kafka's
+    CreatePartitions only grows a topic). `validate_only`: check, change nothing. One
+    transaction through `Database.commit` (read back: the count is `count`).
+    """
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise InvalidPartitionsError(f"partition count must be an integer, got {count!r}")
+
+    def body(conn: sa.Connection) -> TopicInfo:
+        info = _locked_topic(conn, name)
+        if count <= info.partitions:
+            raise InvalidPartitionsError(
+                f"topic {name!r} already has {info.partitions} partitions" if
+                count == info.partitions else f"topic {name!r} has {info.partitions}"
+                f" partitions, more than the requested {count}: partitions can only grow")
+        if validate_only:
+            return dataclasses.replace(info, partitions=count)
+        conn.execute(s.partitions.insert(), [
+            {"topic_id": info.id, "partition": p, "log_start_offset": 0, "next_offset": 0}
+            for p in range(info.partitions, count)])
+        conn.execute(s.topics.update().where(s.topics.c.id == info.id)
+                     .values(partitions=count))
+        return dataclasses.replace(info, partitions=count)
+
+    def read_back(conn: sa.Connection) -> TopicInfo | Unknown | None:
+        row = conn.execute(sa.select(s.topics).where(s.topics.c.name == name)).first()
+        if row is None:
+            return Unknown(f"topic {name!r} is gone")
+        return topic_info(row) if row.partitions == count else None
+
+    return db.commit(f"partitions of topic {name!r}", body, read_back)
+
+
+def alter_topic_configs(db: Database, name: str, changes: Sequence[ConfigChange], *,
+                        validate_only: bool = False) -> TopicInfo:
+    """Apply incremental config `changes` (Kafka's IncrementalAlterConfigs: SET, DELETE,
+    APPEND, SUBTRACT) to the topic's overrides; returns the topic after.
+
+    The new map is validated as `create_topic` validates one (`topicconfig.apply_changes`),
+    computed from the overrides read under the topic's row lock, so concurrent alters
+    compose. InvalidConfigError commits nothing; `validate_only` changes nothing.
+    """
+    t = s.topics.c
+    after: list[TopicInfo] = []
+
+    def body(conn: sa.Connection) -> TopicInfo:
+        after.clear()
+        info = _locked_topic(conn, name)
+        stored = apply_changes(info.configs, changes)
+        after.append(dataclasses.replace(info, config=TopicConfig.from_map(stored),
+                                         configs=stored))
+        if not validate_only:
+            conn.execute(s.topics.update().where(t.id == info.id)
+                         .values(configs=json.dumps(stored, sort_keys=True)))
+        return after[0]
+
+    def read_back(conn: sa.Connection) -> TopicInfo | Unknown | None:
+        row = conn.execute(sa.select(s.topics).where(t.name == name)).first()
+        if row is None or not after:
+            return Unknown(f"topic {name!r} is gone")
+        # The same overrides: applied (or equal anyway, which is as good).
+        return after[0] if json.loads(row.configs) == dict(after[0].configs) else None
+
+    return db.commit(f"configs of topic {name!r}", body, read_back)

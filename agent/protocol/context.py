@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from agent.config import AgentConfig
 from agent.producer import Agent
 from metadata import AgentInfo, MetadataStore, TopicInfo
 from objectstore import ObjectStore
@@ -21,6 +22,8 @@ from .cache import SegmentCache
 from .registry import Registration
 
 if TYPE_CHECKING:
+    from settings.load import Settings
+
     from .apis import Api
 
 T = TypeVar("T")
@@ -43,8 +46,20 @@ class ServerContext:
     loop: asyncio.AbstractEventLoop | None = None
     registration: Registration | None = None  # set after binding (the port is known)
     stopping: bool = False  # set at shutdown: long-polls return at once
+    config: AgentConfig = field(default_factory=AgentConfig)
+    loaded: Settings | None = None  # the settings `silt agent` runs with (DescribeConfigs)
     _committed: asyncio.Event | None = None
     _cluster_ns: uuid.UUID | None = None
+
+    # ----------------------------------------------------------------- settings
+
+    def settings(self) -> Settings:
+        """The effective settings of this agent with their sources (the defaults if the
+        server was started without them)."""
+        if self.loaded is None:
+            from settings.load import load_settings
+            self.loaded = load_settings(env={}, overrides={})
+        return self.loaded
 
     # ----------------------------------------------------------------- brokers
 

@@ -22,7 +22,7 @@ import functools
 import logging
 import signal
 from inspect import isawaitable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -37,6 +37,9 @@ from .codec import FRAME, PREFIX, Builder, decode_request, encode_response
 from .context import ServerContext
 from .errors import ProtocolError
 from .registry import Registration
+
+if TYPE_CHECKING:
+    from settings.load import Settings
 
 log = logging.getLogger(__name__)
 
@@ -162,14 +165,17 @@ class Server:
             await writer.drain()
 
 
-async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig) -> None:
-    """Run `silt agent` until SIGTERM or SIGINT, then shut down cleanly."""
+async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig,
+                settings: Settings | None = None) -> None:
+    """Run `silt agent` until SIGTERM or SIGINT, then shut down cleanly. `settings`: the
+    effective settings `config` came from (BROKER resources of DescribeConfigs)."""
     listen = parse_host_port(config.listeners)
     advertised = parse_host_port(config.advertised_listeners or config.listeners)
     assert listen is not None and advertised is not None  # checked by the settings
     agent = Agent(store, metadata, config)
     ctx = ServerContext(agent=agent, metadata=metadata, store=store, advertised=advertised,
-                        cache=SegmentCache(store, config.fetch_cache_bytes))
+                        cache=SegmentCache(store, config.fetch_cache_bytes), config=config,
+                        loaded=settings)
     server = Server(ctx, *listen, max_request_bytes=config.socket_request_max_bytes)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

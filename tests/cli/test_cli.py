@@ -136,6 +136,29 @@ def test_topics_describe_json(local_env: dict[str, str]) -> None:
     assert desc["configs"] == {}
 
 
+def test_topics_alter_grow_delete_records_and_delete(local_env: dict[str, str]) -> None:
+    run(["topics", "create", "t", "--partitions", "1", "--config", "retention.ms=5"], local_env)
+    lines = "".join(f'{{"partition": 0, "key": "k{i}", "value": "v"}}\n' for i in range(4))
+    run(["produce", "t"], local_env, input=lines)
+    assert run(["topics", "alter", "t", "--set", "cleanup.policy=compact",
+                "--delete", "retention.ms"], local_env)[:2] == (
+        0, "topic t configs: cleanup.policy=compact\n")
+    code, _, err = run(["topics", "alter", "t", "--set", "retention.ms=soon"], local_env)
+    assert code == 1 and "retention.ms" in err
+    assert run(["topics", "add-partitions", "t", "--partitions", "3"], local_env)[0] == 0
+    assert run(["topics", "add-partitions", "t", "--partitions", "2"], local_env)[0] == 1
+    assert run(["topics", "delete-records", "t", "--partition", "0", "--before", "2"],
+               local_env)[1] == "t/0 log start offset 2\n"
+    code, _, err = run(["topics", "delete-records", "t", "--partition", "0", "--before", "9"],
+                       local_env)
+    assert code == 1 and "high watermark is 4" in err
+    desc = json.loads(run(["topics", "describe", "t", "--json"], local_env)[1])
+    assert (desc["partitions"], desc["configs"]) == (3, {"cleanup.policy": "compact"})
+    assert desc["partition_detail"][0]["log_start_offset"] == 2
+    assert run(["topics", "delete", "t"], local_env)[:2] == (0, "deleted topic t\n")
+    assert json.loads(run(["topics", "list", "--json"], local_env)[1]) == []
+
+
 def test_compact_once_all_then_consume(local_env: dict[str, str]) -> None:
     run(["topics", "create", "s", "--partitions", "2", "--config", "cleanup.policy=compact"],
         local_env)

@@ -17,10 +17,15 @@ from ..codec import Builder
 from ..context import ServerContext
 from . import (
     api_versions,
+    create_partitions,
     create_topics,
+    delete_records,
+    delete_topics,
     describe_cluster,
+    describe_configs,
     fetch,
     find_coordinator,
+    incremental_alter_configs,
     init_producer_id,
     list_offsets,
     metadata,
@@ -44,7 +49,8 @@ class Api:
 
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, FIND_COORDINATOR, API_VERSIONS = 0, 1, 2, 3, 10, 18
-CREATE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CLUSTER = 19, 22, 60
+CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, INIT_PRODUCER_ID = 19, 20, 21, 22
+DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 32, 37, 44, 60
 
 TABLE: Mapping[int, Api] = {api.key: api for api in (
     Api(PRODUCE, 3, 11, produce.handle),
@@ -54,6 +60,11 @@ TABLE: Mapping[int, Api] = {api.key: api for api in (
     Api(FIND_COORDINATOR, 0, 4, find_coordinator.handle),
     Api(API_VERSIONS, 0, 3, api_versions.handle),
     Api(CREATE_TOPICS, 2, 7, create_topics.handle),
+    Api(DELETE_TOPICS, 1, 6, delete_topics.handle),
+    Api(DELETE_RECORDS, 0, 2, delete_records.handle),
     Api(INIT_PRODUCER_ID, 0, 4, init_producer_id.handle),
+    Api(DESCRIBE_CONFIGS, 1, 4, describe_configs.handle),
+    Api(CREATE_PARTITIONS, 0, 3, create_partitions.handle),
+    Api(INCREMENTAL_ALTER_CONFIGS, 0, 1, incremental_alter_configs.handle),
     Api(DESCRIBE_CLUSTER, 0, 1, describe_cluster.handle),
 )}

@@ -1,10 +1,11 @@
 """CreateTopics (key 19): topics created in the metadata store, configs validated as
 `silt topics create` validates them (one place: `MetadataStore.create_topic`).
 
-num_partitions -1 means the default (1); replication factor and replica assignments are not
-stored (the object store holds the durability, any agent serves any partition): a replication
-factor is accepted as given, explicit assignments are refused. validate_only checks the
-configs and that the topic does not exist yet, and creates nothing.
+num_partitions -1 means the agent's num.partitions (Kafka's default, 1); replication factor
+and replica assignments are not stored (the object store holds the durability, any agent
+serves any partition): a replication factor is accepted as given, explicit assignments are
+refused. validate_only checks the configs and that the topic does not exist yet, and creates
+nothing.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ from metadata.topicconfig import validate_configs
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 
-DEFAULT_PARTITIONS = 1
 Outcome = tuple[ErrorCode, str | None, TopicInfo | None]
 
 
-def create(md: MetadataStore, topic: Any, validate_only: bool) -> Outcome:
+def create(md: MetadataStore, topic: Any, validate_only: bool, default_partitions: int
+           ) -> Outcome:
     """Create (or only validate) one topic (blocking: runs in the pool)."""
     if topic.assignments:
         return (ErrorCode.invalid_request, "replica assignments are not supported: any agent"
@@ -39,7 +40,7 @@ def create(md: MetadataStore, topic: Any, validate_only: bool) -> Outcome:
     configs = {c.name: c.value for c in topic.configs}
     if any(v is None for v in configs.values()):
         return ErrorCode.invalid_config, "config values must not be null", None
-    partitions = DEFAULT_PARTITIONS if topic.num_partitions == -1 else int(topic.num_partitions)
+    partitions = default_partitions if topic.num_partitions == -1 else int(topic.num_partitions)
     try:
         if validate_only:
             validate_configs(configs)
@@ -60,7 +61,8 @@ def create(md: MetadataStore, topic: Any, validate_only: bool) -> Outcome:
 
 
 def create_all(ctx: ServerContext, request: Any) -> list[tuple[Any, Outcome]]:
-    return [(t, create(ctx.metadata, t, bool(getattr(request, "validate_only", False))))
+    return [(t, create(ctx.metadata, t, bool(getattr(request, "validate_only", False)),
+                       ctx.config.num_partitions))
             for t in request.topics]
 
 

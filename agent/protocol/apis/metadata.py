@@ -7,10 +7,17 @@ serves any partition, so a client sending to another agent is served all the sam
 Leader epoch is -1 everywhere (clients then never need OffsetForLeaderEpoch); every broker
 is a replica and in sync (any agent serves any partition). Topic ids are stable UUIDs derived
 from the cluster secret (`ServerContext.topic_id`).
+
+Unknown topics get UNKNOWN_TOPIC_OR_PARTITION unless the agent's auto.create.topics.enable
+is true and the request allows auto-creation (always before v4): then, as KafkaApis does,
+they are created (num.partitions partitions, default configs) and answered
+LEADER_NOT_AVAILABLE without partitions, so clients ask again and find them; an invalid
+name gets INVALID_TOPIC_EXCEPTION.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -18,29 +25,54 @@ from kio.static.primitive import i32
 
 from agent.placement import leader
 from metadata import AgentInfo, MetadataStore, TopicInfo
-from metadata.errors import MetadataError, UnknownTopicError
+from metadata.errors import InvalidTopicError, MetadataError, TopicExistsError, UnknownTopicError
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 
 
-def _topics(md: MetadataStore, names: list[str] | None) -> list[TopicInfo | str]:
-    """The topics asked for (all if None); an unknown one stays a name."""
+@dataclass(frozen=True, slots=True)
+class Missing:
+    """A topic asked for that was not there: its name and the error it is answered with."""
+
+    name: str
+    error: ErrorCode
+
+
+def _topics(md: MetadataStore, names: list[str] | None,
+            create_partitions: int | None) -> list[TopicInfo | Missing]:
+    """The topics asked for (all if None); unknown ones are created with
+    `create_partitions` partitions unless that is None."""
     if names is None:
         return list(md.list_topics())
-    found: list[TopicInfo | str] = []
+    found: list[TopicInfo | Missing] = []
     for name in names:
         try:
             found.append(md.get_topic(name))
         except (UnknownTopicError, MetadataError):
-            found.append(name)
+            found.append(_missing(md, name, create_partitions))
     return found
+
+
+def _missing(md: MetadataStore, name: str, create_partitions: int | None) -> Missing:
+    if create_partitions is None:
+        return Missing(name, ErrorCode.unknown_topic_or_partition)
+    try:
+        md.create_topic(name, create_partitions)
+    except InvalidTopicError:
+        return Missing(name, ErrorCode.invalid_topic_exception)
+    except TopicExistsError:  # created meanwhile by another client
+        pass
+    return Missing(name, ErrorCode.leader_not_available)
 
 
 async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
     names = None if request.topics is None else [t.name for t in request.topics
                                                    if t.name is not None]
-    topics = await ctx.run(_topics, ctx.metadata, names)
+    auto = ctx.config.auto_create_topics_enable and getattr(
+        request, "allow_auto_topic_creation", True)
+    topics = await ctx.run(_topics, ctx.metadata, names,
+                           ctx.config.num_partitions if auto else None)
     brokers = await ctx.run(ctx.live_brokers)
     ids = tuple(i32(br.node_id) for br in brokers)
     return b(
@@ -52,11 +84,11 @@ async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> A
     )
 
 
-def _topic(ctx: ServerContext, b: Builder, topic: TopicInfo | str, brokers: list[AgentInfo],
-           ids: tuple[i32, ...]) -> Any:
-    if isinstance(topic, str):
-        return b("MetadataResponseTopic", error_code=ErrorCode.unknown_topic_or_partition,
-                 name=topic, topic_id=None, partitions=())
+def _topic(ctx: ServerContext, b: Builder, topic: TopicInfo | Missing,
+           brokers: list[AgentInfo], ids: tuple[i32, ...]) -> Any:
+    if isinstance(topic, Missing):
+        return b("MetadataResponseTopic", error_code=topic.error, name=topic.name,
+                 topic_id=None, is_internal=False, partitions=())
     # Before this agent registered (just after binding) there is no broker: clients retry.
     error = ErrorCode.none if brokers else ErrorCode.leader_not_available
     partitions = tuple(

@@ -1,0 +1,64 @@
+"""DeleteTopics (key 20): topics deleted from the metadata store (`MetadataStore.delete_topic`:
+their objects are retired for GC, their partitions and producer state go), by name, or by
+topic id in v6 (UNKNOWN_TOPIC_ID if no topic has it). A topic named twice in one request
+gets INVALID_REQUEST, as Kafka answers duplicates. The deleting agent forgets the topic at
+once (its produces then get UNKNOWN_TOPIC_OR_PARTITION).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from metadata.errors import UnknownTopicError
+
+from ..codec import NO_THROTTLE, Builder
+from ..context import ServerContext
+
+# (name, topic id, error, message) of one topic of the request.
+Outcome = tuple[str | None, uuid.UUID | None, ErrorCode, str | None]
+
+
+def _wanted(request: Any) -> list[tuple[str | None, uuid.UUID | None]]:
+    if hasattr(request, "topics"):  # v6: names or ids
+        return [(t.name, t.topic_id) for t in request.topics]
+    return [(name, None) for name in request.topic_names]
+
+
+def delete_all(ctx: ServerContext, request: Any) -> list[Outcome]:
+    """Delete each topic asked for (blocking: runs in the pool)."""
+    wanted = _wanted(request)
+    counts = Counter(name or topic_id for name, topic_id in wanted)
+    by_id = {ctx.topic_id(t): t.name for t in ctx.metadata.list_topics()} if any(
+        name is None for name, _ in wanted) else {}
+    out: list[Outcome] = []
+    for name, topic_id in wanted:
+        if counts[name or topic_id] > 1:
+            out.append((name, topic_id, ErrorCode.invalid_request,
+                        f"topic {name or topic_id} is named more than once"))
+            continue
+        if name is None:
+            name = by_id.get(topic_id) if topic_id is not None else None
+            if name is None:
+                out.append((None, topic_id, ErrorCode.unknown_topic_id,
+                            f"no topic has id {topic_id}"))
+                continue
+        try:
+            info = ctx.metadata.delete_topic(name)
+        except UnknownTopicError as exc:
+            out.append((name, topic_id, ErrorCode.unknown_topic_or_partition, str(exc)))
+            continue
+        ctx.agent.forget_topics()
+        out.append((name, ctx.topic_id(info), ErrorCode.none, None))
+    return out
+
+
+async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+    results = await ctx.run(delete_all, ctx, request)
+    return b("DeleteTopicsResponse", throttle_time=NO_THROTTLE, responses=tuple(
+        b("DeletableTopicResult", name=name, topic_id=topic_id or uuid.UUID(int=0),
+          error_code=error, error_message=message)
+        for name, topic_id, error, message in results))

@@ -1,0 +1,126 @@
+"""DescribeConfigs (key 32): TOPIC resources list every topic config (metadata/topicconfig.py,
+their one definition) with its value and source (DYNAMIC_TOPIC_CONFIG when the topic
+overrides it, else DEFAULT_CONFIG); synonyms when asked (the override, then the default);
+config type and documentation in v3+. BROKER resources list this agent's settings (every
+section of `settings.load`, full keys such as `agent.linger.ms`) with their sources
+(DEFAULT_CONFIG, or STATIC_BROKER_CONFIG from file, environment or flag), read-only; the
+metadata URL is sensitive (its value is not sent). An unknown topic gets
+UNKNOWN_TOPIC_OR_PARTITION, another resource type INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from metadata.errors import UnknownTopicError
+from metadata.topicconfig import DEFAULTS, DESCRIPTIONS
+from settings import show
+from settings.load import Source
+
+from ..codec import NO_THROTTLE, Builder
+from ..context import ServerContext
+from .configs import ConfigSource, ResourceType, broker_error, config_type
+
+SENSITIVE = frozenset({"metadata.url"})  # may carry a database password
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One config of a resource as DescribeConfigs reports it."""
+
+    name: str
+    value: str | None
+    source: ConfigSource
+    read_only: bool
+    sensitive: bool
+    synonyms: tuple[tuple[str, str | None, ConfigSource], ...]
+    kind: str
+    doc: str | None
+
+
+Described = tuple[ErrorCode, str | None, Sequence[Entry]]
+
+
+def _topic(ctx: ServerContext, name: str) -> Described:
+    try:
+        info = ctx.metadata.get_topic(name)
+    except UnknownTopicError as exc:
+        return ErrorCode.unknown_topic_or_partition, str(exc), ()
+    entries = []
+    effective = dict(info.config.items())
+    for key, default in DEFAULTS.items():
+        kind, doc = DESCRIPTIONS[key]
+        synonyms = [(key, default, ConfigSource.DEFAULT_CONFIG)]
+        source = ConfigSource.DEFAULT_CONFIG
+        if key in info.configs:
+            source = ConfigSource.DYNAMIC_TOPIC_CONFIG
+            synonyms.insert(0, (key, info.configs[key], source))
+        entries.append(Entry(key, show(effective[key]), source, False, False,
+                             tuple(synonyms), kind, doc))
+    return ErrorCode.none, None, entries
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "BOOLEAN"
+    if isinstance(value, int):
+        return "LONG"
+    return "DOUBLE" if isinstance(value, float) else "STRING"
+
+
+def _broker(ctx: ServerContext, name: str) -> Described:
+    problem = broker_error(ctx, name)
+    if problem is not None:
+        return ErrorCode.invalid_request, problem, ()
+    entries = []
+    for v in ctx.settings().values():
+        source = (ConfigSource.DEFAULT_CONFIG if v.origin.source is Source.DEFAULT
+                  else ConfigSource.STATIC_BROKER_CONFIG)
+        sensitive = v.key in SENSITIVE
+        shown = str(v.value).lower() if isinstance(v.value, bool) else show(v.value)
+        value = None if sensitive else shown
+        entries.append(Entry(v.key, value, source, True, sensitive,
+                             ((v.key, value, source),), _kind(v.value), None))
+    return ErrorCode.none, None, entries
+
+
+def describe_all(ctx: ServerContext, request: Any) -> list[tuple[Any, Described]]:
+    """Each resource's configs (blocking: runs in the pool)."""
+    out: list[tuple[Any, Described]] = []
+    for r in request.resources:
+        if r.resource_type == ResourceType.TOPIC:
+            described = _topic(ctx, r.resource_name)
+        elif r.resource_type == ResourceType.BROKER:
+            described = _broker(ctx, r.resource_name)
+        else:
+            described = (ErrorCode.invalid_request,
+                         f"resource type {r.resource_type} is not supported", ())
+        if r.configuration_keys is not None:  # null: every config (empty: none, as Kafka)
+            wanted = set(r.configuration_keys)
+            described = (*described[:2], [e for e in described[2] if e.name in wanted])
+        out.append((r, described))
+    return out
+
+
+async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+    results = await ctx.run(describe_all, ctx, request)
+    synonyms = bool(getattr(request, "include_synonyms", False))
+    docs = bool(getattr(request, "include_documentation", False))
+
+    def entry(e: Entry) -> Any:
+        return b("DescribeConfigsResourceResult", name=e.name, value=e.value,
+                 read_only=e.read_only, config_source=e.source.value,
+                 is_sensitive=e.sensitive, config_type=config_type(e.kind),
+                 documentation=e.doc if docs else None,
+                 synonyms=tuple(b("DescribeConfigsSynonym", name=n, value=v, source=s.value)
+                                for n, v, s in e.synonyms) if synonyms else ())
+
+    return b("DescribeConfigsResponse", throttle_time=NO_THROTTLE, results=tuple(
+        b("DescribeConfigsResult", error_code=error, error_message=message,
+          resource_type=r.resource_type, resource_name=r.resource_name,
+          configs=tuple(entry(e) for e in entries))
+        for r, (error, message, entries) in results))

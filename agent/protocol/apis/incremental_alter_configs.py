@@ -1,0 +1,82 @@
+"""IncrementalAlterConfigs (key 44): SET, DELETE, APPEND and SUBTRACT on a topic's configs
+(`MetadataStore.alter_topic_configs`: Kafka's semantics, APPEND/SUBTRACT for list-typed
+configs such as cleanup.policy, the result validated as CreateTopics validates configs);
+validate_only changes nothing. A bad value or key gets INVALID_CONFIG with a message, an
+unknown topic UNKNOWN_TOPIC_OR_PARTITION, an unknown operation or a key named twice
+INVALID_REQUEST. BROKER resources: the agent's settings are static (file, environment,
+flags), so every change gets what Kafka answers for configs it cannot update dynamically
+(INVALID_REQUEST, "Cannot update these configs dynamically").
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from metadata.errors import InvalidConfigError, UnknownTopicError
+from metadata.topicconfig import AlterOp, ConfigChange
+
+from ..codec import NO_THROTTLE, Builder
+from ..context import ServerContext
+from .configs import ResourceType, broker_error
+
+Outcome = tuple[ErrorCode, str | None]
+
+
+def _topic(ctx: ServerContext, resource: Any, validate_only: bool) -> Outcome:
+    changes = []
+    for c in resource.configs:
+        try:
+            op = AlterOp(int(c.config_operation))
+        except ValueError:
+            return ErrorCode.invalid_request, f"unknown config operation {c.config_operation}"
+        changes.append(ConfigChange(c.name, op, c.value))
+    try:
+        ctx.metadata.alter_topic_configs(resource.resource_name, changes,
+                                         validate_only=validate_only)
+    except UnknownTopicError as exc:
+        return ErrorCode.unknown_topic_or_partition, str(exc)
+    except InvalidConfigError as exc:
+        return ErrorCode.invalid_config, str(exc)
+    if not validate_only:
+        ctx.agent.forget_topics()
+    return ErrorCode.none, None
+
+
+def _broker(ctx: ServerContext, resource: Any) -> Outcome:
+    problem = broker_error(ctx, resource.resource_name)
+    if problem is None:
+        names = ", ".join(sorted(c.name for c in resource.configs))
+        problem = (f"Invalid config value for resource BROKER {resource.resource_name!r}:"
+                   f" Cannot update these configs dynamically: {names} (agent settings"
+                   " come from the settings file, SILT_* variables and flags)")
+    return ErrorCode.invalid_request, problem
+
+
+def alter_all(ctx: ServerContext, request: Any) -> list[tuple[Any, Outcome]]:
+    """Alter each resource (blocking: runs in the pool)."""
+    out: list[tuple[Any, Outcome]] = []
+    for r in request.resources:
+        twice = [k for k, n in Counter(c.name for c in r.configs).items() if n > 1]
+        if twice:
+            outcome: Outcome = (ErrorCode.invalid_request,
+                                f"duplicate config keys: {', '.join(sorted(twice))}")
+        elif r.resource_type == ResourceType.TOPIC:
+            outcome = _topic(ctx, r, bool(request.validate_only))
+        elif r.resource_type == ResourceType.BROKER:
+            outcome = _broker(ctx, r)
+        else:
+            outcome = (ErrorCode.invalid_request,
+                       f"resource type {r.resource_type} is not supported")
+        out.append((r, outcome))
+    return out
+
+
+async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+    results = await ctx.run(alter_all, ctx, request)
+    return b("IncrementalAlterConfigsResponse", throttle_time=NO_THROTTLE, responses=tuple(
+        b("AlterConfigsResourceResponse", error_code=error, error_message=message,
+          resource_type=r.resource_type, resource_name=r.resource_name)
+        for r, (error, message) in results))
