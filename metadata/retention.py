@@ -9,6 +9,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from . import notify
 from . import schema as s
 from .engine import Database
 from .files import held_jobs, lock_files
@@ -84,6 +85,7 @@ def apply_retention(db: Database) -> RetentionResult:
         if emptied:
             conn.execute(s.files.update().where(f.id.in_(emptied), f.state == s.FILE_LIVE)
                          .values(state=s.FILE_RETIRED, state_changed_at_ms=now, job_id=None))
+        notify.announce(db, conn)  # waiting fetches below the new log start answer now
     for c in changes:
         log.info("retention: %s/%d log start -> %d (%d segments, %d records, %d bytes)",
                  c.topic, c.partition, c.log_start_offset, c.segments, c.records, c.bytes)

@@ -79,8 +79,9 @@ class ServerContext:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
     def committed(self) -> asyncio.Event:
-        """An event set at the next commit of this agent (take it BEFORE reading, so a
-        commit between the read and the wait is not missed)."""
+        """An event set at the next data commit of any agent (this one's flushes, and the
+        metadata store's commit watcher for all of them: metadata/notify.py). Take it
+        BEFORE reading, so a commit between the read and the wait is not missed."""
         if self._committed is None:
             self._committed = asyncio.Event()
         return self._committed
@@ -92,6 +93,6 @@ class ServerContext:
             event.set()
 
     def notify_commit_threadsafe(self) -> None:
-        """`notify_commit` from any thread (the agent's flusher)."""
+        """`notify_commit` from any thread (the agent's flusher, the commit watcher)."""
         if self.loop is not None and not self.loop.is_closed():
             self.loop.call_soon_threadsafe(self.notify_commit)

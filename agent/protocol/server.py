@@ -29,6 +29,7 @@ from kio.schema.errors import ErrorCode
 from agent.config import AgentConfig, parse_host_port
 from agent.producer import Agent
 from metadata import MetadataStore
+from metadata.notify import CommitWatcher
 from objectstore import ObjectStore
 
 from .apis import API_VERSIONS, TABLE, api_versions
@@ -175,8 +176,11 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    watcher: CommitWatcher | None = None
     try:
         await server.start()
+        # Other agents' commits (and this one's) wake this agent's long-polling fetches.
+        watcher = await ctx.run(metadata.watch_commits, ctx.notify_commit_threadsafe)
         registration = ctx.registration = Registration(metadata, *ctx.advertised)
         info = await ctx.run(registration.start)
         log.warning("silt agent %s (node %d) listening on %s:%d, advertised as %s:%d",
@@ -192,6 +196,8 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
         if ctx.registration is not None:
             await ctx.run(ctx.registration.stop)
         await ctx.run(agent.close)
+        if watcher is not None:
+            await ctx.run(watcher.close)
         ctx.pool.shutdown()
         # Shutdown is under way: a repeated SIGTERM/SIGINT must not kill the process between
         # the loop's end and its exit (the default action once asyncio drops its handlers).

@@ -83,6 +83,29 @@ class AgentProcess:
         return MetadataStore.open(self.metadata_url)
 
 
+@dataclass(frozen=True)
+class Backend:
+    """A store + metadata pair (and the environment reaching them) shared by the agents of
+    one test."""
+
+    store_url: str
+    metadata_url: str
+    log_dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def agent(self, name: str, extra_env: dict[str, str] | None = None,
+              entry: list[str] | None = None) -> AgentProcess:
+        """An (unstarted) agent on this pair, logging to `<log_dir>/<name>.log`."""
+        proc = AgentProcess(self.store_url, self.metadata_url, self.log_dir / f"{name}.log",
+                            {**self.env, **(extra_env or {})})
+        if entry is not None:
+            proc.entry = entry
+        return proc
+
+    def metadata(self) -> MetadataStore:
+        return MetadataStore.open(self.metadata_url)
+
+
 class RawClient:
     """Kafka requests over one socket, encoded and decoded with kio (for exact checks)."""
 
