@@ -38,6 +38,7 @@ from .codec import FRAME, PREFIX, Builder, decode_request, encode_response
 from .context import ServerContext
 from .errors import ProtocolError
 from .registry import Registration
+from .timers import producer_expiry
 
 log = logging.getLogger(__name__)
 
@@ -177,10 +178,12 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     watcher: CommitWatcher | None = None
+    expiry = producer_expiry(metadata)
     try:
         await server.start()
         # Other agents' commits (and this one's) wake this agent's long-polling fetches.
         watcher = await ctx.run(metadata.watch_commits, ctx.notify_commit_threadsafe)
+        expiry.start()
         registration = ctx.registration = Registration(metadata, *ctx.advertised)
         info = await ctx.run(registration.start)
         log.warning("silt agent %s (node %d) listening on %s:%d, advertised as %s:%d",
@@ -195,6 +198,7 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
     finally:
         if ctx.registration is not None:
             await ctx.run(ctx.registration.stop)
+        await ctx.run(expiry.stop)
         await ctx.run(agent.close)
         if watcher is not None:
             await ctx.run(watcher.close)
