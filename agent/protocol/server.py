@@ -67,6 +67,7 @@ class Server:
     def __init__(self, ctx: ServerContext, host: str, port: int,
                  max_request_bytes: int = AgentConfig().socket_request_max_bytes) -> None:
         ctx.apis = TABLE
+        ctx.agent.set_room_listener(ctx.notify_room_threadsafe)
         self.ctx = ctx
         self.host, self.port = host, port
         self.max_request_bytes = max_request_bytes
@@ -88,6 +89,7 @@ class Server:
         if self._server is not None:
             self._server.close()
         self.ctx.notify_commit()  # long-polling fetches answer now
+        self.ctx.notify_room()  # produces waiting for buffer.memory give up
         for conn in self._conns.values():
             if conn.idle:
                 conn.task.cancel()

@@ -153,10 +153,13 @@ class RawClient:
              response_version: int | None = None) -> Any:
         """Send a request and decode its response (of `response_version`, default the same)."""
         self.send_raw(self.frame(api_key, version, request))
+        return self.receive(api_key, version if response_version is None else response_version)
+
+    def receive(self, api_key: int, version: int) -> Any:
+        """Read and decode the response to the last request sent (`send_raw(frame(...))`)."""
         body = self.read_frame()
         assert body is not None, "server closed the connection"
-        cls = load_response_schema(api_key, version if response_version is None
-                                   else response_version)
+        cls = load_response_schema(api_key, version)
         header, n = entity_reader(cls.__header_schema__)(body, 0)
         assert header.correlation_id == self.correlation
         response, _ = entity_reader(cls)(body, n)
