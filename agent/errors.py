@@ -14,7 +14,8 @@ class AgentClosedError(AgentError):
 
 
 class BufferFullError(AgentError):
-    """The buffer stayed full for longer than max_block_ms; the record was not accepted."""
+    """buffer.memory stayed full for as long as the caller would wait (max.block.ms unless
+    it said otherwise); nothing of the call was accepted."""
 
     retriable = True
 

@@ -138,6 +138,13 @@ class _PartitionBuffer:
 
 
 @dataclass(slots=True)
+class _Hold:
+    """buffer.memory room held for one call's batches, not appended yet."""
+
+    left: int
+
+
+@dataclass(slots=True)
 class _Buffer:
     partitions: dict[tuple[str, int], _PartitionBuffer] = field(default_factory=dict)
     nbytes: int = 0
@@ -201,7 +208,8 @@ class Agent:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._buffer = _Buffer()
-        self._in_flight_bytes = 0  # buffered + being flushed: what buffer.memory bounds
+        self._in_flight_bytes = 0  # buffered + being flushed + held: what buffer.memory bounds
+        self._on_room: Callable[[], object] | None = None
         # Buffers sealed for flushing, in produce order; flushed one after the other so that
         # offsets keep the produce order within every partition.
         self._sealed: deque[_Buffer] = deque()
@@ -262,7 +270,7 @@ class Agent:
         ts = self._clock.now_ms() if timestamp is None else timestamp
         with self._lock:  # the condition's lock (its __enter__ is a Python-level call)
             if self._in_flight_bytes + size > self._config.buffer_memory:
-                self._reserve(size)
+                self._wait_for_room(size, None)
             pb = self._buffer.partitions.get((topic, partition))
             if pb is None:
                 pb = self._partition_buffer(info, partition)
@@ -297,17 +305,44 @@ class Agent:
         """
         return self.produce_batches(topic, partition, [raw_batch])[0]
 
-    def produce_batches(self, topic: str, partition: int,
-                        raw_batches: Sequence[bytes]) -> list[ProduceFuture]:
+    def produce_batches(self, topic: str, partition: int, raw_batches: Sequence[bytes], *,
+                        block_s: float | None = None) -> list[ProduceFuture]:
         """`produce_batch` for each batch, all checked before any is buffered, so a bad one
-        stores none of them (what a Produce request's partition needs)."""
+        stores none of them (what a Produce request's partition needs).
+
+        buffer.memory room for all of them is held first, waiting up to `block_s` seconds
+        (None: max.block.ms; 0: not at all) and then raising BufferFullError with nothing
+        buffered. The Kafka server passes 0 and waits on the event loop instead
+        (`set_room_listener`), so that no thread blocks on a full buffer.
+        """
         info = self.topic(topic)
         self._check_partition(info, partition)
         # One batch needs no CRC check here: the chunk builder checks it before storing it.
         verify = len(raw_batches) > 1 or info.config.compacted
         headers = [self._check_batch(info, raw, verify) for raw in raw_batches]
-        return [self._produce_checked(info, partition, raw, header)
-                for raw, header in zip(raw_batches, headers, strict=True)]
+        hold = _Hold(sum(len(raw) for raw in raw_batches))
+        with self._cond:
+            self._wait_for_room(hold.left, block_s)
+            self._in_flight_bytes += hold.left
+        try:
+            return [self._produce_checked(info, partition, raw, header, hold)
+                    for raw, header in zip(raw_batches, headers, strict=True)]
+        finally:  # room held for batches not buffered (resends, refusals) is given back
+            if hold.left:
+                with self._cond:
+                    self._in_flight_bytes -= hold.left
+                    self._cond.notify_all()
+                self._room_freed()
+
+    def set_room_listener(self, fn: Callable[[], object] | None) -> None:
+        """Call `fn()` (from the flusher's or a producer's thread) whenever buffer.memory
+        room is freed, so that a produce waiting for room elsewhere can try again."""
+        self._on_room = fn
+
+    @property
+    def buffer_used(self) -> int:
+        """Bytes of buffer.memory in use: buffered, being flushed, or held for an append."""
+        return self._in_flight_bytes
 
     def _check_batch(self, info: TopicInfo, raw_batch: bytes, verify: bool) -> BatchHeader:
         """The batch's header once it passes the topic's rules (see `produce_batch`), its CRC
@@ -328,11 +363,11 @@ class Agent:
         return header
 
     def _produce_checked(self, info: TopicInfo, partition: int, raw_batch: bytes,
-                         header: BatchHeader) -> ProduceFuture:
+                         header: BatchHeader, hold: _Hold) -> ProduceFuture:
         topic = info.name
         if header.producer_id < 0:
             with self._cond:
-                return self._append_batch(info, partition, raw_batch, None)
+                return self._append_batch(info, partition, raw_batch, None, hold)
         batch = ProducerBatch(header.producer_id, header.producer_epoch, header.base_sequence,
                               (header.base_sequence + header.last_offset_delta)
                               % SEQUENCE_WRAP, 0)
@@ -340,11 +375,10 @@ class Agent:
         tp = (topic, partition)
         reloaded = False
         while True:
-            with self._cond:
-                self._reserve(len(raw_batch))
+            with self._cond:  # check and append under one hold of the lock (room is held)
                 decision = self._producers.check(key, batch, reloaded)
                 if isinstance(decision, Admit):
-                    return self._append_batch(info, partition, raw_batch, (key, batch))
+                    return self._append_batch(info, partition, raw_batch, (key, batch), hold)
                 if isinstance(decision, InFlight):
                     done, rel = decision.handle
                     return ProduceFuture(done, tp, rel)
@@ -360,10 +394,10 @@ class Agent:
 
     def _append_batch(self, info: TopicInfo, partition: int, raw_batch: bytes,
                       idempotent: tuple[tuple[int, str, int], ProducerBatch] | None,
-                      ) -> ProduceFuture:
-        """Append a checked batch to the buffer (holding the condition; the idempotent path
-        reserved already, so the lock was not released between its check and this)."""
-        self._reserve(len(raw_batch))
+                      hold: _Hold) -> ProduceFuture:
+        """Append a checked batch to the buffer (holding the condition), in room taken from
+        `hold` (so the idempotent path never waits between its check and this)."""
+        hold.left -= len(raw_batch)
         pb = self._partition_buffer(info, partition)
         first, _count = pb.builder.append_batch(raw_batch)
         done = self._buffer.done  # before _account, which may seal this buffer
@@ -372,7 +406,7 @@ class Agent:
             placed = replace(batch, offset_delta=first)
             pb.batches.append(placed)
             self._producers.add(key, placed, (done, first))
-        self._account(len(raw_batch))
+        self._account(len(raw_batch), held=True)
         return ProduceFuture(done, (info.name, partition), first)
 
     def flush(self, timeout: float | None = None) -> None:
@@ -424,12 +458,14 @@ class Agent:
             pb = self._buffer.partitions[tp] = _PartitionBuffer(builder, info.config.compacted)
         return pb
 
-    def _reserve(self, size: int) -> None:
-        """Wait (holding the condition) until `size` more bytes fit in buffer.memory."""
+    def _wait_for_room(self, size: int, block_s: float | None) -> None:
+        """Wait (holding the condition) until `size` more bytes fit in buffer.memory, up to
+        `block_s` seconds (None: max.block.ms); BufferFullError if they don't by then."""
         limit = self._config.buffer_memory
         if size > limit:
             raise RecordTooLargeError(f"record of {size} bytes exceeds buffer.memory={limit}")
-        deadline = self._clock.monotonic() + self._config.max_block_ms / 1000
+        block_ms = self._config.max_block_ms if block_s is None else block_s * 1000
+        deadline = self._clock.monotonic() + block_ms / 1000
         while self._in_flight_bytes + size > limit:
             if self._closed:
                 raise AgentClosedError("agent is closed")
@@ -439,18 +475,23 @@ class Agent:
                 self._in_flight_bytes + size > limit
             ):
                     raise BufferFullError(
-                        f"buffer.memory={limit} bytes stayed full for max.block.ms="
-                        f"{self._config.max_block_ms}"
-                    )
+                        f"buffer.memory={limit} bytes stayed full for {block_ms:.0f} ms")
 
-    def _account(self, size: int) -> None:
+    def _room_freed(self) -> None:
+        listener = self._on_room
+        if listener is not None:
+            listener()
+
+    def _account(self, size: int, held: bool = False) -> None:
+        """Count `size` appended bytes (in buffer.memory already if `held`)."""
         buf = self._buffer
         if buf.records == 0:
             buf.first_at = self._clock.monotonic()
             self._cond.notify_all()  # the flusher starts the linger clock
         buf.records += 1
         buf.nbytes += size
-        self._in_flight_bytes += size
+        if not held:
+            self._in_flight_bytes += size
         if buf.nbytes >= self._config.flush_bytes:
             self._seal()
 
@@ -485,6 +526,7 @@ class Agent:
                 self._in_flight_bytes -= buf.nbytes
                 self._flushed_count += 1
                 self._cond.notify_all()
+            self._room_freed()
 
     def split_flush(self, partitions: list[tuple[str, int]]) -> list[list[tuple[str, int]]]:
         """How one flush's partitions (sorted) are split into objects, each written and

@@ -12,6 +12,7 @@ from .metadata import (
     CrashOnceMetadata,
     kill_after_produce_commit,
 )
+from .objectstore import GatedStore
 
-__all__ = ["AFTER_COMMIT", "BEFORE_COMMIT", "CrashOnce", "CrashOnceMetadata", "InjectedCrash",
-           "kill_after_produce_commit"]
+__all__ = ["AFTER_COMMIT", "BEFORE_COMMIT", "CrashOnce", "CrashOnceMetadata", "GatedStore",
+           "InjectedCrash", "kill_after_produce_commit"]

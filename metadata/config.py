@@ -15,6 +15,7 @@ from .errors import UnsupportedMetadataUrlError
 
 URL = "url"
 PRODUCER_ID_EXPIRATION_MS = "producer.id.expiration.ms"
+PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = "producer.id.expiration.check.interval.ms"
 BROKER_SESSION_TIMEOUT_MS = "broker.session.timeout.ms"
 BROKER_HEARTBEAT_INTERVAL_MS = "broker.heartbeat.interval.ms"
 ENV_URL = "SILT_METADATA"
@@ -40,6 +41,10 @@ class MetadataConfig(Section):
     # after this long without a write there (its next batch is then accepted at any
     # sequence, as a new producer's).
     producer_id_expiration_ms: int = integer(PRODUCER_ID_EXPIRATION_MS, 86_400_000, lo=1)
+    # Kafka's producer.id.expiration.check.interval.ms: how often each `silt agent` deletes
+    # the expired states (`MetadataStore.expire_producers`; harmless when agents overlap).
+    producer_id_expiration_check_interval_ms: int = integer(
+        PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS, 600_000, lo=1)
     # Kafka's KRaft broker.session.timeout.ms / broker.heartbeat.interval.ms: an agent is
     # live (listed as a broker) while its last heartbeat is younger than the timeout; it
     # heartbeats every interval.

@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import sqlalchemy as sa
 
-from . import producers
+from . import notify, producers
 from . import schema as s
 from .engine import Database, Unknown
 from .errors import (
@@ -312,6 +312,8 @@ def _commit_body(db: Database, conn: sa.Connection, files: Sequence[FileCommit],
     insert_segments(conn, db.pg, rows)
     _set_next_offsets(db, conn, sorted(next_offset.items()))
     producers.save_states(db, conn, changed)
+    if rows:
+        notify.announce(db, conn)  # long-polling fetches of every agent re-read
     return results
 
 

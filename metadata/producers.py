@@ -253,10 +253,22 @@ def expire_producers(db: Database) -> int:
     """Delete producer states idle past producer.id.expiration.ms; how many went.
 
     Expired rows are already ignored by the checks (`current`); this only reclaims them.
-    One transaction; crash before COMMIT: nothing deleted (the next call does it).
+    One transaction; crash before COMMIT: nothing deleted (the next call does it). Every
+    agent calls it (on a timer), concurrently with the others and with commits. SQLite:
+    the write lock serializes them. PostgreSQL: the rows are locked `SKIP LOCKED`, so
+    concurrent expirers split the rows instead of waiting on (or deadlocking with) each
+    other, and a row a commit is rewriting right now is left to it (the commit's upsert
+    writes it fresh, or writes it again if it was deleted first).
     """
     cutoff = db.clock.now_ms() - db.config.producer_id_expiration_ms
+    ps = s.producer_state.c
+    expired = ps.updated_at_ms <= cutoff
     with db.write() as conn:
-        return int(conn.execute(s.producer_state.delete().where(
-            s.producer_state.c.updated_at_ms <= cutoff)).rowcount)
+        if db.pg:
+            key = sa.tuple_(ps.producer_id, ps.topic_id, ps.partition)
+            locked = (sa.select(ps.producer_id, ps.topic_id, ps.partition).where(expired)
+                      .with_for_update(skip_locked=True))
+            return int(conn.execute(
+                s.producer_state.delete().where(key.in_(locked))).rowcount)
+        return int(conn.execute(s.producer_state.delete().where(expired)).rowcount)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from . import notify
 from . import schema as s
 from .engine import Database
 from .errors import (
@@ -66,8 +67,8 @@ def apply_retention(db: Database) -> RetentionResult:
         if not cut:
             return RetentionResult((), ())
         starts = {tp: segs[-1].last_offset + 1 for tp, segs in cut.items()}
-        emptied = advance_log_start(conn, starts, [r for segs in cut.values() for r in segs],
-                                    now)
+        dead = [r for segs in cut.values() for r in segs]
+        emptied = advance_log_start(db, conn, starts, dead, now)
         changes = [RetentionChange(rules[tid].name, part, starts[(tid, part)], len(segs),
                                    sum(r.record_count for r in segs),
                                    sum(r.data_len for r in segs))
@@ -78,11 +79,13 @@ def apply_retention(db: Database) -> RetentionResult:
     return RetentionResult(tuple(changes), tuple(emptied))
 
 
-def advance_log_start(conn: sa.Connection, starts: Mapping[tuple[int, int], int],
+def advance_log_start(db: Database, conn: sa.Connection, starts: Mapping[tuple[int, int], int],
                       dead: Sequence[Any], now: int) -> list[int]:
     """Move each (topic_id, partition)'s log start up to `starts` (never down), the cleaner
     checkpoint with it, and retire the `dead` segments wholly below (their files' locks
-    held): the one path of retention and DeleteRecords. Returns the retired file ids."""
+    held): the one path of retention and DeleteRecords. Waiting fetches are told (below
+    the new log start they answer at once). Returns the retired file ids."""
+    notify.announce(db, conn)
     pc = s.partitions.c
     for (tid, part), start in sorted(starts.items()):
         conn.execute(s.partitions.update().where(
@@ -172,7 +175,7 @@ def delete_records(db: Database, offsets: Mapping[tuple[str, int], int]
             below = lock_live_segments(conn, sa.or_(*(
                 sa.and_(sg.topic_id == tid, sg.partition == part, sg.last_offset < target)
                 for (tid, part), target in targets.items())))
-            advance_log_start(conn, targets, below, db.clock.now_ms())
+            advance_log_start(db, conn, targets, below, db.clock.now_ms())
         return dict(results)
 
     def read_back(conn: sa.Connection) -> dict[tuple[str, int], int | MetadataError] | None:

@@ -1,15 +1,15 @@
 """`MetadataStore`: the one handle on the metadata database, a thin facade over the
 concern modules — topics.py, files.py (agent commits, GC), retention.py, reads.py
 (segments, snapshots, stats), jobs.py (compaction leases and commits), agents.py (the
-agent registry), producers.py (idempotent producers) — on the shared
-`Database` of engine.py (engine, migrations, transactions, the commit helper and its
-failure model). The methods are those modules' functions, so each is documented where
-it is implemented.
+agent registry), producers.py (idempotent producers), notify.py (commit notifications
+across processes) — on the shared `Database` of engine.py (engine, migrations,
+transactions, the commit helper and its failure model). The methods are those modules'
+functions, so each is documented where it is implemented.
 """
 
 from __future__ import annotations
 
-from . import agents, files, jobs, producers, reads, retention, topics
+from . import agents, files, jobs, notify, producers, reads, retention, topics
 from .engine import DEFAULT_URL, Database
 
 __all__ = ["DEFAULT_URL", "MetadataStore"]
@@ -62,3 +62,5 @@ class MetadataStore(Database):
     allocate_producer_id = producers.allocate_producer_id
     producer_state = producers.producer_state
     expire_producers = producers.expire_producers
+    # commit notifications across processes (long-poll wake-ups)
+    watch_commits = notify.watch_commits

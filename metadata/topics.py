@@ -15,6 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from . import notify
 from . import schema as s
 from .engine import Database, Unknown
 from .errors import InvalidPartitionsError, InvalidTopicError, TopicExistsError, UnknownTopicError
@@ -143,6 +144,7 @@ def delete_topic(db: Database, name: str) -> TopicInfo:
         for table in (s.producer_state, s.segments, s.partitions):
             conn.execute(table.delete().where(table.c.topic_id == info.id))
         conn.execute(s.topics.delete().where(t.id == info.id))
+        notify.announce(db, conn)  # waiting fetches of the topic answer now
         return info
 
     def read_back(conn: sa.Connection) -> TopicInfo | None:

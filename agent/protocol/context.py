@@ -1,6 +1,7 @@
 """What every handler shares: the agent, the metadata store, the segment cache, the thread
-pool for blocking work, the broker list (the agent registry), topic ids and commit
-notifications."""
+pool for blocking work, the broker list (the agent registry), topic ids, and the wake-ups
+of coroutines waiting for a commit (fetch long-polls) or for buffer.memory room (produce
+backpressure)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,35 @@ IO_THREADS = 16
 
 
 @dataclass(eq=False)
+class Wakeup:
+    """Wakes every coroutine waiting for something to change, and only those that may have
+    missed it: take `event()` BEFORE looking, await it after; `notify` sets the current
+    event (each waiter's, or one already set) and starts a new one."""
+
+    _event: asyncio.Event | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    def event(self) -> asyncio.Event:
+        """The event the next `notify` sets (on the loop thread)."""
+        if self._event is None:
+            self._loop = asyncio.get_running_loop()
+            self._event = asyncio.Event()
+        return self._event
+
+    def notify(self) -> None:
+        """Wake every waiter (on the loop thread)."""
+        event, self._event = self._event, None
+        if event is not None:
+            event.set()
+
+    def notify_threadsafe(self) -> None:
+        """`notify` from any thread (a no-op until someone waited)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.notify)
+
+
+@dataclass(eq=False)
 class ServerContext:
     """State shared by the handlers of one server (one per `silt agent` process)."""
 
@@ -48,7 +78,8 @@ class ServerContext:
     stopping: bool = False  # set at shutdown: long-polls return at once
     config: AgentConfig = field(default_factory=AgentConfig)
     loaded: Settings | None = None  # the settings `silt agent` runs with (DescribeConfigs)
-    _committed: asyncio.Event | None = None
+    _commits: Wakeup = field(default_factory=Wakeup)
+    _room: Wakeup = field(default_factory=Wakeup)
     _cluster_ns: uuid.UUID | None = None
 
     # ----------------------------------------------------------------- settings
@@ -94,19 +125,29 @@ class ServerContext:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
     def committed(self) -> asyncio.Event:
-        """An event set at the next commit of this agent (take it BEFORE reading, so a
-        commit between the read and the wait is not missed)."""
-        if self._committed is None:
-            self._committed = asyncio.Event()
-        return self._committed
+        """An event set at the next data commit of any agent (this one's flushes, and the
+        metadata store's commit watcher for all of them: metadata/notify.py). Take it
+        BEFORE reading, so a commit between the read and the wait is not missed."""
+        return self._commits.event()
 
     def notify_commit(self) -> None:
         """Wake every fetch waiting for data (on the loop thread)."""
-        event, self._committed = self._committed, None
-        if event is not None:
-            event.set()
+        self._commits.notify()
 
     def notify_commit_threadsafe(self) -> None:
-        """`notify_commit` from any thread (the agent's flusher)."""
-        if self.loop is not None and not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(self.notify_commit)
+        """`notify_commit` from any thread (the agent's flusher, the commit watcher)."""
+        self._commits.notify_threadsafe()
+
+    def room_freed(self) -> asyncio.Event:
+        """An event set the next time buffer.memory room is freed (take it BEFORE trying
+        to append, so room freed meanwhile is not missed)."""
+        return self._room.event()
+
+    def notify_room(self) -> None:
+        """Wake every produce waiting for buffer.memory room (on the loop thread; also at
+        shutdown, so waiters give up)."""
+        self._room.notify()
+
+    def notify_room_threadsafe(self) -> None:
+        """`notify_room` from any thread (the agent's room listener)."""
+        self._room.notify_threadsafe()

@@ -29,6 +29,7 @@ from kio.schema.errors import ErrorCode
 from agent.config import AgentConfig, parse_host_port
 from agent.producer import Agent
 from metadata import MetadataStore
+from metadata.notify import CommitWatcher
 from objectstore import ObjectStore
 
 from .apis import API_VERSIONS, TABLE, api_versions
@@ -37,6 +38,7 @@ from .codec import FRAME, PREFIX, Builder, decode_request, encode_response
 from .context import ServerContext
 from .errors import ProtocolError
 from .registry import Registration
+from .timers import producer_expiry
 
 if TYPE_CHECKING:
     from settings.load import Settings
@@ -68,6 +70,7 @@ class Server:
     def __init__(self, ctx: ServerContext, host: str, port: int,
                  max_request_bytes: int = AgentConfig().socket_request_max_bytes) -> None:
         ctx.apis = TABLE
+        ctx.agent.set_room_listener(ctx.notify_room_threadsafe)
         self.ctx = ctx
         self.host, self.port = host, port
         self.max_request_bytes = max_request_bytes
@@ -89,6 +92,7 @@ class Server:
         if self._server is not None:
             self._server.close()
         self.ctx.notify_commit()  # long-polling fetches answer now
+        self.ctx.notify_room()  # produces waiting for buffer.memory give up
         for conn in self._conns.values():
             if conn.idle:
                 conn.task.cancel()
@@ -181,8 +185,13 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    watcher: CommitWatcher | None = None
+    expiry = producer_expiry(metadata)
     try:
         await server.start()
+        # Other agents' commits (and this one's) wake this agent's long-polling fetches.
+        watcher = await ctx.run(metadata.watch_commits, ctx.notify_commit_threadsafe)
+        expiry.start()
         registration = ctx.registration = Registration(metadata, *ctx.advertised)
         info = await ctx.run(registration.start)
         log.warning("silt agent %s (node %d) listening on %s:%d, advertised as %s:%d",
@@ -197,7 +206,10 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
     finally:
         if ctx.registration is not None:
             await ctx.run(ctx.registration.stop)
+        await ctx.run(expiry.stop)
         await ctx.run(agent.close)
+        if watcher is not None:
+            await ctx.run(watcher.close)
         ctx.pool.shutdown()
         # Shutdown is under way: a repeated SIGTERM/SIGINT must not kill the process between
         # the loop's end and its exit (the default action once asyncio drops its handlers).

@@ -21,9 +21,12 @@ from agent import (
 )
 from agent.producer import ProduceFuture
 from costs import PerPartitionObjectsAgent
+from faults import GatedStore
+from fileformat import build_batch
 from metadata import MetadataStore
 from metadata.errors import OffsetOutOfRangeError
 from objectstore import ObjectStore, ObjectWriter, StoreWrapper, open_store
+from tests.idempotence.helpers import client_batch
 
 
 @dataclass
@@ -181,21 +184,11 @@ def test_reports_keep_the_last_objects_and_totals_count_every_one(
     md.close()
 
 
-class BlockingPutStore(FailingPutStore):
-    def __init__(self, inner: ObjectStore, gate: threading.Event) -> None:
-        super().__init__(inner)
-        self._gate = gate
-
-    def put_stream(self, key: str) -> ObjectWriter:
-        self._gate.wait()
-        return self.inner.put_stream(key)
-
-
 def test_full_buffer_blocks_then_fails_clearly(tmp_path: object) -> None:
     md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
     md.create_topic("t", 1)
     gate = threading.Event()
-    store = BlockingPutStore(open_store("memory://blocking"), gate)
+    store = GatedStore(open_store("memory://blocking"), gate)
     cfg = AgentConfig(linger_ms=0, flush_bytes=1024, buffer_memory=4096, max_block_ms=200)
     agent = Agent(store, md, cfg)
     with pytest.raises(BufferFullError, match=r"buffer\.memory=4096"):
@@ -204,3 +197,39 @@ def test_full_buffer_blocks_then_fails_clearly(tmp_path: object) -> None:
     gate.set()
     agent.close()
     md.close()
+
+
+def test_batches_of_a_call_get_buffer_room_together_or_not_at_all(tmp_path: object) -> None:
+    """produce_batches holds room for all of its batches first: with room for two of three,
+    none is buffered (BufferFullError at once with block_s=0); room held for batches
+    that are not buffered (an idempotent resend) is given back, and the listener hears of
+    room freed by flushes."""
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
+    md.create_topic("t", 1)
+    store = GatedStore(open_store("memory://room"))
+    one = build_batch([(0, 1, None, b"x" * 1000, [])])
+    agent = Agent(store, md, AgentConfig(linger_ms=0, flush_bytes=1024,
+                                         buffer_memory=3 * len(one) + len(one) // 2))
+    freed = threading.Event()
+    agent.set_room_listener(freed.set)
+    try:
+        first = agent.produce_batches("t", 0, [one])  # flushing, stalled at its PUT
+        with pytest.raises(BufferFullError):
+            agent.produce_batches("t", 0, [one] * 3, block_s=0)
+        assert agent.buffer_used == len(one)
+        pid = md.allocate_producer_id()
+        idem = client_batch(pid, 0, 0, count=1)
+        agent.produce_batches("t", 0, [idem])
+        used = agent.buffer_used
+        agent.produce_batches("t", 0, [idem])  # a resend of a batch in flight: no room kept
+        assert agent.buffer_used == used
+        freed.clear()
+        store.gate.set()
+        assert first[0].result(timeout=30) == 0
+        assert freed.wait(30)
+        agent.flush()
+        assert agent.buffer_used == 0
+    finally:
+        store.gate.set()
+        agent.close()
+        md.close()

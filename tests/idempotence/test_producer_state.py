@@ -6,9 +6,11 @@ from __future__ import annotations
 import threading
 
 import pytest
+import sqlalchemy as sa
 
 from clock import ManualClock
-from metadata import MetadataStore, RejectedChunk
+from metadata import BatchRecord, MetadataStore, ProducerState, RejectedChunk
+from metadata import schema as s
 from metadata.config import MetadataConfig
 from metadata.errors import (
     BatchRejectedError,
@@ -16,6 +18,7 @@ from metadata.errors import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
 )
+from metadata.producers import save_states
 from tests.idempotence.helpers import chunk, commit, pbatch
 
 TP = ("t", 0)
@@ -166,3 +169,59 @@ def test_state_expires(metadata_url: str, clock: ManualClock) -> None:
     clock.advance(60_000)
     assert md.expire_producers() == 1
     md.close()
+
+
+def test_concurrent_expiry_by_several_agents_on_postgres(postgres_url: str,
+                                                         clock: ManualClock) -> None:
+    """Agents expire producer states on their timers at the same time as each other and as
+    commits rewriting some of those states: no error, every idle state goes exactly once,
+    and every state a commit wrote survives."""
+    config = MetadataConfig(producer_id_expiration_ms=60_000)
+    stores = [MetadataStore.open(postgres_url, clock=clock, config=config) for _ in range(4)]
+    md = stores[0]
+    md.create_topic("t", 2)
+    topic_id = md.get_topic("t").id
+    idle, fresh, rewritten = range(0, 1500), range(1500, 1600), range(0, 1500, 75)
+    old, now = clock.now_ms() - 120_000, clock.now_ms()
+    with md.write() as conn:
+        save_states(md, conn, {
+            (pid, topic_id, pid % 2): ProducerState(
+                pid, 0, (BatchRecord(0, 2, 0, 2),), old if pid in idle else now)
+            for pid in (*idle, *fresh)})
+    counts: list[int] = []
+    errors: list[BaseException] = []
+    committing = threading.Event()
+    committing.set()
+    start = threading.Barrier(len(stores) + 1)
+
+    def expire(store: MetadataStore) -> None:
+        start.wait()
+        try:
+            while committing.is_set():
+                counts.append(store.expire_producers())
+            counts.append(store.expire_producers())
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=expire, args=(st,)) for st in stores]
+    for t in threads:
+        t.start()
+    start.wait()
+    try:
+        for pid in rewritten:  # idle producers writing again (any sequence: unknown)
+            commit(md, f"again-{pid}", {("t", pid % 2): [pbatch(pid, 0, 7)]})
+    finally:
+        committing.clear()
+        for t in threads:
+            t.join()
+    assert errors == []
+    with md.read() as conn:
+        left = {int(pid): int(at) for pid, at in conn.execute(sa.select(
+            s.producer_state.c.producer_id, s.producer_state.c.updated_at_ms))}
+    assert left == {pid: now for pid in (*fresh, *rewritten)}
+    for pid in rewritten:  # the rewritten states are the commits' (sequence 7..9)
+        state = md.producer_state(pid, "t", pid % 2)
+        assert state is not None and state.batches[-1].first_seq == 7
+    assert len(idle) - len(rewritten) <= sum(counts) <= len(idle)
+    for st in stores:
+        st.close()

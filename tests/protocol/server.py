@@ -83,6 +83,29 @@ class AgentProcess:
         return MetadataStore.open(self.metadata_url)
 
 
+@dataclass(frozen=True)
+class Backend:
+    """A store + metadata pair (and the environment reaching them) shared by the agents of
+    one test."""
+
+    store_url: str
+    metadata_url: str
+    log_dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def agent(self, name: str, extra_env: dict[str, str] | None = None,
+              entry: list[str] | None = None) -> AgentProcess:
+        """An (unstarted) agent on this pair, logging to `<log_dir>/<name>.log`."""
+        proc = AgentProcess(self.store_url, self.metadata_url, self.log_dir / f"{name}.log",
+                            {**self.env, **(extra_env or {})})
+        if entry is not None:
+            proc.entry = entry
+        return proc
+
+    def metadata(self) -> MetadataStore:
+        return MetadataStore.open(self.metadata_url)
+
+
 class RawClient:
     """Kafka requests over one socket, encoded and decoded with kio (for exact checks)."""
 
@@ -130,10 +153,13 @@ class RawClient:
              response_version: int | None = None) -> Any:
         """Send a request and decode its response (of `response_version`, default the same)."""
         self.send_raw(self.frame(api_key, version, request))
+        return self.receive(api_key, version if response_version is None else response_version)
+
+    def receive(self, api_key: int, version: int) -> Any:
+        """Read and decode the response to the last request sent (`send_raw(frame(...))`)."""
         body = self.read_frame()
         assert body is not None, "server closed the connection"
-        cls = load_response_schema(api_key, version if response_version is None
-                                   else response_version)
+        cls = load_response_schema(api_key, version)
         header, n = entity_reader(cls.__header_schema__)(body, 0)
         assert header.correlation_id == self.correlation
         response, _ = entity_reader(cls)(body, n)

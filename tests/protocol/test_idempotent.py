@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
@@ -29,7 +27,7 @@ from fileformat import read_header
 from metadata import AgentInfo, MetadataStore
 
 from ..idempotence.helpers import client_batch
-from .server import AgentProcess, RawClient
+from .server import AgentProcess, Backend, RawClient
 from .test_raw import fetch, produce
 
 REGISTERED_S = 60.0
@@ -104,16 +102,6 @@ def _consume_all(bootstrap: str, topic: str, partitions: int) -> list[tuple[int,
     finally:
         consumer.close()
     return sorted(got)
-
-
-@pytest.fixture
-def two_agents(tmp_path: Path) -> Iterator[tuple[AgentProcess, AgentProcess]]:
-    """Two `silt agent` processes on one file:// store and one SQLite metadata store."""
-    store, meta = f"file://{tmp_path}/objects", f"sqlite:///{tmp_path}/md.db"
-    procs = [AgentProcess(store, meta, tmp_path / f"agent{i}.log").start() for i in (0, 1)]
-    yield procs[0], procs[1]
-    for proc in procs:
-        proc.terminate()
 
 
 # ------------------------------------------------------------------ one agent, raw requests
@@ -274,15 +262,14 @@ def test_two_agents_list_both_and_serve_every_partition(
 
 
 def test_idempotent_resend_to_second_agent_after_first_died_before_ack(
-        tmp_path: Path) -> None:
+        backend: Backend, tmp_path: Path) -> None:
     """Agent A dies (SIGKILL) right after committing a flush, before replying; the
     librdkafka producer resends the same batches to agent B (leader once A's session times
     out), which answers them with the original offsets: every record exactly once."""
-    store, meta = f"file://{tmp_path}/objects", f"sqlite:///{tmp_path}/md.db"
     marker = tmp_path / "killed"
-    a = AgentProcess(store, meta, tmp_path / "a.log", dict(FAST_SESSIONS),
-                     entry=["-m", "tests.protocol.crashing_agent", str(marker)]).start()
-    b = AgentProcess(store, meta, tmp_path / "b.log", dict(FAST_SESSIONS)).start()
+    a = backend.agent("a", FAST_SESSIONS,
+                      entry=["-m", "tests.protocol.crashing_agent", str(marker)]).start()
+    b = backend.agent("b", FAST_SESSIONS).start()
     md = a.metadata()
     try:
         md.create_topic("once", 2)

@@ -8,7 +8,8 @@ offsets are simply absent). Limits as Kafka: partition_max_bytes per partition, 
 response, but the first batch of the first non-empty partition is returned whole even if it
 is larger, so a consumer always makes progress. Below the log start or past the high
 watermark: OFFSET_OUT_OF_RANGE. With fewer than min_bytes, the fetch waits up to max_wait for
-this agent's next commit (an asyncio event set by the flush callback, not a sleep loop).
+the next data commit of any agent on the metadata store (an asyncio event set by this agent's
+flushes and by the metadata store's commit watcher, metadata/notify.py; not a sleep loop).
 """
 
 from __future__ import annotations

@@ -10,6 +10,13 @@ offset, a gap with OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch with INVALID_PRODU
 The response is written only after the agent's flush has PUT the object and committed it
 (acks=1 and acks=-1 alike); acks=0 gets no response.
 
+Backpressure: when buffer.memory has no room for a partition's batches, that partition
+waits, up to the request's timeout_ms, for the agent to free room (an asyncio event set by
+its flusher: no thread blocks, so other connections' fetches and produces go on), then
+answers REQUEST_TIMED_OUT with nothing of it buffered. Memory never exceeds buffer.memory.
+The connection's next requests wait behind it (requests of one connection are admitted in
+order, which idempotent producers' sequences need).
+
 A crash before the commit loses unacked records only; after it, records are visible even if
 the response never leaves (a non-idempotent producer's retry then writes them again).
 """
@@ -17,6 +24,7 @@ the response never leaves (a non-idempotent producer's retry then writes them ag
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -45,6 +53,9 @@ from metadata.errors import (
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
+
+# `_admit`'s answer when buffer.memory has no room now: try again when room is freed.
+FULL = object()
 
 
 def error_code(exc: BaseException) -> ErrorCode:
@@ -82,8 +93,9 @@ def error_code(exc: BaseException) -> ErrorCode:
 
 
 def _admit(ctx: ServerContext, topic: str, partition: int,
-           records: bytes | None) -> list[ProduceFuture] | ErrorCode:
-    """Buffer one partition's batches in the agent (blocking: runs in the pool)."""
+           records: bytes | None) -> list[ProduceFuture] | ErrorCode | object:
+    """Buffer one partition's batches in the agent, or FULL without waiting (blocking only
+    on metadata reads: runs in the pool)."""
     agent = ctx.agent
     try:
         info = agent.topic(topic)
@@ -92,7 +104,9 @@ def _admit(ctx: ServerContext, topic: str, partition: int,
         batches = [bytes(batch) for batch in split_frames(records or b"")]
         if not batches:
             return ErrorCode.corrupt_message
-        futures = agent.produce_batches(topic, partition, batches)
+        futures = agent.produce_batches(topic, partition, batches, block_s=0)
+    except BufferFullError:
+        return FULL
     except Exception as exc:
         return error_code(exc)
     # Fetches long-polling this partition wake when its flush commits (acks=0 included).
@@ -100,9 +114,32 @@ def _admit(ctx: ServerContext, topic: str, partition: int,
     return futures
 
 
-def _admit_all(ctx: ServerContext, request: Any) -> list[tuple[str, list[tuple[int, Any]]]]:
-    return [(t.name, [(p.index, _admit(ctx, t.name, p.index, p.records))
-                      for p in t.partition_data])
+def _admit_some(ctx: ServerContext, parts: list[tuple[str, Any]]) -> list[Any]:
+    return [_admit(ctx, topic, p.index, p.records) for topic, p in parts]
+
+
+async def _admit_all(ctx: ServerContext, request: Any,
+                     ) -> list[tuple[str, list[tuple[int, Any]]]]:
+    """Every partition's futures or error code, partitions finding buffer.memory full
+    retried whenever room is freed until the request's timeout (then REQUEST_TIMED_OUT)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(request.timeout.total_seconds(), 0.0)
+    parts = [(t.name, p) for t in request.topic_data for p in t.partition_data]
+    outcomes: list[Any] = [FULL] * len(parts)
+    waiting = list(range(len(parts)))
+    while True:
+        room = ctx.room_freed()  # before trying: room freed during the attempt wakes us
+        tried = await ctx.run(_admit_some, ctx, [parts[i] for i in waiting])
+        for i, outcome in zip(waiting, tried, strict=True):
+            outcomes[i] = outcome
+        waiting = [i for i in waiting if outcomes[i] is FULL]
+        remaining = deadline - loop.time()
+        if not waiting or remaining <= 0 or ctx.stopping:
+            break
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(room.wait(), remaining)
+    answers = iter(ErrorCode.request_timed_out if o is FULL else o for o in outcomes)
+    return [(t.name, [(p.index, next(answers)) for p in t.partition_data])
             for t in request.topic_data]
 
 
@@ -130,7 +167,7 @@ async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> A
         return _response(b, [(t.name, [(p.index, ErrorCode.transactional_id_authorization_failed)
                                        for p in t.partition_data])
                              for t in request.topic_data])
-    admitted = await ctx.run(_admit_all, ctx, request)
+    admitted = await _admit_all(ctx, request)
     if request.acks == 0:
         return None
     return asyncio.ensure_future(_complete(ctx, b, admitted))
