@@ -14,6 +14,7 @@ FLUSH_BYTES = "flush.bytes"
 BUFFER_MEMORY = "buffer.memory"
 MAX_BLOCK_MS = "max.block.ms"
 COMPRESSION_TYPE = "compression.type"
+TOPIC_REFRESH_MS = "topic.refresh.ms"
 # The Kafka wire-protocol server of `silt agent` (agent/protocol/).
 LISTENERS = "listeners"
 ADVERTISED_LISTENERS = "advertised.listeners"
@@ -53,6 +54,11 @@ class AgentConfig(Section):
     buffer_memory: int = integer(BUFFER_MEMORY, 64 * 1024 * 1024, lo=1)  # >= flush.bytes
     max_block_ms: int = integer(MAX_BLOCK_MS, 60_000, lo=0)
     compression: Compression = choice(COMPRESSION_TYPE, Compression.NONE, WRITABLE_COMPRESSIONS)
+    # How long an agent trusts its cached topics (partition count, cleanup.policy,
+    # max.message.bytes) before reading them again: another agent's admin change (new
+    # partitions, altered configs) is seen within this time. The agent making the change,
+    # and any agent whose commit finds a topic gone, forget them at once.
+    topic_refresh_ms: int = integer(TOPIC_REFRESH_MS, 10_000, lo=0)
     # `silt agent` only: where it listens, what Metadata tells clients to connect to ("" = the
     # listen address), the largest request frame (Kafka's default, 100 MiB) and the bytes of
     # segment reads the fetch path keeps (so N consumers of one hot partition cost one GET).

@@ -205,6 +205,7 @@ class Agent:
         # Per topic: (info, compacted, max.message.bytes); the configs are unpacked once so
         # the produce hot path does not parse cleanup.policy per record.
         self._rules: dict[str, tuple[TopicInfo, bool, int]] = {}
+        self._rules_at = clock.monotonic()  # when the flusher last dropped them
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._buffer = _Buffer()
@@ -229,7 +230,7 @@ class Agent:
     # ------------------------------------------------------------------ produce
 
     def topic(self, name: str) -> TopicInfo:
-        """The topic's metadata (cached: partition counts and configs don't change here)."""
+        """The topic's metadata (cached up to `topic.refresh.ms`; see `forget_topics`)."""
         rules = self._rules.get(name)
         return (rules or self._load_rules(name))[0]
 
@@ -254,7 +255,7 @@ class Agent:
         if self._closed:
             raise AgentClosedError("agent is closed")
         if not 0 <= partition < info.partitions:
-            self._check_partition(info, partition)
+            info = self._check_partition(info, partition)
         if key is None and compacted:
             raise InvalidRecordError(
                 f"topic {topic!r} is compacted: records must have a key (Kafka rejects null keys)"
@@ -283,6 +284,15 @@ class Agent:
         """Drop the cached topics (after a topic was deleted, grew or changed configs): the
         next produce of each reloads it from the metadata store."""
         self._rules = {}
+
+    def _refresh_topics(self) -> None:
+        """Forget the cached topics once they are `topic.refresh.ms` old (flusher thread,
+        which wakes at least every 0.5 s: no cost on the produce path), so other agents'
+        admin changes are seen."""
+        now = self._clock.monotonic()
+        if (now - self._rules_at) * 1000 >= self._config.topic_refresh_ms:
+            self._rules_at = now
+            self.forget_topics()
 
     def _load_rules(self, topic: str) -> tuple[TopicInfo, bool, int]:
         info = self._metadata.get_topic(topic)
@@ -315,8 +325,7 @@ class Agent:
         buffered. The Kafka server passes 0 and waits on the event loop instead
         (`set_room_listener`), so that no thread blocks on a full buffer.
         """
-        info = self.topic(topic)
-        self._check_partition(info, partition)
+        info = self._check_partition(self.topic(topic), partition)
         # One batch needs no CRC check here: the chunk builder checks it before storing it.
         verify = len(raw_batches) > 1 or info.config.compacted
         headers = [self._check_batch(info, raw, verify) for raw in raw_batches]
@@ -436,14 +445,19 @@ class Agent:
 
     # ------------------------------------------------------------------ internals
 
-    def _check_partition(self, info: TopicInfo, partition: int) -> None:
+    def _check_partition(self, info: TopicInfo, partition: int) -> TopicInfo:
+        """The topic's info once `partition` is in range (reloaded if it looks past the end:
+        partitions added through another agent); raises InvalidRecordError if not."""
         if self._closed:
             raise AgentClosedError("agent is closed")
+        if partition >= info.partitions:  # grown since cached (CreatePartitions elsewhere)?
+            info = self._load_rules(info.name)[0]
         if not 0 <= partition < info.partitions:
             raise InvalidRecordError(
                 f"partition {partition} out of range for topic {info.name!r}"
                 f" (0..{info.partitions - 1})"
             )
+        return info
 
     def _partition_buffer(self, info: TopicInfo, partition: int) -> _PartitionBuffer:
         tp = (info.name, partition)
@@ -509,6 +523,7 @@ class Agent:
                 while not self._sealed:
                     if self._closed:
                         return
+                    self._refresh_topics()
                     timeout = 0.5
                     if self._buffer.records:
                         age = self._clock.monotonic() - self._buffer.first_at

@@ -20,11 +20,13 @@ from agent import (
     producer,
 )
 from agent.producer import ProduceFuture
+from clock import ManualClock
 from costs import PerPartitionObjectsAgent
 from faults import GatedStore
 from fileformat import build_batch
 from metadata import MetadataStore
 from metadata.errors import OffsetOutOfRangeError
+from metadata.topicconfig import AlterOp, ConfigChange
 from objectstore import ObjectStore, ObjectWriter, StoreWrapper, open_store
 from tests.idempotence.helpers import client_batch
 
@@ -233,3 +235,25 @@ def test_batches_of_a_call_get_buffer_room_together_or_not_at_all(tmp_path: obje
         store.gate.set()
         agent.close()
         md.close()
+
+
+def test_topics_changed_elsewhere_are_seen(tmp_path: object, clock: ManualClock) -> None:
+    """Another agent's CreatePartitions is seen at once (an out-of-range partition reloads
+    the topic), its altered configs within topic.refresh.ms (the flusher drops the cache)."""
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", clock=clock)
+    other = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", clock=clock)  # "another agent"
+    md.create_topic("t", 1)
+    config = AgentConfig(linger_ms=0, topic_refresh_ms=1000)
+    with Agent(open_store(f"file://{tmp_path}/objects"), md, config, clock=clock) as agent:
+        assert agent.produce("t", 0, None, b"v").result(timeout=10) == 0
+        other.add_partitions("t", 3)
+        assert agent.produce("t", 2, None, b"v").result(timeout=10) == 0
+        other.alter_topic_configs("t", [ConfigChange("cleanup.policy", AlterOp.SET, "compact")])
+        assert agent.produce("t", 0, None, b"v").result(timeout=10) == 1  # cached: delete
+        clock.advance(1000)
+        with pytest.raises(InvalidRecordError, match="must have a key"):
+            for _ in range(1000):  # until the flusher has woken and dropped the cache
+                agent.produce("t", 0, None, b"v").result(timeout=10)
+                threading.Event().wait(0.01)
+    other.close()
+    md.close()
