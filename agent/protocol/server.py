@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_IN_FLIGHT = 32  # replies queued per connection before it stops reading (backpressure)
+MAX_IN_FLIGHT = 4096  # replies queued per connection before it stops reading (see below)
 SHUTDOWN_GRACE_S = 30.0
 
 
