@@ -8,8 +8,8 @@ every 250 ms or 8 MiB):
 - latency: a steady `rate_mib_s` below saturation for `seconds`; produce-ack latency (the
   delivery callback's time minus the produce call's) p50/p99, and objects written per
   second (objects listed under the store's data/ prefix, before and after).
-- fetch: a consumer assigned every partition from offset 0 reads all of the above back;
-  MiB/s per agent core and wall.
+- fetch: a consumer assigned every partition from offset 0 reads the produce run's records
+  back; MiB/s per agent core and wall.
 MiB are value bytes (keys and framing not counted). The client runs in this process and
 shares the machine's cores with the agent: wall figures depend on both.
 """
@@ -172,8 +172,8 @@ def run_fetch(agent: AgentProcess, p: WireParams, records: int) -> dict[str, Any
 
 
 def run_wire(p: WireParams, env: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """Start an agent on `p.store` + SQLite, run produce (if `p.records`), latency, fetch
-    (if `p.records`), stop it. `env`: extra environment for the agent (S3 endpoint)."""
+    """Start an agent on `p.store` + SQLite, run produce and fetch (if `p.records`) and
+    latency, stop it. `env`: extra environment for the agent (the S3 endpoint)."""
     with tempfile.TemporaryDirectory(prefix="silt-wire-") as tmp:
         store_url = f"file://{tmp}/objects" if p.store == "file" else p.store
         md_url = f"sqlite:///{tmp}/md.db"
@@ -185,11 +185,9 @@ def run_wire(p: WireParams, env: dict[str, str] | None = None) -> list[dict[str,
         agent.start()
         try:
             rows = []
-            if p.records:
-                rows.append(run_produce(agent, p))
+            if p.records:  # fetch reads the produce run's batches (before the latency run's)
+                rows += [run_produce(agent, p), run_fetch(agent, p, p.records)]
             rows.append(run_latency(agent, store, p))
-            if p.records:
-                rows.append(run_fetch(agent, p, sum(r["records"] for r in rows) + 1))
         except BaseException:
             print(agent.log(), file=sys.stderr)
             raise

@@ -50,7 +50,7 @@ class PartitionRead:
     error: ErrorCode = ErrorCode.none
     high_watermark: int = -1
     log_start: int = -1
-    records: bytes = b""
+    records: bytes | bytearray = b""  # written to the response as is (no copy to bytes)
 
 
 def patch_batches(data: bytes, base: int, from_offset: int, budget: int,
@@ -58,6 +58,7 @@ def patch_batches(data: bytes, base: int, from_offset: int, budget: int,
     """A segment's batches that end at or after `from_offset`, at absolute offsets, within
     `budget` bytes (the first one always, if `first`). Returns (bytes, stopped by budget)."""
     out = bytearray()
+    view = memoryview(data)  # slices of it are appended without an intermediate copy
     pos, end = 0, len(data)
     while pos + LOG_OVERHEAD <= end:
         total = _LENGTH.unpack_from(data, pos + LENGTH_POS)[0] + LOG_OVERHEAD
@@ -67,7 +68,7 @@ def patch_batches(data: bytes, base: int, from_offset: int, budget: int,
             if len(out) + total > budget and not (first and not out):
                 return out, True
             start = len(out)
-            out += data[pos:pos + total]
+            out += view[pos:pos + total]
             _BASE.pack_into(out, start, base + rel)
             _EPOCH.pack_into(out, start + LEADER_EPOCH_POS, -1)
         pos += total
@@ -101,12 +102,12 @@ def read_partition(ctx: ServerContext, topic: str, p: Any, offsets: dict[int, Pa
                                         budget - len(out), first and not out)
             out += chunk
             if full:
-                read.records = bytes(out)
+                read.records = out
                 return read
             position = seg.last_offset + 1
         if len(segments) < SEGMENTS_PER_QUERY:
             break
-    read.records = bytes(out)
+    read.records = out
     return read
 
 
