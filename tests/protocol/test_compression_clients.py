@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
 
@@ -39,10 +39,14 @@ def _expected() -> list[Row]:
 def _produce_confluent(bootstrap: str, partition: int, codec: str) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
                          "compression.type": codec, "linger.ms": 100})
-    errors: list[object] = []
+    errors: list[KafkaError] = []
+
+    def delivered(err: KafkaError | None, _: Message) -> None:
+        if err is not None:
+            errors.append(err)
+
     for key, value in _records(partition):
-        producer.produce(TOPIC, value, key, partition=partition,
-                         on_delivery=lambda e, _: e and errors.append(e))
+        producer.produce(TOPIC, value, key, partition=partition, on_delivery=delivered)
     assert producer.flush(60) == 0 and errors == []
 
 
@@ -85,7 +89,9 @@ def _consume_confluent(bootstrap: str) -> list[Row]:
             msg = consumer.poll(30)
             assert msg is not None, f"no record after {len(got)}"
             assert msg.error() is None, msg.error()
-            got.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
+            partition, offset = msg.partition(), msg.offset()
+            assert partition is not None and offset is not None
+            got.append((partition, offset, msg.key(), msg.value()))
     finally:
         consumer.close()
     return got
