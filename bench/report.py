@@ -119,8 +119,13 @@ produce run back (goal >= 200). `latency`: a steady load with the producer's def
 (linger.ms 5: one request per 5 ms with the records each partition gathered, so about one
 1 KiB batch per request at this load); ack time minus produce time (goals p50 <= 300 ms,
 p99 <= 450 ms on file), and objects written per second (one per flush: ~4 below 8 MiB per
-250 ms). The request rate, not the bytes, is what loads the agent at this load: each small
-request costs ~0.2 ms of agent CPU (asyncio, the admission, the flush's per-batch work).
+250 ms). The request rate, not the bytes, is what loads the agent at this load: ~2,000
+requests/s of one small batch each, ~0.4 ms of agent CPU per request (asyncio, the
+admission's thread hop, the flush's per-batch work), so 2 MiB/s is close to one agent core
+with the producer's defaults; a larger linger.ms on the client sends fewer, larger requests.
+Fetch is bounded by copies of the records (patched into the partition's buffer, written
+into kio's response buffer, then asyncio's send buffer) and one metadata query per
+partition per fetch.
 
 ## Pass-1 memory (one partition, distinct keys, default 128 MiB budget)
 
