@@ -31,6 +31,12 @@ CODECS_COLUMNS = [
     ("decode_produce_us", "decode Produce µs"), ("fetch_v12_bytes", "Fetch v12 B"),
     ("encode_fetch_us", "encode Fetch µs"), ("identical_bytes", "identical bytes"),
 ]
+WIRE_COLUMNS = [
+    ("store", "store"), ("measure", "run"), ("records", "records"),
+    ("mib_per_s_per_agent_core", "MiB/s per agent core"), ("mib_per_s_wall", "MiB/s wall"),
+    ("load_mib_s", "load MiB/s"), ("ack_ms_p50", "ack p50 ms"), ("ack_ms_p99", "ack p99 ms"),
+    ("puts_per_s", "PUTs/s"), ("agent_cpu_s", "agent CPU s"),
+]
 MEMORY_COLUMNS = [
     ("distinct_keys", "distinct keys"), ("budget_mib", "budget MiB"),
     ("keys_in_map", "keys deduplicated"), ("partial_clean", "partial clean"),
@@ -53,7 +59,7 @@ def render(report: dict[str, Any]) -> str:
         return [r for r in report["results"] if r["benchmark"] == kind]
 
     ingest, compaction, memory = rows("ingest"), rows("compaction"), rows("dedupe_memory")
-    consume, codecs = rows("consume"), rows("codecs")
+    consume, codecs, wire = rows("consume"), rows("codecs"), rows("wire")
     return f"""# Benchmarks
 
 Measured on {m['cpu']} ({m['cores']} cores), Python {m['python']}, {m['platform']}.
@@ -61,8 +67,8 @@ Measured on {m['cpu']} ({m['cores']} cores), Python {m['python']}, {m['platform'
 own process and is not counted.
 
 Rerun: `make bench` (JSON on stdout and this page rewritten). One suite, JSON only:
-`.venv/bin/python -m bench.run --suite ingest` (also `compaction`, `consume`, `memory`, `codecs`;
-`--quick` for tiny sizes). Figures vary with the machine: compare runs on one machine.
+`.venv/bin/python -m bench.run --suite ingest` (also `compaction`, `consume`, `memory`, `codecs`,
+`wire`; `--quick` for tiny sizes). Figures vary with the machine: compare runs on one machine.
 
 ## Agent ingest (1,000 partitions, defaults: flush every 250 ms or 8 MiB)
 
@@ -99,6 +105,27 @@ bounds the 100 B case. GETs are always 2 per input file.
 {_table(codecs, CODECS_COLUMNS)}
 
 The server decodes requests and encodes responses with kio (docs/architecture.md says why).
+
+## Kafka wire protocol (one `silt agent` process, confluent-kafka, 100 partitions, 1 KiB values)
+
+{_table(wire, WIRE_COLUMNS)}
+
+The agent runs at its defaults (flush every 250 ms or 8 MiB; SQLite metadata) in its own
+process; "per agent core" divides the value bytes by that process's CPU seconds (all its
+threads, from /proc), so the client's CPU is not counted, but both share the machine's cores
+(wall figures depend on both). `produce`: acks=all as fast as the producer goes (goal >= 100
+MiB/s per agent core). `fetch`: a consumer assigned every partition from offset 0 reads the
+produce run back (goal >= 200). `latency`: a steady load with the producer's defaults
+(linger.ms 5: one request per 5 ms with the records each partition gathered, so about one
+1 KiB batch per request at this load); ack time minus produce time (goals p50 <= 300 ms,
+p99 <= 450 ms on file), and objects written per second (one per flush: ~4 below 8 MiB per
+250 ms). The request rate, not the bytes, is what loads the agent at this load: ~2,000
+requests/s of one small batch each, ~0.4 ms of agent CPU per request (asyncio, the
+admission's thread hop, the flush's per-batch work), so 2 MiB/s is close to one agent core
+with the producer's defaults; a larger linger.ms on the client sends fewer, larger requests.
+Fetch is bounded by copies of the records (patched into the partition's buffer, written
+into kio's response buffer, then asyncio's send buffer) and one metadata query per
+partition per fetch.
 
 ## Pass-1 memory (one partition, distinct keys, default 128 MiB budget)
 

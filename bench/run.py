@@ -50,6 +50,18 @@ def moto_server_process() -> Iterator[str]:
         proc.wait()
 
 
+def new_bucket(endpoint: str) -> str:
+    """A new bucket on the moto server at `endpoint`, which this process and its children
+    (through the AWS_* environment) then use."""
+    import boto3
+
+    os.environ.update({"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "bench",
+                       "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"})
+    bucket = f"bench-{uuid.uuid4().hex[:8]}"
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
+    return bucket
+
+
 def machine() -> dict[str, Any]:
     """What the figures were measured on."""
     cpu = "unknown"
@@ -67,14 +79,9 @@ def run_ingest_suite(quick: bool) -> list[dict[str, Any]]:
     sizes = {1024: 20_000 if quick else 200_000, 100: 50_000 if quick else 500_000}
     results = [run_ingest(IngestParams("file", v, n, api=api))
                for api in ("produce", "produce_batch") for v, n in sizes.items()]
-    import boto3
-
     with moto_server_process() as endpoint:
-        os.environ.update({"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "bench",
-                           "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"})
         for v, n in sizes.items():
-            bucket = f"bench-{uuid.uuid4().hex[:8]}"
-            boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
+            bucket = new_bucket(endpoint)
             for api in ("produce", "produce_batch"):
                 results.append(run_ingest(IngestParams(f"s3://{bucket}/b", v, n // 4, api=api)))
     return results
@@ -105,8 +112,27 @@ def run_codecs_suite(quick: bool) -> list[dict[str, Any]]:
     return run_codecs(quick)
 
 
+def run_wire_suite(quick: bool) -> list[dict[str, Any]]:
+    """`silt agent` driven by confluent-kafka: produce, fetch and ack latency on file://,
+    ack latency on moto S3 (SQLite metadata both); the client imported only here."""
+    from .wire import WireParams, run_wire
+
+    records, seconds = (5_000, 2.0) if quick else (200_000, 20.0)
+    rows = run_wire(WireParams("file", records, WIRE_LOAD_MIB_S, seconds))
+    with moto_server_process() as endpoint:
+        bucket = new_bucket(endpoint)
+        rows += run_wire(WireParams(f"s3://{bucket}/wire", 0, WIRE_LOAD_MIB_S, seconds))
+    return rows
+
+
+# The latency runs' steady load: just below saturation with librdkafka's defaults, which
+# send a request per linger.ms (5 ms) carrying the few records each partition gathered
+# meanwhile (~2,000 requests/s here: the request rate, not the bytes, loads the agent).
+WIRE_LOAD_MIB_S = 2.0
+
 SUITES = {"ingest": run_ingest_suite, "compaction": run_compaction_suite,
-          "consume": run_consume_suite, "memory": run_memory_suite, "codecs": run_codecs_suite}
+          "consume": run_consume_suite, "memory": run_memory_suite, "codecs": run_codecs_suite,
+          "wire": run_wire_suite}
 
 
 def main(argv: list[str] | None = None) -> int:

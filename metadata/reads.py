@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import sqlalchemy as sa
 
 from . import schema as s
@@ -25,30 +28,11 @@ def find_segments(
     sort them all). OffsetOutOfRangeError if from_offset is below the log start; an
     offset at or past next_offset gives [].
     """
-    t, p, sg, f = s.topics, s.partitions, s.segments, s.files
-    topic_id = sa.select(t.c.id).where(t.c.name == topic).scalar_subquery()
-    inner = (
-        sa.select(*sg.c, f.c.object_key, f.c.size.label("file_size"))
-        .select_from(sg.join(f, f.c.id == sg.c.file_id))
-        .where(
-            sg.c.topic_id == topic_id,
-            sg.c.partition == partition,
-            s.LIVE,
-            sg.c.last_offset >= from_offset,
-        )
-        .order_by(sg.c.last_offset)
-    )
+    params = {"topic": topic, "partition": partition, "from_offset": from_offset}
     if limit is not None:
-        inner = inner.limit(max(limit, 1))
-    seg = inner.subquery("seg")
-    query = (
-        sa.select(p.c.log_start_offset, t.c.name.label("topic"), *seg.c)
-        .select_from(t.join(p, p.c.topic_id == t.c.id).outerjoin(seg, sa.true()))
-        .where(t.c.name == topic, p.c.partition == partition)
-        .order_by(seg.c.last_offset)
-    )
+        params["limit"] = max(limit, 1)
     with db.read() as conn:
-        rows = conn.execute(query).all()
+        rows = conn.execute(_find_segments_query(limit is not None), params).all()
         if not rows:
             _raise_unknown(conn, topic, partition)
     log_start = rows[0].log_start_offset
@@ -57,6 +41,37 @@ def find_segments(
             f"offset {from_offset} of {topic}/{partition} is below log start {log_start}"
         )
     return [segment_info(r) for r in rows if r.id is not None]
+
+
+@functools.cache
+def _find_segments_query(limited: bool) -> sa.Select[Any]:
+    """`find_segments`' statement with bind parameters topic, partition, from_offset (and
+    limit), built once: building it costs more than running it (a fetch runs one per
+    partition)."""
+    t, p, sg, f = s.topics, s.partitions, s.segments, s.files
+    topic = sa.bindparam("topic", type_=t.c.name.type)
+    partition = sa.bindparam("partition", type_=p.c.partition.type)
+    topic_id = sa.select(t.c.id).where(t.c.name == topic).scalar_subquery()
+    inner = (
+        sa.select(*sg.c, f.c.object_key, f.c.size.label("file_size"))
+        .select_from(sg.join(f, f.c.id == sg.c.file_id))
+        .where(
+            sg.c.topic_id == topic_id,
+            sg.c.partition == partition,
+            s.LIVE,
+            sg.c.last_offset >= sa.bindparam("from_offset", type_=sg.c.last_offset.type),
+        )
+        .order_by(sg.c.last_offset)
+    )
+    if limited:
+        inner = inner.limit(sa.bindparam("limit", type_=sa.Integer()))
+    seg = inner.subquery("seg")
+    return (
+        sa.select(p.c.log_start_offset, t.c.name.label("topic"), *seg.c)
+        .select_from(t.join(p, p.c.topic_id == t.c.id).outerjoin(seg, sa.true()))
+        .where(t.c.name == topic, p.c.partition == partition)
+        .order_by(seg.c.last_offset)
+    )
 
 
 def _raise_unknown(conn: sa.Connection, topic: str, partition: int) -> None:

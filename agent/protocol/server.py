@@ -4,9 +4,10 @@ A frame is a 4-byte big-endian size and that many bytes. A size above
 socket.request.max.bytes, a truncated frame, bytes that do not decode, or an unknown API key
 or version close THAT connection only (as Kafka does); an unsupported ApiVersions version
 gets the v0 error response UNSUPPORTED_VERSION with the supported list, so the client can
-retry with one it has. Requests on one connection are read and admitted one after the other
-and answered in order; a Produce's reply waits for its flush while the next requests are
-read, and nothing here blocks other connections (blocking work runs in the thread pool).
+retry with one it has. Requests on one connection are read and dispatched one after the
+other and answered in order; a Produce's reply waits for its flush while the next requests
+are read (up to MAX_IN_FLIGHT replies), and nothing here blocks other connections (blocking
+work runs in the thread pool).
 
 Shutdown (SIGTERM/SIGINT): stop accepting, stop reading new requests (connections waiting
 for a request are dropped at once, the others after the request they are reading), flush the
@@ -45,7 +46,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_IN_FLIGHT = 32  # replies queued per connection before it stops reading (backpressure)
+# Replies queued per connection before it stops reading. Produce replies wait for the flush
+# (250 ms by default) and librdkafka pipelines a small request per linger.ms (5 ms) per
+# broker without limit: at 32, reading stalled and acks came seconds late. The records of
+# queued produces are bounded by buffer.memory, not by this count.
+MAX_IN_FLIGHT = 4096
 SHUTDOWN_GRACE_S = 30.0
 
 

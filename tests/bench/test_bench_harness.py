@@ -41,3 +41,20 @@ def test_codec_suite_compares_identical_bytes() -> None:
     assert {r["library"] for r in rows} == {"kio", "kafka-python"}
     assert all(r["identical_bytes"] and r["produce_v9_bytes"] > 1_000_000 for r in rows)
     assert all(r["decode_produce_us"] > 0 and r["encode_fetch_us"] > 0 for r in rows)
+
+
+def test_wire_suite_measures_a_real_agent(tmp_path: Path) -> None:
+    from bench.report import render
+    from bench.run import machine
+    from bench.wire import WireParams, run_wire
+
+    rows = run_wire(WireParams("file", records=2_000, rate_mib_s=1.0, seconds=1.0))
+    by_run = {r["measure"]: r for r in rows}
+    assert set(by_run) == {"produce", "fetch", "latency"}
+    assert by_run["fetch"]["records"] == 2_000  # every produced record read back
+    assert by_run["produce"]["mib_per_s_per_agent_core"] > 0
+    latency = by_run["latency"]
+    assert 0 < latency["ack_ms_p50"] <= latency["ack_ms_p99"]
+    assert latency["puts_per_s"] > 0  # objects were written while it ran
+    page = render({"machine": machine(), "results": rows})
+    assert "## Kafka wire protocol" in page and "| file | latency |" in page

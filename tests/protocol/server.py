@@ -3,84 +3,29 @@
 from __future__ import annotations
 
 import io
-import os
-import signal
 import socket
 import struct
-import subprocess
-import sys
-import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
+from cli import agent_process
+from cli.agent_process import REPO
 from metadata import MetadataStore
 
-REPO = Path(__file__).resolve().parents[2]
-STARTUP_S = 60.0
+__all__ = ["REPO", "AgentProcess", "Backend", "RawClient"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+class AgentProcess(agent_process.AgentProcess):
+    """The product's launcher with a 50 ms linger unless `extra_env` sets one (tests wait
+    for acks less)."""
 
-
-@dataclass
-class AgentProcess:
-    """One `python -m cli agent` process on a free port of 127.0.0.1."""
-
-    store_url: str
-    metadata_url: str
-    log_path: Path
-    extra_env: dict[str, str] = field(default_factory=dict)
-    # What runs `silt` (a test-only entry point may wrap it: tests/protocol/crashing_agent.py)
-    entry: list[str] = field(default_factory=lambda: ["-m", "cli"])
-    port: int = 0
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> AgentProcess:
-        self.port = free_port()
-        env = {**os.environ, **self.extra_env, "PYTHONPATH": str(REPO),
-               "SILT_AGENT_LINGER_MS": self.extra_env.get("SILT_AGENT_LINGER_MS", "50")}
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, *self.entry, "--store", self.store_url, "--metadata",
-                 self.metadata_url, "agent", "--listen", self.bootstrap],
-                env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + STARTUP_S
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"silt agent exited {self.proc.returncode}:\n{self.log()}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return self
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"silt agent did not listen:\n{self.log()}") from None
-                time.sleep(0.05)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def terminate(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
-        """Send `sig` and wait for the exit code."""
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(timeout)
-
-    def metadata(self) -> MetadataStore:
-        return MetadataStore.open(self.metadata_url)
+    DEFAULT_ENV: ClassVar[Mapping[str, str]] = {"SILT_AGENT_LINGER_MS": "50"}
 
 
 @dataclass(frozen=True)

@@ -50,14 +50,15 @@ class PartitionRead:
     error: ErrorCode = ErrorCode.none
     high_watermark: int = -1
     log_start: int = -1
-    records: bytes = b""
+    records: bytes | bytearray = b""  # written to the response as is (no copy to bytes)
 
 
-def patch_batches(data: bytes, base: int, from_offset: int, budget: int,
-                  first: bool) -> tuple[bytearray, bool]:
-    """A segment's batches that end at or after `from_offset`, at absolute offsets, within
-    `budget` bytes (the first one always, if `first`). Returns (bytes, stopped by budget)."""
-    out = bytearray()
+def patch_batches(out: bytearray, data: bytes, base: int, from_offset: int, budget: int,
+                  first: bool) -> bool:
+    """Append to `out` a segment's batches that end at or after `from_offset`, at absolute
+    offsets, within `budget` bytes of `out` (the first batch always, if `first` and `out` is
+    empty). Returns whether the budget stopped it."""
+    view = memoryview(data)  # slices of it are appended without an intermediate copy
     pos, end = 0, len(data)
     while pos + LOG_OVERHEAD <= end:
         total = _LENGTH.unpack_from(data, pos + LENGTH_POS)[0] + LOG_OVERHEAD
@@ -65,13 +66,13 @@ def patch_batches(data: bytes, base: int, from_offset: int, budget: int,
         last = base + rel + _LAST_DELTA.unpack_from(data, pos + LAST_OFFSET_DELTA_POS)[0]
         if last >= from_offset:
             if len(out) + total > budget and not (first and not out):
-                return out, True
+                return True
             start = len(out)
-            out += data[pos:pos + total]
+            out += view[pos:pos + total]
             _BASE.pack_into(out, start, base + rel)
             _EPOCH.pack_into(out, start + LEADER_EPOCH_POS, -1)
         pos += total
-    return out, False
+    return False
 
 
 def read_partition(ctx: ServerContext, topic: str, p: Any, offsets: dict[int, PartitionInfo],
@@ -97,16 +98,15 @@ def read_partition(ctx: ServerContext, topic: str, p: Any, offsets: dict[int, Pa
             read.error = ErrorCode.offset_out_of_range
             return read
         for seg in segments:
-            chunk, full = patch_batches(ctx.cache.get(seg), seg.base_offset, position,
-                                        budget - len(out), first and not out)
-            out += chunk
+            full = patch_batches(out, ctx.cache.get(seg), seg.base_offset, position, budget,
+                                 first)
             if full:
-                read.records = bytes(out)
+                read.records = out
                 return read
             position = seg.last_offset + 1
         if len(segments) < SEGMENTS_PER_QUERY:
             break
-    read.records = bytes(out)
+    read.records = out
     return read
 
 

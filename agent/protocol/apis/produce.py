@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import struct
+import threading
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32, i64
 
 from agent.errors import (
     AgentClosedError,
@@ -51,7 +52,7 @@ from metadata.errors import (
     UnknownTopicError,
 )
 
-from ..codec import NO_THROTTLE, Builder
+from ..codec import Builder, Encoded
 from ..context import ServerContext
 
 # `_admit`'s answer when buffer.memory has no room now: try again when room is freed.
@@ -104,22 +105,21 @@ def _admit(ctx: ServerContext, topic: str, partition: int,
         batches = [bytes(batch) for batch in split_frames(records or b"")]
         if not batches:
             return ErrorCode.corrupt_message
-        futures = agent.produce_batches(topic, partition, batches, block_s=0)
+        return agent.produce_batches(topic, partition, batches, block_s=0)
     except BufferFullError:
         return FULL
     except Exception as exc:
         return error_code(exc)
-    # Fetches long-polling this partition wake when its flush commits (acks=0 included).
-    futures[-1].add_done_callback(lambda _: ctx.notify_commit_threadsafe())
-    return futures
+
+
+Admitted = list[tuple[str, list[tuple[int, "list[ProduceFuture] | ErrorCode"]]]]
 
 
 def _admit_some(ctx: ServerContext, parts: list[tuple[str, Any]]) -> list[Any]:
     return [_admit(ctx, topic, p.index, p.records) for topic, p in parts]
 
 
-async def _admit_all(ctx: ServerContext, request: Any,
-                     ) -> list[tuple[str, list[tuple[int, Any]]]]:
+async def _admit_all(ctx: ServerContext, request: Any) -> Admitted:
     """Every partition's futures or error code, partitions finding buffer.memory full
     retried whenever room is freed until the request's timeout (then REQUEST_TIMED_OUT)."""
     loop = asyncio.get_running_loop()
@@ -143,23 +143,48 @@ async def _admit_all(ctx: ServerContext, request: Any,
             for t in request.topic_data]
 
 
-async def _outcome(fut: ProduceFuture) -> int | ErrorCode:
-    """The batch's base offset once flushed, or its error code."""
+def _when_flushed(ctx: ServerContext, admitted: Admitted) -> asyncio.Future[None]:
+    """Resolves on the loop once every future of the request is done, and then wakes the
+    long-polling fetches (acks=0 included). One loop wakeup per request, not one per
+    partition: a flush resolves thousands of partitions' futures at once, on the flusher
+    thread, and each cross-thread wakeup is a syscall under the interpreter lock."""
     loop = asyncio.get_running_loop()
-    done: asyncio.Future[int | ErrorCode] = loop.create_future()
+    done: asyncio.Future[None] = loop.create_future()
+    futures = [f for _, parts in admitted for _, o in parts if isinstance(o, list) for f in o]
+    remaining = len(futures)
+    lock = threading.Lock()
 
-    def settle(pf: ProduceFuture) -> None:
-        exc = pf.exception()
-        value: int | ErrorCode = error_code(exc) if exc is not None else pf.result()
-        loop.call_soon_threadsafe(_resolve, done, value)
+    def one_done(_: ProduceFuture) -> None:
+        nonlocal remaining
+        with lock:
+            remaining -= 1
+            if remaining:
+                return
+        ctx.notify_commit_threadsafe()
+        loop.call_soon_threadsafe(_resolve, done)
 
-    fut.add_done_callback(settle)
-    return await done
+    for fut in futures:
+        fut.add_done_callback(one_done)
+    if not futures:
+        done.set_result(None)
+    return done
 
 
-def _resolve(done: asyncio.Future[int | ErrorCode], value: int | ErrorCode) -> None:
+def _resolve(done: asyncio.Future[None]) -> None:
     if not done.done():
-        done.set_result(value)
+        done.set_result(None)
+
+
+def _outcome(futures: list[ProduceFuture] | ErrorCode) -> int | ErrorCode:
+    """A partition's base offset (its first batch's), or the error of its first failed
+    batch; its futures are done."""
+    if isinstance(futures, ErrorCode):
+        return futures
+    for fut in futures:
+        exc = fut.exception()
+        if exc is not None:
+            return error_code(exc)
+    return futures[0].result()
 
 
 async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
@@ -168,32 +193,68 @@ async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> A
                                        for p in t.partition_data])
                              for t in request.topic_data])
     admitted = await _admit_all(ctx, request)
+    flushed = _when_flushed(ctx, admitted)  # fetches wake at its commit, acks=0 included
     if request.acks == 0:
         return None
-    return asyncio.ensure_future(_complete(ctx, b, admitted))
+    return asyncio.ensure_future(_complete(b, admitted, flushed))
 
 
-async def _complete(ctx: ServerContext, b: Builder,
-                    admitted: list[tuple[str, list[tuple[int, Any]]]]) -> Any:
-    results: list[tuple[str, list[tuple[int, int | ErrorCode]]]] = []
-    for topic, parts in admitted:
-        done: list[tuple[int, int | ErrorCode]] = []
-        for index, outcome in parts:
-            if isinstance(outcome, list):
-                offsets = [await _outcome(f) for f in outcome]
-                errors = [o for o in offsets if isinstance(o, ErrorCode)]
-                outcome = errors[0] if errors else offsets[0]
-            done.append((index, outcome))
-        results.append((topic, done))
-    return _response(b, results)
+async def _complete(b: Builder, admitted: Admitted, flushed: asyncio.Future[None]) -> Any:
+    await flushed
+    return _response(b, [(topic, [(index, _outcome(o)) for index, o in parts])
+                         for topic, parts in admitted])
 
 
-def _response(b: Builder, results: list[tuple[str, list[tuple[int, Any]]]]) -> Any:
-    return b("ProduceResponse", throttle_time=NO_THROTTLE, responses=tuple(
-        b("TopicProduceResponse", name=topic, partition_responses=tuple(
-            b("PartitionProduceResponse", index=i32(index),
-              error_code=o if isinstance(o, ErrorCode) else ErrorCode.none,
-              base_offset=i64(-1 if isinstance(o, ErrorCode) else o), log_append_time=None,
-              log_start_offset=i64(-1), record_errors=(), error_message=None)
-            for index, o in parts))
-        for topic, parts in results))
+# ProduceResponse v3-v11 in wire bytes, written here (the hot path) rather than through kio;
+# tests/protocol/test_produce_response.py checks it equals kio's encoding for every version.
+# Per topic: name; per partition: index, error_code, base_offset, log_append_time_ms (-1:
+# CreateTime), log_start_offset (v5+, -1: not reported), record_errors and error_message
+# (v8+, empty and null); then throttle_time_ms. v9+ is flexible: compact arrays and strings
+# (length + 1 as an unsigned varint) and an empty tagged-field section closing each struct.
+_PARTITION_V3 = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time_ms
+_PARTITION_V5 = struct.Struct(">ihqqq")  # ... and log_start_offset
+_INT32 = struct.Struct(">i")
+_NO_RECORD_ERRORS_LEGACY = _INT32.pack(0) + struct.pack(">h", -1)  # empty array, null string
+_NO_RECORD_ERRORS_COMPACT = b"\x01\x00"  # compact: empty array (0 + 1), null string (0)
+_NO_TAGS = b"\x00"
+FLEXIBLE_FROM = 9
+
+
+def _uvarint(out: bytearray, n: int) -> None:
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _response(b: Builder, results: list[tuple[str, list[tuple[int, int | ErrorCode]]]]
+              ) -> Encoded:
+    version = b.version
+    flexible = version >= FLEXIBLE_FROM
+    record_errors = (b"" if version < 8 else
+                     _NO_RECORD_ERRORS_COMPACT if flexible else _NO_RECORD_ERRORS_LEGACY)
+    after_partition = record_errors + (_NO_TAGS if flexible else b"")
+    out = bytearray()
+    if flexible:
+        _uvarint(out, len(results) + 1)
+    else:
+        out += _INT32.pack(len(results))
+    for topic, parts in results:
+        name = topic.encode()
+        if flexible:
+            _uvarint(out, len(name) + 1)
+            out += name
+            _uvarint(out, len(parts) + 1)
+        else:
+            out += struct.pack(">h", len(name)) + name + _INT32.pack(len(parts))
+        for index, o in parts:
+            code, base = (o.value, -1) if isinstance(o, ErrorCode) else (0, o)
+            out += (_PARTITION_V5.pack(index, code, base, -1, -1) if version >= 5
+                    else _PARTITION_V3.pack(index, code, base, -1))
+            out += after_partition
+        if flexible:
+            out += _NO_TAGS
+    out += _INT32.pack(0)  # throttle_time_ms
+    if flexible:
+        out += _NO_TAGS
+    return b.encoded(out)

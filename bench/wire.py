@@ -1,0 +1,198 @@
+"""The Kafka front door: a confluent-kafka client against one `silt agent` process.
+
+Measured per store (file:// or moto S3, SQLite metadata), the agent at its defaults (flush
+every 250 ms or 8 MiB):
+- produce: acks=all, `value_size` values round robin over `partitions`, as fast as the
+  producer goes; MiB/s per agent core (the agent process's CPU seconds, all threads, from
+  /proc) and wall MiB/s.
+- latency: a steady `rate_mib_s` below saturation for `seconds`; produce-ack latency (the
+  delivery callback's time minus the produce call's) p50/p99, and objects written per
+  second (objects listed under the store's data/ prefix, before and after).
+- fetch: a consumer assigned every partition from offset 0 reads the produce run's records
+  back; MiB/s per agent core and wall.
+MiB are value bytes (keys and framing not counted). The client runs in this process and
+shares the machine's cores with the agent: wall figures depend on both.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from agent.config import OBJECT_PREFIX
+from cli.agent_process import AgentProcess
+from metadata import MetadataStore
+from objectstore import ObjectStore, open_store
+
+TOPIC = "wire"
+MIB = 2**20
+TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class WireParams:
+    """One run against one agent process."""
+
+    store: str  # "file" or an s3:// URL (its bucket exists)
+    records: int  # produced as fast as possible (0: skip the produce and fetch runs)
+    rate_mib_s: float  # the latency run's steady load
+    seconds: float  # the latency run's length
+    partitions: int = 100
+    value_size: int = 1024
+
+
+def _objects(store: ObjectStore) -> int:
+    return sum(1 for _ in store.list(OBJECT_PREFIX))
+
+
+def _store_name(store: str) -> str:
+    return "file" if store == "file" else "s3 (moto server)"
+
+
+def _producer(bootstrap: str) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+
+
+def _produce(producer: Producer, partition: int, key: bytes, value: bytes,
+             on_delivery: Callable[[KafkaError | None, Message], None]) -> None:
+    """One produce call, waiting for room in the producer's queue when it is full."""
+    while True:
+        try:
+            producer.produce(TOPIC, value, key, partition=partition, on_delivery=on_delivery)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def _drain(producer: Producer, errors: list[KafkaError]) -> None:
+    if producer.flush(TIMEOUT_S) != 0:
+        raise RuntimeError("producer did not deliver everything in time")
+    if errors:
+        raise RuntimeError(f"{len(errors)} deliveries failed, first: {errors[0]}")
+
+
+def run_produce(agent: AgentProcess, p: WireParams) -> dict[str, Any]:
+    """Produce `p.records` records as fast as the producer goes; every one acked."""
+    producer = _producer(agent.bootstrap)
+    errors: list[KafkaError] = []
+
+    def acked(err: KafkaError | None, _: Message) -> None:
+        if err is not None:
+            errors.append(err)
+
+    value = b"x" * p.value_size
+    cpu0, wall0 = agent.cpu_seconds(), time.perf_counter()
+    for i in range(p.records):
+        _produce(producer, i % p.partitions, b"p%d" % i, value, acked)
+        if i % 1000 == 0:
+            producer.poll(0)
+    _drain(producer, errors)
+    cpu, wall = agent.cpu_seconds() - cpu0, time.perf_counter() - wall0
+    mib = p.records * p.value_size / MIB
+    return {"measure": "produce", "records": p.records, "agent_cpu_s": round(cpu, 2),
+            "mib_per_s_per_agent_core": round(mib / cpu, 1),
+            "mib_per_s_wall": round(mib / wall, 1)}
+
+
+def run_latency(agent: AgentProcess, store: ObjectStore, p: WireParams) -> dict[str, Any]:
+    """A steady `p.rate_mib_s` for `p.seconds`: ack latency percentiles and objects/s."""
+    producer = _producer(agent.bootstrap)
+    errors: list[KafkaError] = []
+    latencies: list[float] = []
+
+    def acked_since(sent: float) -> Callable[[KafkaError | None, Message], None]:
+        def acked(err: KafkaError | None, _: Message) -> None:
+            if err is not None:
+                errors.append(err)
+            latencies.append(time.perf_counter() - sent)
+        return acked
+
+    value = b"x" * p.value_size
+    per_s = p.rate_mib_s * MIB / p.value_size
+    total = int(per_s * p.seconds)
+    # Warm the connection and the metadata first: the first produce pays for both.
+    _produce(producer, 0, b"warm", value, acked_since(time.perf_counter()))
+    _drain(producer, errors)
+    latencies.clear()
+    objects0, cpu0 = _objects(store), agent.cpu_seconds()
+    start = time.perf_counter()
+    i = 0
+    while i < total:
+        due = min(total, int((time.perf_counter() - start) * per_s) + 1)
+        while i < due:
+            _produce(producer, i % p.partitions, b"l%d" % i, value,
+                     acked_since(time.perf_counter()))
+            i += 1
+        producer.poll(0.001)  # serves delivery callbacks as they arrive
+    _drain(producer, errors)
+    elapsed = time.perf_counter() - start
+    cpu, objects = agent.cpu_seconds() - cpu0, _objects(store) - objects0
+    lat = sorted(latencies)
+    return {"measure": "latency", "records": total, "load_mib_s": p.rate_mib_s,
+            "agent_cpu_s": round(cpu, 2),
+            "ack_ms_p50": round(statistics.median(lat) * 1000, 1),
+            "ack_ms_p99": round(lat[max(0, int(len(lat) * 0.99) - 1)] * 1000, 1),
+            "puts_per_s": round(objects / elapsed, 2)}
+
+
+def run_fetch(agent: AgentProcess, p: WireParams, records: int) -> dict[str, Any]:
+    """Read `records` records back from offset 0 of every partition (assign, no group)."""
+    consumer = Consumer({"bootstrap.servers": agent.bootstrap, "group.id": "wire-bench",
+                         "enable.auto.commit": False, "auto.offset.reset": "error"})
+    cpu0, wall0 = agent.cpu_seconds(), time.perf_counter()
+    consumer.assign([TopicPartition(TOPIC, i, 0) for i in range(p.partitions)])
+    got = nbytes = 0
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while got < records:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"fetched {got} of {records} records in {TIMEOUT_S} s")
+            for msg in consumer.consume(10_000, 1.0):
+                if msg.error() is not None:
+                    raise RuntimeError(f"fetch failed: {msg.error()}")
+                got += 1
+                nbytes += len(msg.value() or b"")
+        cpu, wall = agent.cpu_seconds() - cpu0, time.perf_counter() - wall0
+    finally:
+        consumer.close()
+    if got != records:
+        raise RuntimeError(f"fetched {got} records, expected {records}")
+    mib = nbytes / MIB
+    return {"measure": "fetch", "records": got, "agent_cpu_s": round(cpu, 2),
+            "mib_per_s_per_agent_core": round(mib / cpu, 1),
+            "mib_per_s_wall": round(mib / wall, 1)}
+
+
+def run_wire(p: WireParams, env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Start an agent on `p.store` + SQLite, run produce and fetch (if `p.records`) and
+    latency, stop it. `env`: extra environment for the agent (the S3 endpoint)."""
+    with tempfile.TemporaryDirectory(prefix="silt-wire-") as tmp:
+        store_url = f"file://{tmp}/objects" if p.store == "file" else p.store
+        md_url = f"sqlite:///{tmp}/md.db"
+        md = MetadataStore.open(md_url)
+        md.create_topic(TOPIC, p.partitions)
+        md.close()
+        store = open_store(store_url)
+        agent = AgentProcess(store_url, md_url, Path(tmp) / "agent.log", dict(env or {}))
+        agent.start()
+        try:
+            rows = []
+            if p.records:  # fetch reads the produce run's batches (before the latency run's)
+                rows += [run_produce(agent, p), run_fetch(agent, p, p.records)]
+            rows.append(run_latency(agent, store, p))
+        except BaseException:
+            print(agent.log(), file=sys.stderr)
+            raise
+        finally:
+            agent.terminate()
+    common = {"benchmark": "wire", "store": _store_name(p.store), "partitions": p.partitions,
+              "value_bytes": p.value_size}
+    return [{**common, **row} for row in rows]

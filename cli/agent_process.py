@@ -1,0 +1,102 @@
+"""`silt agent` as a child process on a free port: what the protocol tests and the wire
+benchmark drive with real Kafka clients (one launcher for both, so neither imports the other).
+
+The child runs `python -m cli` from this checkout (PYTHONPATH points at it), so it serves the
+code of the tree that started it, installed or not.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Self
+
+from metadata import MetadataStore
+
+REPO = Path(__file__).resolve().parents[1]
+STARTUP_S = 60.0
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# /proc/<pid>/stat: "pid (comm) state ...", fields numbered from 1; utime is 14, stime 15.
+_UTIME, _STIME = 14, 15
+_AFTER_COMM = 3  # the first field after "(comm)"
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class AgentProcess:
+    """One `python -m cli agent` process on a free port of 127.0.0.1, its output in
+    `log_path`. Settings come from the environment (`SILT_AGENT_*`): `DEFAULT_ENV` under
+    `extra_env`."""
+
+    DEFAULT_ENV: ClassVar[Mapping[str, str]] = {}
+
+    store_url: str
+    metadata_url: str
+    log_path: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+    # What runs `silt` (a test-only entry point may wrap it: tests/protocol/crashing_agent.py)
+    entry: list[str] = field(default_factory=lambda: ["-m", "cli"])
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> Self:
+        """Start the agent and return once it accepts connections."""
+        self.port = free_port()
+        env = {**os.environ, **self.DEFAULT_ENV, **self.extra_env, "PYTHONPATH": str(REPO)}
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, *self.entry, "--store", self.store_url, "--metadata",
+                 self.metadata_url, "agent", "--listen", self.bootstrap],
+                env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + STARTUP_S
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"silt agent exited {self.proc.returncode}:\n{self.log()}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return self
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"silt agent did not listen:\n{self.log()}") from None
+                time.sleep(0.05)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def terminate(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        """Send `sig` and wait for the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout)
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds the agent has used so far, user + system, all its threads (Linux
+        /proc/<pid>/stat)."""
+        assert self.proc is not None
+        stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2:].split()  # the command name may hold spaces
+        utime, stime = int(fields[_UTIME - _AFTER_COMM]), int(fields[_STIME - _AFTER_COMM])
+        return (utime + stime) / _CLOCK_TICKS
+
+    def metadata(self) -> MetadataStore:
+        """A new handle on the agent's metadata store (close it)."""
+        return MetadataStore.open(self.metadata_url)
