@@ -4,6 +4,7 @@ seek, list offsets, long-poll, compacted logs, unknown topics."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -76,13 +77,12 @@ def test_confluent_kafka_produce_and_consume_exactly(any_agent: AgentProcess) ->
     consumer.close()
 
 
-def test_kafka_python_produce_consume_and_list_offsets(agent_proc: AgentProcess) -> None:
+def test_kafka_python_produce_consume_and_list_offsets(any_agent: AgentProcess) -> None:
+    agent_proc = any_agent
     md = agent_proc.metadata()
     md.create_topic("events", 3)
     md.close()
-    # enable_idempotence=False: InitProducerId is not served yet (kafka-python 3 defaults on).
-    producer = KafkaProducer(bootstrap_servers=agent_proc.bootstrap, acks="all",
-                             enable_idempotence=False)
+    producer = KafkaProducer(bootstrap_servers=agent_proc.bootstrap)  # defaults: idempotent
     futures = [producer.send("events", key=b"k%d" % i, value=b"v%d" % i, partition=i % 3,
                              headers=[("i", b"%d" % i)], timestamp_ms=1_000_000 + i)
                for i in range(90)]
@@ -137,7 +137,8 @@ def test_fetch_at_the_end_long_polls_until_a_record_is_committed(
 
 
 def test_consume_through_a_compacted_log_keeps_original_offsets(
-        agent_proc: AgentProcess) -> None:
+        any_agent: AgentProcess) -> None:
+    agent_proc = any_agent
     md = agent_proc.metadata()
     md.create_topic("users", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
                                  "segment.bytes": "1024"})
@@ -163,6 +164,36 @@ def test_consume_through_a_compacted_log_keeps_original_offsets(
     consumer.close()
 
 
+def test_consume_through_a_retained_log_starts_at_the_log_start(
+        any_agent: AgentProcess) -> None:
+    """Retention removes the expired prefix: a seek below the new log start is
+    OFFSET_OUT_OF_RANGE, which the consumer resets to the earliest offset (the log start)."""
+    md = any_agent.metadata()
+    md.create_topic("logs", 1, {"retention.ms": "3600000"})
+    producer = KafkaProducer(bootstrap_servers=any_agent.bootstrap, linger_ms=0)
+    old = int(time.time() * 1000) - 2 * 3_600_000  # two hours ago: past retention
+    for i in range(20):
+        producer.send("logs", key=b"k%d" % i, value=b"old-%d" % i, partition=0, timestamp_ms=old)
+    producer.flush(60)  # the old records in their own flushes, before the new ones
+    for i in range(20, 30):
+        producer.send("logs", key=b"k%d" % i, value=b"new-%d" % i, partition=0)
+    producer.flush(60)
+    producer.close()
+    removed = md.apply_retention()
+    start = md.partitions("logs")[0].log_start_offset
+    md.close()
+    assert [c.topic for c in removed.changes] == ["logs"] and start == 20
+    consumer = KafkaConsumer(bootstrap_servers=any_agent.bootstrap, enable_auto_commit=False,
+                             auto_offset_reset="earliest", consumer_timeout_ms=20_000)
+    tp = KTopicPartition("logs", 0)
+    consumer.assign([tp])
+    consumer.seek(tp, 0)
+    got = [(r.offset, r.value) for _, r in zip(range(10), consumer, strict=False)]
+    assert got == [(i, b"new-%d" % i) for i in range(20, 30)]
+    assert consumer.beginning_offsets([tp]) == {tp: 20}
+    consumer.close()
+
+
 def test_unknown_topic_is_an_error_not_a_creation(agent_proc: AgentProcess) -> None:
     producer = KafkaProducer(bootstrap_servers=agent_proc.bootstrap, enable_idempotence=False,
                              max_block_ms=2_000)
@@ -174,9 +205,10 @@ def test_unknown_topic_is_an_error_not_a_creation(agent_proc: AgentProcess) -> N
     md.close()
 
 
-def test_aiokafka_produce_and_consume(agent_proc: AgentProcess) -> None:
+def test_aiokafka_produce_and_consume(any_agent: AgentProcess) -> None:
     import asyncio
 
+    agent_proc = any_agent
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.structs import TopicPartition as ATopicPartition
 

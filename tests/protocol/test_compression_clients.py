@@ -136,7 +136,8 @@ CONSUME = {"confluent-kafka": _consume_confluent, "kafka-python": _consume_kafka
            "aiokafka": _consume_aiokafka}
 
 
-def test_every_codec_through_every_client(agent_proc: AgentProcess) -> None:
+def test_every_codec_through_every_client(any_agent: AgentProcess) -> None:
+    agent_proc = any_agent
     md = agent_proc.metadata()
     md.create_topic(TOPIC, len(PAIRS))
     for partition, (client, codec) in enumerate(PAIRS):

@@ -167,7 +167,8 @@ def test_describe_cluster_lists_this_agent(agent_proc: AgentProcess) -> None:
 # ------------------------------------------------------------------ stock idempotent clients
 
 
-def test_kafka_python_default_idempotent_producer(agent_proc: AgentProcess) -> None:
+def test_kafka_python_default_idempotent_producer(any_agent: AgentProcess) -> None:
+    agent_proc = any_agent
     md = agent_proc.metadata()
     md.create_topic("kp", 3)
     md.close()
@@ -195,7 +196,8 @@ def test_kafka_python_default_idempotent_producer(agent_proc: AgentProcess) -> N
         assert len(ids) == 1 and min(ids) >= 0
 
 
-def test_confluent_kafka_idempotent_producer(agent_proc: AgentProcess) -> None:
+def test_confluent_kafka_idempotent_producer(any_agent: AgentProcess) -> None:
+    agent_proc = any_agent
     md = agent_proc.metadata()
     md.create_topic("ck", 2)
     md.close()
