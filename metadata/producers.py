@@ -226,11 +226,8 @@ def allocate_producer_id(db: Database) -> int:
     write lock on SQLite), so concurrent callers get distinct ids. Crash before COMMIT:
     nothing allocated; after, if the answer is lost: an id is skipped, harmlessly.
     """
-    p = s.producer_ids.c
     with db.write() as conn:
-        return int(conn.execute(
-            s.producer_ids.update().where(p.id == 1).values(next_id=p.next_id + 1)
-            .returning(p.next_id)).scalar_one()) - 1
+        return s.take_next(conn, s.producer_ids)
 
 
 def producer_state(db: Database, producer_id: int, topic: str,

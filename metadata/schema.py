@@ -245,13 +245,27 @@ agents = sa.Table(
     sqlite_autoincrement=True,  # a node id is never handed out twice
 )
 
-producer_ids = sa.Table(
-    "producer_ids",
-    md,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("next_id", sa.BigInteger, nullable=False),
-    sa.CheckConstraint("id = 1", name="producer_ids_singleton"),
-)
+def _sequence(name: str) -> sa.Table:
+    """A sequence as a one-row table (`id` = 1, `next_id`): portable across SQLite and
+    PostgreSQL, taken under the row's write lock by `take_next`."""
+    return sa.Table(
+        name,
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("next_id", sa.BigInteger, nullable=False),
+        sa.CheckConstraint("id = 1", name=f"{name}_singleton"),
+    )
+
+
+def take_next(conn: sa.Connection, sequence: sa.Table) -> int:
+    """The sequence's next value, advanced in the caller's write transaction (its row lock
+    on PostgreSQL, the write lock on SQLite): concurrent takers never get the same one."""
+    c = sequence.c
+    return int(conn.execute(sequence.update().where(c.id == 1).values(next_id=c.next_id + 1)
+                            .returning(c.next_id)).scalar_one()) - 1
+
+
+producer_ids = _sequence("producer_ids")
 
 producer_state = sa.Table(
     "producer_state",
@@ -281,13 +295,7 @@ def _v2(conn: sa.Connection, now_ms: int) -> None:
     conn.execute(tables[1].insert().values(id=1, next_id=FIRST_PRODUCER_ID))
 
 
-topic_ids = sa.Table(
-    "topic_ids",
-    md,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("next_id", sa.BigInteger, nullable=False),
-    sa.CheckConstraint("id = 1", name="topic_ids_singleton"),
-)
+topic_ids = _sequence("topic_ids")
 
 
 def _v3(conn: sa.Connection, now_ms: int) -> None:

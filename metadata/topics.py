@@ -61,10 +61,7 @@ def create_topic(
             ).first()
             if exists is not None:
                 raise TopicExistsError(f"topic {name!r} already exists")
-            q = s.topic_ids.c
-            topic_id = int(conn.execute(
-                s.topic_ids.update().where(q.id == 1).values(next_id=q.next_id + 1)
-                .returning(q.next_id)).scalar_one()) - 1
+            topic_id = s.take_next(conn, s.topic_ids)
             conn.execute(s.topics.insert().values(
                 id=topic_id, name=name, partitions=partitions,
                 configs=json.dumps(stored, sort_keys=True), created_at_ms=now))
