@@ -19,7 +19,7 @@ from metadata.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from metadata.models import ProducerBatch
+from metadata.models import Lease, ProducerBatch
 from metadata.topicconfig import AlterOp, ConfigChange
 from tests.metadata.metadata_helpers import chunk, commit, lose_next_commit
 
@@ -80,12 +80,17 @@ def test_a_topic_created_again_is_a_new_topic(store: MetadataStore) -> None:
     assert store.find_segments("t", 0, 0) == []
 
 
-def test_a_compaction_of_a_deleted_topic_does_not_resurrect_it(store: MetadataStore) -> None:
+def leased_two_files(store: MetadataStore) -> Lease:
+    """Topic t with two files of 5 records on partition 0, both leased by one compaction."""
     store.create_topic("t", 1)
     commit(store, "a", [chunk("t", 0, 5)])
     commit(store, "b", [chunk("t", 0, 5)])
     ids = [f.id for f in store.snapshot().files]
-    lease = store.lease_job("spec", ids, owner="w", lease_ms=60_000)
+    return store.lease_job("spec", ids, owner="w", lease_ms=60_000)
+
+
+def test_a_compaction_of_a_deleted_topic_does_not_resurrect_it(store: MetadataStore) -> None:
+    lease = leased_two_files(store)
     out = output(store, "out", "t", 0, 9)
     store.delete_topic("t")
     store.create_topic("t", 1)  # same name, new topic: the job's outputs must not land here
@@ -195,11 +200,7 @@ def test_delete_records_past_the_high_watermark_commits_nothing(store: MetadataS
 
 
 def test_delete_records_refuses_a_compaction_of_what_it_dropped(store: MetadataStore) -> None:
-    store.create_topic("t", 1)
-    commit(store, "a", [chunk("t", 0, 5)])
-    commit(store, "b", [chunk("t", 0, 5)])
-    ids = [f.id for f in store.snapshot().files]
-    lease = store.lease_job("spec", ids, owner="w", lease_ms=60_000)
+    lease = leased_two_files(store)
     assert store.delete_records({("t", 0): 5}) == {("t", 0): 5}
     with pytest.raises(CommitConflictError):
         store.commit_compaction(lease, outputs=[output(store, "out", "t", 0, 9)])
