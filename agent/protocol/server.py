@@ -40,6 +40,7 @@ from .context import ServerContext
 from .errors import ProtocolError
 from .registry import Registration
 from .timers import producer_expiry
+from .writev import send_buffers
 
 if TYPE_CHECKING:
     from settings.load import Settings
@@ -170,8 +171,7 @@ class Server:
                 reply = await reply
             if reply is None:  # acks=0
                 continue
-            writer.write(encode_response(correlation_id, reply))
-            await writer.drain()
+            await send_buffers(writer, encode_response(correlation_id, reply))
 
 
 async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig,
