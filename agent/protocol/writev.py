@@ -9,7 +9,9 @@ full the sender waits for it to become writable (the event loop's writer callbac
 other connections go on meanwhile.
 
 The transport stays in charge of reading and closing; it never holds written data because
-every reply of a connection is written here, by its one sender task, in order.
+every reply of a connection is written here, by its one sender task, in order. The loop
+refuses a writer callback on a transport's descriptor, so the wait registers a duplicate of
+it (same socket, another descriptor number), closed as soon as the reply is out.
 """
 
 from __future__ import annotations
@@ -35,20 +37,27 @@ async def send_buffers(writer: asyncio.StreamWriter, buffers: Sequence[Buffer]) 
     fd = sock.fileno()
     views = [memoryview(b) for b in buffers if len(b)]
     loop = asyncio.get_running_loop()
+    waiting_fd = -1  # the duplicate the loop watches for writability, made on first need
     i = 0
-    while i < len(views):
-        try:
-            sent = os.writev(fd, views[i:i + IOV_MAX])
-        except (BlockingIOError, InterruptedError):
-            await _writable(loop, fd)
-            continue
-        while sent:  # skip what went out; the first buffer not wholly sent is re-sliced
-            size = len(views[i])
-            if sent < size:
-                views[i] = views[i][sent:]
-                break
-            sent -= size
-            i += 1
+    try:
+        while i < len(views):
+            try:
+                sent = os.writev(fd, views[i:i + IOV_MAX])
+            except (BlockingIOError, InterruptedError):
+                if waiting_fd < 0:
+                    waiting_fd = os.dup(fd)
+                await _writable(loop, waiting_fd)
+                continue
+            while sent:  # skip what went out; the first buffer not wholly sent is re-sliced
+                size = len(views[i])
+                if sent < size:
+                    views[i] = views[i][sent:]
+                    break
+                sent -= size
+                i += 1
+    finally:
+        if waiting_fd >= 0:
+            os.close(waiting_fd)
 
 
 async def _writable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
