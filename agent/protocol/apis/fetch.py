@@ -5,15 +5,16 @@ through the segment cache (one ranged GET shared by every consumer), which keeps
 served: baseOffsets absolute, partitionLeaderEpoch -1 (patched once per segment read, per
 batch, never per record). A fetch sends views of those cached bytes — one per segment, not
 per batch — after the response fields it writes itself (FetchResponse v4-v12 in wire bytes,
-checked equal to kio's encoding by tests/protocol/test_fetch_response.py), so a record byte
-is copied by no one but the kernel (agent/protocol/writev.py). Batches wholly below the fetch
-offset are skipped; compaction gaps need nothing (the offsets are simply absent). Limits as
-Kafka: partition_max_bytes per partition, max_bytes per response, but the first batch of the
-first non-empty partition is returned whole even if it is larger, so a consumer always makes
-progress. Below the log start or past the high watermark: OFFSET_OUT_OF_RANGE. With fewer
-than min_bytes, the fetch waits up to max_wait for the next data commit of any agent on the
-metadata store (an asyncio event set by this agent's flushes and by the metadata store's
-commit watcher, metadata/notify.py; not a sleep loop).
+checked equal to kio's encoding by tests/protocol/test_fetch_response.py), so past the
+cache a record byte is copied by no one but the kernel (agent/protocol/writev.py). Batches
+wholly below the fetch offset are skipped; compaction gaps need nothing (the offsets are
+simply absent). Limits as Kafka: partition_max_bytes per partition, max_bytes per
+response, but the first batch of the first non-empty partition is returned whole even if it
+is larger, so a consumer always makes progress. Below the log start or past the high
+watermark: OFFSET_OUT_OF_RANGE. With fewer than min_bytes, the fetch waits up to max_wait
+for the next data commit of any agent on the metadata store (an asyncio event set by this
+agent's flushes and by the metadata store's commit watcher, metadata/notify.py; not a sleep
+loop).
 """
 
 from __future__ import annotations
