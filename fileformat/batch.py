@@ -82,6 +82,7 @@ CONTROL_MASK = 0x20
 
 _BASE_OFFSET = struct.Struct(">q")
 _LENGTH = struct.Struct(">i")
+_LEADER_EPOCH = struct.Struct(">i")
 _CRC = struct.Struct(">I")
 _ATTRIBUTES = struct.Struct(">h")
 _MAX_BATCH_SIZE = 2**31 - 1
@@ -237,6 +238,17 @@ def split_frames(buf: Any) -> Iterator[memoryview]:
 def with_base_offset(batch: Any, base_offset: int) -> bytes:
     """Copy `batch` with baseOffset replaced (baseOffset is outside the CRC range)."""
     return b"".join((_BASE_OFFSET.pack(base_offset), memoryview(batch)[LENGTH_POS:]))
+
+
+def rebase_in_place(buf: bytearray, shift: int, leader_epoch: int = -1) -> None:
+    """Add `shift` to the baseOffset of every batch in `buf` (a concatenation of batches,
+    split by their length prefixes only) and set their partitionLeaderEpoch: both outside
+    the CRC range, so the batches stay valid. Per batch, never per record."""
+    pos, end = 0, len(buf)
+    while pos + LOG_OVERHEAD <= end:
+        _BASE_OFFSET.pack_into(buf, pos, _BASE_OFFSET.unpack_from(buf, pos)[0] + shift)
+        _LEADER_EPOCH.pack_into(buf, pos + LEADER_EPOCH_POS, leader_epoch)
+        pos += _LENGTH.unpack_from(buf, pos + LENGTH_POS)[0] + LOG_OVERHEAD
 
 
 # ---------------------------------------------------------------------------------------

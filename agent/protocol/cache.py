@@ -1,5 +1,8 @@
 """A bounded LRU of segment reads, so N consumers of one hot partition cost one GET.
 
+Entries are kept as Fetch serves them: each batch's baseOffset made absolute (stored
+relative to the segment's base offset) and partitionLeaderEpoch -1, patched once when the
+segment is read, so a fetch sends views of an entry without copying or patching it.
 Segments are immutable (an object is never rewritten and a segment's bytes never change), so
 entries never go stale; compaction only makes them unreferenced and LRU drops them. Misses are
 single-flight: concurrent readers of one segment wait for the one GET in progress.
@@ -11,6 +14,7 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import Future
 
+from fileformat.batch import rebase_in_place
 from metadata import SegmentInfo
 from objectstore import ObjectStore
 
@@ -24,13 +28,14 @@ class SegmentCache:
         self._store = store
         self._max = max_bytes
         self._lock = threading.Lock()
-        self._entries: OrderedDict[Key, bytes] = OrderedDict()
+        self._entries: OrderedDict[Key, bytearray] = OrderedDict()
         self._bytes = 0
-        self._loading: dict[Key, Future[bytes]] = {}
+        self._loading: dict[Key, Future[bytearray]] = {}
         self.gets = 0  # GETs issued (misses), for tests and stats
 
-    def get(self, seg: SegmentInfo) -> bytes:
-        """The segment's batches (relative base offsets), from the cache or one ranged GET."""
+    def get(self, seg: SegmentInfo) -> bytearray:
+        """The segment's batches at absolute offsets, leader epoch -1, from the cache or one
+        ranged GET. Callers must not modify them (fetches send views of them)."""
         key = (seg.object_key, seg.data_pos, seg.data_len)
         with self._lock:
             data = self._entries.get(key)
@@ -39,14 +44,15 @@ class SegmentCache:
                 return data
             loading = self._loading.get(key)
             if loading is None:
-                mine: Future[bytes] = Future()
+                mine: Future[bytearray] = Future()
                 self._loading[key] = mine
                 self.gets += 1
         if loading is not None:
             return loading.result()
         try:
-            data = self._store.get_range(seg.object_key, seg.data_pos,
-                                         seg.data_pos + seg.data_len)
+            data = bytearray(self._store.get_range(seg.object_key, seg.data_pos,
+                                                   seg.data_pos + seg.data_len))
+            rebase_in_place(data, seg.base_offset)
         except BaseException as exc:
             with self._lock:
                 del self._loading[key]

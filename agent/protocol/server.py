@@ -40,6 +40,7 @@ from .context import ServerContext
 from .errors import ProtocolError
 from .registry import Registration
 from .timers import producer_expiry
+from .writev import send_buffers
 
 if TYPE_CHECKING:
     from settings.load import Settings
@@ -163,15 +164,19 @@ class Server:
     @staticmethod
     async def _send(replies: asyncio.Queue[tuple[int, Any] | None],
                     writer: asyncio.StreamWriter) -> None:
-        """Write replies in request order (awaiting the pending ones)."""
-        while (item := await replies.get()) is not None:
-            correlation_id, reply = item
-            if isawaitable(reply):
-                reply = await reply
-            if reply is None:  # acks=0
-                continue
-            writer.write(encode_response(correlation_id, reply))
-            await writer.drain()
+        """Write replies in request order (awaiting the pending ones). If one cannot be
+        written the connection is aborted, so its reader stops too (the client reconnects)."""
+        try:
+            while (item := await replies.get()) is not None:
+                correlation_id, reply = item
+                if isawaitable(reply):
+                    reply = await reply
+                if reply is None:  # acks=0
+                    continue
+                await send_buffers(writer, encode_response(correlation_id, reply))
+        except BaseException:
+            writer.transport.abort()
+            raise
 
 
 async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig,

@@ -11,7 +11,7 @@ from kio.static.primitive import i32, i64
 
 from agent.protocol.apis import PRODUCE, TABLE
 from agent.protocol.apis.produce import _response
-from agent.protocol.codec import Builder, encode_response
+from agent.protocol.codec import Builder, frame
 
 Results = list[tuple[str, list[tuple[int, int | ErrorCode]]]]
 
@@ -41,5 +41,4 @@ def _kio_response(b: Builder, results: Results) -> object:
 @pytest.mark.parametrize("results", CASES)
 def test_produce_response_bytes_equal_kio(version: int, results: Results) -> None:
     b = Builder(PRODUCE, version)
-    assert encode_response(7, _response(b, results)) == encode_response(
-        7, _kio_response(b, results))
+    assert frame(7, _response(b, results)) == frame(7, _kio_response(b, results))

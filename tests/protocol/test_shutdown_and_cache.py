@@ -14,6 +14,7 @@ from confluent_kafka import Producer
 
 from agent import Agent, Reader
 from agent.protocol.cache import SegmentCache
+from fileformat.batch import iter_batches
 from metadata import MetadataStore
 from objectstore import open_store
 from objectstore.base import ObjectStore
@@ -88,13 +89,35 @@ def test_segment_cache_single_flight_and_bounded(tmp_path: Any) -> None:
         reads = [pool.submit(cache.get, seg0) for _ in range(8)]
         assert store.started.wait(30)
         store.release.set()  # readers queued on the GET in flight wait for it; later ones hit
-        results = {f.result() for f in reads}
-    assert len(results) == 1 and store.range_gets == 1 and cache.gets == 1
-    assert cache.get(seg0) in results and store.range_gets == 1  # a hit
+        results = [f.result() for f in reads]
+    assert all(r is results[0] for r in results)
+    assert store.range_gets == 1 and cache.gets == 1
+    assert cache.get(seg0) is results[0] and store.range_gets == 1  # a hit
     cache.get(seg1)  # both do not fit: the least recently used one goes
     cache.get(seg0)
     assert store.range_gets == 3
     assert Reader(base, md).read("hot", 0).__next__().value == b"x" * 1000
+    md.close()
+
+
+def test_segment_cache_keeps_batches_as_served(tmp_path: Any) -> None:
+    """Cached segments have absolute baseOffsets and leader epoch -1 (what Fetch sends as
+    is), and still verify: both fields are outside the CRC."""
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
+    md.create_topic("t", 1)
+    store = open_store(f"file://{tmp_path}/objects")
+    with Agent(store, md) as agent:
+        for flush in range(3):
+            for i in range(flush + 2):
+                agent.produce("t", 0, b"k", b"v%d" % i)
+            agent.flush()
+    segments = md.find_segments("t", 0, 0)
+    assert [s.base_offset for s in segments] == [0, 2, 5]
+    cache = SegmentCache(store, 1 << 20)
+    for seg in segments:
+        headers = [h for h, _ in iter_batches(cache.get(seg))]
+        assert headers[0].base_offset == seg.base_offset
+        assert all(h.leader_epoch == -1 for h in headers)
     md.close()
 
 

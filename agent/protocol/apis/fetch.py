@@ -1,15 +1,20 @@
 """Fetch (key 1): stored batches returned as bytes, long-polling for new commits.
 
 Per partition: the live segments from the fetch offset (one metadata query), each read whole
-through the segment cache (one ranged GET shared by every consumer), its batches' baseOffset
-patched from relative to absolute and partitionLeaderEpoch set to -1 — per batch, never per
-record. Batches wholly below the fetch offset are skipped; compaction gaps need nothing (the
-offsets are simply absent). Limits as Kafka: partition_max_bytes per partition, max_bytes per
+through the segment cache (one ranged GET shared by every consumer), which keeps them as
+served: baseOffsets absolute, partitionLeaderEpoch -1 (patched once per segment read, per
+batch, never per record). A fetch sends views of those cached bytes — one per segment, not
+per batch — after the response fields it writes itself (FetchResponse v4-v12 in wire bytes,
+checked equal to kio's encoding by tests/protocol/test_fetch_response.py), so past the
+cache a record byte is copied by no one but the kernel (agent/protocol/writev.py). Batches
+wholly below the fetch offset are skipped; compaction gaps need nothing (the offsets are
+simply absent). Limits as Kafka: partition_max_bytes per partition, max_bytes per
 response, but the first batch of the first non-empty partition is returned whole even if it
 is larger, so a consumer always makes progress. Below the log start or past the high
-watermark: OFFSET_OUT_OF_RANGE. With fewer than min_bytes, the fetch waits up to max_wait for
-the next data commit of any agent on the metadata store (an asyncio event set by this agent's
-flushes and by the metadata store's commit watcher, metadata/notify.py; not a sleep loop).
+watermark: OFFSET_OUT_OF_RANGE. With fewer than min_bytes, the fetch waits up to max_wait
+for the next data commit of any agent on the metadata store (an asyncio event set by this
+agent's flushes and by the metadata store's commit watcher, metadata/notify.py; not a sleep
+loop).
 """
 
 from __future__ import annotations
@@ -17,28 +22,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32, i64
 
-from fileformat.batch import (
-    LAST_OFFSET_DELTA_POS,
-    LEADER_EPOCH_POS,
-    LENGTH_POS,
-    LOG_OVERHEAD,
-)
+from fileformat.batch import LAST_OFFSET_DELTA_POS, LENGTH_POS, LOG_OVERHEAD
 from metadata import PartitionInfo
 from metadata.errors import OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError
 
-from ..codec import NO_THROTTLE, Builder
+from ..codec import Buffer, Builder, Encoded, write_uvarint
 from ..context import ServerContext
 
 SEGMENTS_PER_QUERY = 32
+READ_UNCOMMITTED = 0  # isolation_level: Kafka then sends aborted_transactions null
 _BASE = struct.Struct(">q")
 _LENGTH = struct.Struct(">i")
-_EPOCH = struct.Struct(">i")
 _LAST_DELTA = struct.Struct(">i")
 
 
@@ -50,29 +49,31 @@ class PartitionRead:
     error: ErrorCode = ErrorCode.none
     high_watermark: int = -1
     log_start: int = -1
-    records: bytes | bytearray = b""  # written to the response as is (no copy to bytes)
+    records: list[memoryview] = field(default_factory=list)  # views of cached segments
+    size: int = 0  # bytes in `records`
 
 
-def patch_batches(out: bytearray, data: bytes, base: int, from_offset: int, budget: int,
-                  first: bool) -> bool:
-    """Append to `out` a segment's batches that end at or after `from_offset`, at absolute
-    offsets, within `budget` bytes of `out` (the first batch always, if `first` and `out` is
-    empty). Returns whether the budget stopped it."""
-    view = memoryview(data)  # slices of it are appended without an intermediate copy
-    pos, end = 0, len(data)
+def span(data: bytearray, from_offset: int, room: int, take_first: bool) -> tuple[int, int, bool]:
+    """(start, end, stopped): the byte range of the batches of `data` (absolute offsets)
+    that end at or after `from_offset`, within `room` bytes (the first such batch always,
+    if `take_first`); `stopped` when the room, not the data, ended it."""
+    end = len(data)
+    pos = 0
+    while pos + LOG_OVERHEAD <= end:  # skip the batches wholly below from_offset
+        last = (_BASE.unpack_from(data, pos)[0]
+                + _LAST_DELTA.unpack_from(data, pos + LAST_OFFSET_DELTA_POS)[0])
+        if last >= from_offset:
+            break
+        pos += _LENGTH.unpack_from(data, pos + LENGTH_POS)[0] + LOG_OVERHEAD
+    start = pos
+    if end - start <= room:
+        return start, end, False
     while pos + LOG_OVERHEAD <= end:
         total = _LENGTH.unpack_from(data, pos + LENGTH_POS)[0] + LOG_OVERHEAD
-        rel = _BASE.unpack_from(data, pos)[0]
-        last = base + rel + _LAST_DELTA.unpack_from(data, pos + LAST_OFFSET_DELTA_POS)[0]
-        if last >= from_offset:
-            if len(out) + total > budget and not (first and not out):
-                return True
-            start = len(out)
-            out += view[pos:pos + total]
-            _BASE.pack_into(out, start, base + rel)
-            _EPOCH.pack_into(out, start + LEADER_EPOCH_POS, -1)
+        if pos + total - start > room and not (take_first and pos == start):
+            return start, pos, True
         pos += total
-    return False
+    return start, pos, False
 
 
 def read_partition(ctx: ServerContext, topic: str, p: Any, offsets: dict[int, PartitionInfo],
@@ -88,7 +89,6 @@ def read_partition(ctx: ServerContext, topic: str, p: Any, offsets: dict[int, Pa
         read.error = ErrorCode.offset_out_of_range
         return read
     budget = min(budget, int(p.partition_max_bytes))
-    out = bytearray()
     position = offset
     while position < info.next_offset:
         try:
@@ -96,17 +96,20 @@ def read_partition(ctx: ServerContext, topic: str, p: Any, offsets: dict[int, Pa
                                                   limit=SEGMENTS_PER_QUERY)
         except OffsetOutOfRangeError:  # retention moved the log start meanwhile
             read.error = ErrorCode.offset_out_of_range
+            read.records, read.size = [], 0
             return read
         for seg in segments:
-            full = patch_batches(out, ctx.cache.get(seg), seg.base_offset, position, budget,
-                                 first)
+            data = ctx.cache.get(seg)
+            start, end, full = span(data, position, budget - read.size,
+                                    first and not read.size)
+            if end > start:
+                read.records.append(memoryview(data)[start:end])
+                read.size += end - start
             if full:
-                read.records = out
                 return read
             position = seg.last_offset + 1
         if len(segments) < SEGMENTS_PER_QUERY:
             break
-    read.records = out
     return read
 
 
@@ -123,8 +126,8 @@ def read_all(ctx: ServerContext, request: Any) -> list[tuple[str, list[Partition
         reads = []
         for p in t.partitions:
             read = read_partition(ctx, t.topic, p, offsets, max(budget, 0), first)
-            budget -= len(read.records)
-            first = first and not read.records
+            budget -= read.size
+            first = first and not read.size
             reads.append(read)
         results.append((t.topic, reads))
     return results
@@ -137,20 +140,82 @@ async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> A
     while True:
         woken = ctx.committed()  # before reading: a commit during the read is not missed
         results = await ctx.run(read_all, ctx, request)
-        size = sum(len(r.records) for _, reads in results for r in reads)
+        size = sum(r.size for _, reads in results for r in reads)
         errors = any(r.error for _, reads in results for r in reads)
         remaining = deadline - loop.time()
         if size >= min_bytes or errors or remaining <= 0 or ctx.stopping:
             break
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(woken.wait(), remaining)
-    return b("FetchResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
-             session_id=i32(0), responses=tuple(
-                 b("FetchableTopicResponse", topic=topic, partitions=tuple(
-                     b("PartitionData", partition_index=i32(r.index), error_code=r.error,
-                       high_watermark=i64(r.high_watermark),
-                       last_stable_offset=i64(r.high_watermark),
-                       log_start_offset=i64(r.log_start), aborted_transactions=(),
-                       preferred_read_replica=i32(-1), records=r.records)
-                     for r in reads))
-                 for topic, reads in results))
+    return response(b, results, aborted_null=int(request.isolation_level) == READ_UNCOMMITTED)
+
+
+# FetchResponse v4-v12 in wire bytes, written here (the hot path) rather than through kio;
+# tests/protocol/test_fetch_response.py checks it equals kio's encoding for every version.
+# throttle_time_ms; error_code and session_id (v7+, 0 and 0: no fetch sessions); per topic:
+# name; per partition: index, error_code, high_watermark, last_stable_offset (= the high
+# watermark: no transactions), log_start_offset (v5+), aborted_transactions (null under
+# read_uncommitted, as Kafka sends, else empty), preferred_read_replica (v11+, -1: none),
+# records (int32 length, or compact: length + 1, then the batches as they are). v12 is
+# flexible: compact arrays and strings and an empty tagged-field section closing each
+# struct (Kafka writes no tag whose value is its default: diverging_epoch, current_leader,
+# snapshot_id are never set here).
+_TOP_V4 = struct.Struct(">i")  # throttle_time_ms
+_TOP_V7 = struct.Struct(">ihi")  # ... error_code, session_id
+_PARTITION_V4 = struct.Struct(">ihqq")  # index, error_code, high_watermark, last_stable
+_PARTITION_V5 = struct.Struct(">ihqqq")  # ... and log_start_offset
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_NO_TAGS = b"\x00"
+_NO_REPLICA = _INT32.pack(-1)
+FLEXIBLE_FROM = 12
+
+
+def response(b: Builder, results: list[tuple[str, list[PartitionRead]]],
+             aborted_null: bool) -> Encoded:
+    """The FetchResponse of `b.version` for `results`: its fields in small buffers, its
+    records the cached views themselves."""
+    version = b.version
+    flexible = version >= FLEXIBLE_FROM
+    if flexible:
+        aborted = b"\x00" if aborted_null else b"\x01"
+    else:
+        aborted = _INT32.pack(-1 if aborted_null else 0)
+    if version >= 11:
+        aborted += _NO_REPLICA
+    parts: list[Buffer] = []
+    out = bytearray(_TOP_V7.pack(0, 0, 0) if version >= 7 else _TOP_V4.pack(0))
+    if flexible:
+        write_uvarint(out, len(results) + 1)
+    else:
+        out += _INT32.pack(len(results))
+    for topic, reads in results:
+        name = topic.encode()
+        if flexible:
+            write_uvarint(out, len(name) + 1)
+            out += name
+            write_uvarint(out, len(reads) + 1)
+        else:
+            out += _INT16.pack(len(name)) + name + _INT32.pack(len(reads))
+        for r in reads:
+            code = r.error.value
+            out += (_PARTITION_V5.pack(r.index, code, r.high_watermark, r.high_watermark,
+                                       r.log_start) if version >= 5
+                    else _PARTITION_V4.pack(r.index, code, r.high_watermark, r.high_watermark))
+            out += aborted
+            if flexible:
+                write_uvarint(out, r.size + 1)
+            else:
+                out += _INT32.pack(r.size)
+            if r.records:
+                parts.append(out)
+                parts += r.records
+                out = bytearray()
+            if flexible:
+                out += _NO_TAGS
+        if flexible:
+            out += _NO_TAGS
+    if flexible:
+        out += _NO_TAGS
+    parts.append(out)
+    return b.encoded(*parts)

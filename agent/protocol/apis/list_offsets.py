@@ -41,11 +41,11 @@ def _first_at(ctx: ServerContext, seg: SegmentInfo, wanted: int,
               exact: bool) -> tuple[int, int] | None:
     """(timestamp, offset) of the segment's first record with timestamp >= wanted (== if
     exact); decodes only the batch that holds it."""
-    data = ctx.cache.get(seg)
+    data = ctx.cache.get(seg)  # absolute offsets
     for header, view in iter_batches(data):
         if header.max_timestamp < wanted:
             continue
-        for rec in iter_records(view, header, seg.base_offset):
+        for rec in iter_records(view, header):
             if rec.timestamp == wanted or (not exact and rec.timestamp > wanted):
                 return rec.timestamp, rec.offset
     return None

@@ -52,7 +52,7 @@ from metadata.errors import (
     UnknownTopicError,
 )
 
-from ..codec import Builder, Encoded
+from ..codec import Builder, Encoded, write_uvarint
 from ..context import ServerContext
 
 # `_admit`'s answer when buffer.memory has no room now: try again when room is freed.
@@ -220,13 +220,6 @@ _NO_TAGS = b"\x00"
 FLEXIBLE_FROM = 9
 
 
-def _uvarint(out: bytearray, n: int) -> None:
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-
-
 def _response(b: Builder, results: list[tuple[str, list[tuple[int, int | ErrorCode]]]]
               ) -> Encoded:
     version = b.version
@@ -236,15 +229,15 @@ def _response(b: Builder, results: list[tuple[str, list[tuple[int, int | ErrorCo
     after_partition = record_errors + (_NO_TAGS if flexible else b"")
     out = bytearray()
     if flexible:
-        _uvarint(out, len(results) + 1)
+        write_uvarint(out, len(results) + 1)
     else:
         out += _INT32.pack(len(results))
     for topic, parts in results:
         name = topic.encode()
         if flexible:
-            _uvarint(out, len(name) + 1)
+            write_uvarint(out, len(name) + 1)
             out += name
-            _uvarint(out, len(parts) + 1)
+            write_uvarint(out, len(parts) + 1)
         else:
             out += struct.pack(">h", len(name)) + name + _INT32.pack(len(parts))
         for index, o in parts:

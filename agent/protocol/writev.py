@@ -1,0 +1,75 @@
+"""Sending a reply's buffers to the socket as they are, with writev(2): no joining, no copy.
+
+On Python 3.11 asyncio's `writelines` joins its buffers into one bytes object, and what the
+socket does not take at once is copied into the transport's bytearray, whose sent head is
+then deleted (moving the rest) after every send: a 50 MiB Fetch reply was copied several
+times over. Here each buffer (Fetch's record bytes are views of the segment cache) goes to
+the kernel from where it lies, up to IOV_MAX buffers per system call; when the socket is
+full the sender waits for it to become writable (the event loop's writer callback), and
+other connections go on meanwhile.
+
+The transport stays in charge of reading and closing; it never holds written data because
+every reply of a connection is written here, by its one sender task, in order. The loop
+refuses a writer callback on a transport's descriptor, so the wait registers a duplicate of
+it (same socket, another descriptor number), closed as soon as the reply is out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+
+from .codec import Buffer
+
+IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+
+
+async def send_buffers(writer: asyncio.StreamWriter, buffers: Sequence[Buffer]) -> None:
+    """Write `buffers` in order to `writer`'s socket; ConnectionError if the peer is gone."""
+    sock = writer.get_extra_info("socket")
+    if sock is None or writer.transport.get_write_buffer_size():  # not a plain socket
+        writer.writelines(buffers)
+        await writer.drain()
+        return
+    if writer.transport.is_closing():
+        raise ConnectionResetError("connection closed")
+    fd = sock.fileno()
+    views = [memoryview(b) for b in buffers if len(b)]
+    loop = asyncio.get_running_loop()
+    waiting_fd = -1  # the duplicate the loop watches for writability, made on first need
+    i = 0
+    try:
+        while i < len(views):
+            try:
+                sent = os.writev(fd, views[i:i + IOV_MAX])
+            except (BlockingIOError, InterruptedError):
+                if waiting_fd < 0:
+                    waiting_fd = os.dup(fd)
+                await _writable(loop, waiting_fd)
+                continue
+            while sent:  # skip what went out; the first buffer not wholly sent is re-sliced
+                size = len(views[i])
+                if sent < size:
+                    views[i] = views[i][sent:]
+                    break
+                sent -= size
+                i += 1
+    finally:
+        if waiting_fd >= 0:
+            os.close(waiting_fd)
+
+
+async def _writable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    """Return when `fd` can take more bytes (or has failed: the next write raises)."""
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_writer(fd, wake)
+    try:
+        await ready
+    finally:
+        loop.remove_writer(fd)

@@ -1,0 +1,76 @@
+"""The Fetch handler writes its responses' bytes itself (the hot path, records sent as views
+of the segment cache): joined, they must equal what kio encodes from Kafka's schema, for every
+version the server advertises."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32, i64
+
+from agent.protocol.apis import FETCH, TABLE
+from agent.protocol.apis.fetch import PartitionRead, response
+from agent.protocol.codec import Builder, encode_response, frame
+
+Results = list[tuple[str, list[PartitionRead]]]
+
+
+def _records(*chunks: bytes) -> list[memoryview]:
+    return [memoryview(c) for c in chunks]
+
+
+def _read(index: int, *chunks: bytes, error: ErrorCode = ErrorCode.none, hw: int = 10,
+          log_start: int = 0) -> PartitionRead:
+    return PartitionRead(index, error, hw, log_start, _records(*chunks),
+                         sum(len(c) for c in chunks))
+
+
+def _cases() -> list[Results]:
+    return [
+        [],
+        [("orders", [_read(0, b"batch")])],
+        [("orders", [_read(0, b"a" * 100, b"b" * 300, hw=2**40, log_start=7),
+                     _read(1, error=ErrorCode.offset_out_of_range, hw=5, log_start=3),
+                     _read(2)]),  # no records, no error
+         ("é" * 70, [_read(i, bytes([i]) * i) for i in range(130)])],  # varints past a byte
+        [("t", [_read(3, error=ErrorCode.unknown_topic_or_partition, hw=-1, log_start=-1)]),
+         ("u", [])],
+    ]
+
+
+def _kio_response(b: Builder, results: Results, aborted_null: bool) -> object:
+    """The reference: kio's entity for the same response (what the handler used to build)."""
+    return b("FetchResponse", throttle_time=timedelta(0), error_code=ErrorCode.none,
+             session_id=i32(0), responses=tuple(
+                 b("FetchableTopicResponse", topic=topic, partitions=tuple(
+                     b("PartitionData", partition_index=i32(r.index), error_code=r.error,
+                       high_watermark=i64(r.high_watermark),
+                       last_stable_offset=i64(r.high_watermark),
+                       log_start_offset=i64(r.log_start),
+                       aborted_transactions=None if aborted_null else (),
+                       preferred_read_replica=i32(-1),
+                       records=b"".join(r.records))
+                     for r in reads))
+                 for topic, reads in results))
+
+
+@pytest.mark.parametrize("version", range(TABLE[FETCH].min_version,
+                                          TABLE[FETCH].max_version + 1))
+@pytest.mark.parametrize("case", range(len(_cases())))
+@pytest.mark.parametrize("aborted_null", [True, False])
+def test_fetch_response_bytes_equal_kio(version: int, case: int, aborted_null: bool) -> None:
+    b = Builder(FETCH, version)
+    results = _cases()[case]
+    assert frame(9, response(b, results, aborted_null)) == frame(
+        9, _kio_response(b, results, aborted_null))
+
+
+def test_records_are_sent_as_the_cached_views() -> None:
+    """The record bytes are not copied into the response: its buffers are the views."""
+    cached = bytearray(b"x" * 1000)
+    view = memoryview(cached)[100:900]
+    read = PartitionRead(0, high_watermark=1, log_start=0, records=[view], size=len(view))
+    parts = encode_response(1, response(Builder(FETCH, 12), [("t", [read])], False))
+    assert any(p is view for p in parts)
