@@ -54,13 +54,15 @@ class Periodic:
                     self._clock.wait(self._cond, left)
                 if self._stopping:
                     return
+            started = self._clock.monotonic()
             try:
                 self._task()
             except Exception:
                 log.exception("%s failed (next try in %.0f s)", self.name, self._interval_s)
-            # At a fixed rate; intervals a slow call (or a clock jump) overran are skipped.
-            now = self._clock.monotonic()
-            while deadline <= now:
+            # At a fixed rate from the deadlines; intervals already past when this call
+            # started (a clock jump, a stall) are skipped. A slow call delays the next one
+            # (due during it: it runs at once, once) but never skips it.
+            while deadline <= started:
                 deadline += self._interval_s
 
 
