@@ -63,10 +63,11 @@ def builder(api_key: int, version: int) -> Builder:
 class _Connection:
     """One client connection: its reader task and whether it waits for a new frame."""
 
-    __slots__ = ("idle", "task")
+    __slots__ = ("idle", "task", "writer")
 
-    def __init__(self, task: asyncio.Task[None]) -> None:
+    def __init__(self, task: asyncio.Task[None], writer: asyncio.StreamWriter) -> None:
         self.task = task
+        self.writer = writer
         self.idle = True
 
 
@@ -105,8 +106,11 @@ class Server:
         await self.ctx.run(self.ctx.agent.flush)
         if self._conns:
             _, late = await asyncio.wait(list(self._conns), timeout=SHUTDOWN_GRACE_S)
-            for task in late:
+            for task in late:  # past the grace: drop the connection, then reap its task
+                self._conns[task].writer.transport.abort()
                 task.cancel()
+            if late:  # its finally closes the writer (an unreaped one leaks its socket)
+                await asyncio.wait(late, timeout=SHUTDOWN_GRACE_S)
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -115,7 +119,7 @@ class Server:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        conn = self._conns[task] = _Connection(task)
+        conn = self._conns[task] = _Connection(task, writer)
         replies: asyncio.Queue[tuple[int, Any] | None] = asyncio.Queue(MAX_IN_FLIGHT)
         sender = asyncio.create_task(self._send(replies, writer))
         peer = writer.get_extra_info("peername")

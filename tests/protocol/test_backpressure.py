@@ -89,12 +89,22 @@ def gated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InProcess
     finally:
         store.gate.set()
         asyncio.run_coroutine_threadsafe(server.stop(), loop).result(WAIT_S * 2)
+        asyncio.run_coroutine_threadsafe(_reap(), loop).result(WAIT_S)
         agent.close()
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
         loop.close()
         ctx.pool.shutdown()
         md.close()
+
+
+async def _reap() -> None:
+    """Cancel and finish what is left on the test's loop (as `asyncio.run` does before it
+    closes one), so no connection's socket is left to the garbage collector."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _send_produce(port: int, partition: int, tag: bytes, timeout_ms: int = 30_000,
