@@ -43,6 +43,27 @@ def write_uvarint(out: bytearray, n: int) -> None:
     out.append(n)
 
 
+def write_array_length(out: bytearray, n: int, flexible: bool) -> None:
+    """Append an array's length: a compact one (n + 1, varint) in flexible versions, else
+    an int32."""
+    if flexible:
+        write_uvarint(out, n + 1)
+    else:
+        out += n.to_bytes(4, "big", signed=True)
+
+
+def write_topic_head(out: bytearray, topic: str, partitions: int, flexible: bool) -> None:
+    """Append a response topic's name and the length of its partition array (what the
+    hand-written Produce and Fetch responses share)."""
+    name = topic.encode()
+    if flexible:
+        write_uvarint(out, len(name) + 1)
+    else:
+        out += len(name).to_bytes(2, "big", signed=True)
+    out += name
+    write_array_length(out, partitions, flexible)
+
+
 @functools.cache
 def _fields(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls))

@@ -31,7 +31,7 @@ from fileformat.batch import LAST_OFFSET_DELTA_POS, LENGTH_POS, LOG_OVERHEAD
 from metadata import PartitionInfo
 from metadata.errors import OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError
 
-from ..codec import Buffer, Builder, Encoded, write_uvarint
+from ..codec import Buffer, Builder, Encoded, write_array_length, write_topic_head, write_uvarint
 from ..context import ServerContext
 
 SEGMENTS_PER_QUERY = 32
@@ -164,7 +164,6 @@ _TOP_V4 = struct.Struct(">i")  # throttle_time_ms
 _TOP_V7 = struct.Struct(">ihi")  # ... error_code, session_id
 _PARTITION_V4 = struct.Struct(">ihqq")  # index, error_code, high_watermark, last_stable
 _PARTITION_V5 = struct.Struct(">ihqqq")  # ... and log_start_offset
-_INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _NO_TAGS = b"\x00"
 _NO_REPLICA = _INT32.pack(-1)
@@ -185,18 +184,9 @@ def response(b: Builder, results: list[tuple[str, list[PartitionRead]]],
         aborted += _NO_REPLICA
     parts: list[Buffer] = []
     out = bytearray(_TOP_V7.pack(0, 0, 0) if version >= 7 else _TOP_V4.pack(0))
-    if flexible:
-        write_uvarint(out, len(results) + 1)
-    else:
-        out += _INT32.pack(len(results))
+    write_array_length(out, len(results), flexible)
     for topic, reads in results:
-        name = topic.encode()
-        if flexible:
-            write_uvarint(out, len(name) + 1)
-            out += name
-            write_uvarint(out, len(reads) + 1)
-        else:
-            out += _INT16.pack(len(name)) + name + _INT32.pack(len(reads))
+        write_topic_head(out, topic, len(reads), flexible)
         for r in reads:
             code = r.error.value
             out += (_PARTITION_V5.pack(r.index, code, r.high_watermark, r.high_watermark,

@@ -52,7 +52,7 @@ from metadata.errors import (
     UnknownTopicError,
 )
 
-from ..codec import Builder, Encoded, write_uvarint
+from ..codec import Builder, Encoded, write_array_length, write_topic_head
 from ..context import ServerContext
 
 # `_admit`'s answer when buffer.memory has no room now: try again when room is freed.
@@ -228,18 +228,9 @@ def _response(b: Builder, results: list[tuple[str, list[tuple[int, int | ErrorCo
                      _NO_RECORD_ERRORS_COMPACT if flexible else _NO_RECORD_ERRORS_LEGACY)
     after_partition = record_errors + (_NO_TAGS if flexible else b"")
     out = bytearray()
-    if flexible:
-        write_uvarint(out, len(results) + 1)
-    else:
-        out += _INT32.pack(len(results))
+    write_array_length(out, len(results), flexible)
     for topic, parts in results:
-        name = topic.encode()
-        if flexible:
-            write_uvarint(out, len(name) + 1)
-            out += name
-            write_uvarint(out, len(parts) + 1)
-        else:
-            out += struct.pack(">h", len(name)) + name + _INT32.pack(len(parts))
+        write_topic_head(out, topic, len(parts), flexible)
         for index, o in parts:
             code, base = (o.value, -1) if isinstance(o, ErrorCode) else (0, o)
             out += (_PARTITION_V5.pack(index, code, base, -1, -1) if version >= 5
