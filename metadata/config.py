@@ -18,6 +18,8 @@ PRODUCER_ID_EXPIRATION_MS = "producer.id.expiration.ms"
 PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = "producer.id.expiration.check.interval.ms"
 BROKER_SESSION_TIMEOUT_MS = "broker.session.timeout.ms"
 BROKER_HEARTBEAT_INTERVAL_MS = "broker.heartbeat.interval.ms"
+OFFSETS_RETENTION_MINUTES = "offsets.retention.minutes"
+OFFSETS_RETENTION_CHECK_INTERVAL_MS = "offsets.retention.check.interval.ms"
 ENV_URL = "SILT_METADATA"
 
 
@@ -50,6 +52,13 @@ class MetadataConfig(Section):
     # heartbeats every interval.
     broker_session_timeout_ms: int = integer(BROKER_SESSION_TIMEOUT_MS, 9_000, lo=1)
     broker_heartbeat_interval_ms: int = integer(BROKER_HEARTBEAT_INTERVAL_MS, 2_000, lo=1)
+
+    # Kafka's offsets.retention.minutes: a group's committed offsets are deleted once the
+    # group has been empty this long (a "simple" consumer's, this long after each commit);
+    # each `silt agent` checks every offsets.retention.check.interval.ms.
+    offsets_retention_minutes: int = integer(OFFSETS_RETENTION_MINUTES, 7 * 24 * 60, lo=1)
+    offsets_retention_check_interval_ms: int = integer(
+        OFFSETS_RETENTION_CHECK_INTERVAL_MS, 600_000, lo=1)
 
     def check_across(self) -> None:
         if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms:

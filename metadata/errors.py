@@ -116,3 +116,26 @@ class BatchRejectedError(MetadataError):
     order; retrying the batch is safe (its sequence numbers were not consumed)."""
 
     retriable = True
+
+
+class GroupCoordinatedElsewhereError(MetadataError):
+    """Another live agent holds the group's coordinator lease (Kafka's NOT_COORDINATOR: ask
+    FindCoordinator again); `holder` is that agent's id."""
+
+    def __init__(self, message: str, holder: str) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+class GroupLeaseLostError(MetadataError):
+    """The group's coordinator lease was taken over (its epoch moved): this agent no longer
+    coordinates the group and wrote nothing (Kafka's NOT_COORDINATOR)."""
+
+
+class GroupNotEmptyError(MetadataError):
+    """The group has members: its offsets can be reset or it deleted only while it is empty
+    (Kafka's NON_EMPTY_GROUP)."""
+
+
+class UnknownGroupError(MetadataError):
+    """No group by this id has any state or committed offset (Kafka's GROUP_ID_NOT_FOUND)."""

@@ -307,3 +307,72 @@ class RejectedChunk:
 
     answers: tuple[int | Exception, ...]
     other: Exception
+
+
+# Consumer-group states, with Kafka's names (GroupState in the GroupCoordinator).
+GROUP_EMPTY = "Empty"
+GROUP_PREPARING_REBALANCE = "PreparingRebalance"
+GROUP_COMPLETING_REBALANCE = "CompletingRebalance"
+GROUP_STABLE = "Stable"
+GROUP_DEAD = "Dead"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMember:
+    """A member of a consumer group as its coordinator stores it: who it is, its timeouts,
+    its subscription metadata for the group's protocol and its assignment (both opaque bytes
+    the clients' assignors write and read)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    metadata: bytes = b""
+    assignment: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRecord:
+    """A consumer group as last stored by its coordinator (Kafka's GroupMetadata record):
+    stored when a rebalance completes and when the group empties or stops being empty.
+    `state_at_ms` is when it entered `state` (offsets expire counting from when it emptied)."""
+
+    group_id: str
+    protocol_type: str | None
+    protocol_name: str | None
+    generation: int
+    leader: str | None
+    state: str
+    members: tuple[GroupMember, ...]
+    state_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLease:
+    """The right of agent `agent_id` to coordinate a group; `epoch` fences its writes (a
+    takeover bumps it, so a paused former coordinator's writes are refused)."""
+
+    group_id: str
+    agent_id: str
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommit:
+    """One partition's offset to commit for a group: the next offset to consume, the leader
+    epoch of the last consumed record (-1: unknown) and the client's metadata string."""
+
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset(OffsetCommit):
+    """A committed offset as stored, with when it was committed."""
+
+    committed_at_ms: int = 0

@@ -42,6 +42,18 @@ Version 3 (topic deletion):
   table's rowid, which SQLite reuses after the highest row is deleted), so a topic deleted
   and created again under its name is a new topic with a new id (a new Kafka topic id).
 
+Version 4 (consumer groups):
+
+- `group_coordinators(group_id PK, agent_id, epoch, acquired_at_ms)`: which agent coordinates
+  a group (a lease valid while that agent is live in `agents`, so its registry heartbeat
+  renews all its groups at once); `epoch` grows at every takeover and fences the
+  coordinator's writes.
+- `groups(group_id PK, protocol_type, protocol_name, generation, leader, state, members JSON
+  text, state_at_ms)`: a group as its coordinator last stored it (groups.py).
+- `group_offsets(group_id, topic, partition, committed_offset, leader_epoch, metadata,
+  committed_at_ms)`, PK (group_id, topic, partition): committed offsets, by topic NAME as
+  Kafka keeps them (a topic deleted and created again keeps its groups' offsets).
+
 A migration is a function of a connection inside the transaction that also records its
 version; `MIGRATIONS[i]` brings the schema from version i to i + 1. Migrations are frozen once
 released: a later change to a table is a new migration, and `_v1` then gets its own copy of
@@ -307,6 +319,49 @@ def _v3(conn: sa.Connection, now_ms: int) -> None:
     conn.execute(table.insert().values(id=1, next_id=int(top or 0) + 1))
 
 
+group_coordinators = sa.Table(
+    "group_coordinators",
+    md,
+    sa.Column("group_id", sa.String(255), primary_key=True),
+    sa.Column("agent_id", sa.String(255), nullable=False),
+    sa.Column("epoch", sa.BigInteger, nullable=False),
+    sa.Column("acquired_at_ms", sa.BigInteger, nullable=False),
+    sa.Index("group_coordinators_agent", "agent_id"),
+)
+
+groups = sa.Table(
+    "groups",
+    md,
+    sa.Column("group_id", sa.String(255), primary_key=True),
+    sa.Column("protocol_type", sa.String(255), nullable=True),
+    sa.Column("protocol_name", sa.String(255), nullable=True),
+    sa.Column("generation", sa.Integer, nullable=False),
+    sa.Column("leader", sa.String(255), nullable=True),
+    sa.Column("state", sa.String(32), nullable=False),
+    sa.Column("members", sa.Text, nullable=False),  # JSON list of models.GroupMember
+    sa.Column("state_at_ms", sa.BigInteger, nullable=False),
+)
+
+group_offsets = sa.Table(
+    "group_offsets",
+    md,
+    sa.Column("group_id", sa.String(255), primary_key=True),
+    sa.Column("topic", sa.String(255), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("committed_offset", sa.BigInteger, nullable=False),
+    sa.Column("leader_epoch", sa.Integer, nullable=False),
+    sa.Column("metadata", sa.Text, nullable=True),
+    sa.Column("committed_at_ms", sa.BigInteger, nullable=False),
+)
+
+
+def _v4(conn: sa.Connection, now_ms: int) -> None:
+    """Consumer groups: coordinator leases, stored groups, committed offsets."""
+    v4 = sa.MetaData()
+    v4.create_all(conn, tables=[t.to_metadata(v4)
+                                for t in (group_coordinators, groups, group_offsets)])
+
+
 Migration = Callable[[sa.Connection, int], None]
-MIGRATIONS: list[Migration] = [_v1, _v2, _v3]
+MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4]
 LATEST_VERSION = len(MIGRATIONS)

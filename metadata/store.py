@@ -1,7 +1,8 @@
 """`MetadataStore`: the one handle on the metadata database, a thin facade over the
 concern modules — topics.py, files.py (agent commits, GC), retention.py, reads.py
 (segments, snapshots, stats), jobs.py (compaction leases and commits), agents.py (the
-agent registry), producers.py (idempotent producers), notify.py (commit notifications
+agent registry), producers.py (idempotent producers), groups.py (consumer groups:
+coordinator leases, stored groups, committed offsets), notify.py (commit notifications
 across processes) — on the shared `Database` of engine.py (engine, migrations,
 transactions, the commit helper and its failure model). The methods are those modules'
 functions, so each is documented where it is implemented.
@@ -9,7 +10,7 @@ functions, so each is documented where it is implemented.
 
 from __future__ import annotations
 
-from . import agents, files, jobs, notify, producers, reads, retention, topics
+from . import agents, files, groups, jobs, notify, producers, reads, retention, topics
 from .engine import DEFAULT_URL, Database
 
 __all__ = ["DEFAULT_URL", "MetadataStore"]
@@ -62,5 +63,18 @@ class MetadataStore(Database):
     allocate_producer_id = producers.allocate_producer_id
     producer_state = producers.producer_state
     expire_producers = producers.expire_producers
+    # consumer groups
+    group_coordinator = groups.group_coordinator
+    acquire_group = groups.acquire_group
+    held_groups = groups.held_groups
+    load_group = groups.load_group
+    store_group = groups.store_group
+    list_groups = groups.list_groups
+    commit_offsets = groups.commit_offsets
+    fetch_offsets = groups.fetch_offsets
+    delete_offsets = groups.delete_offsets
+    reset_offsets = groups.reset_offsets
+    delete_group = groups.delete_group
+    expire_offsets = groups.expire_offsets
     # commit notifications across processes (long-poll wake-ups)
     watch_commits = notify.watch_commits

@@ -1,0 +1,361 @@
+"""Consumer groups: which agent coordinates each group (a fenced lease), the group as its
+coordinator last stored it, and committed offsets.
+
+The lease of a group names an agent and an epoch. It is valid while that agent is live in
+the agent registry (agents.py), so an agent's one registry heartbeat renews every group it
+coordinates, and a crashed agent's groups can be taken over once its session times out
+(a cleanly stopped agent's at once). A takeover bumps the epoch; every write a coordinator
+makes (`store_group`, `commit_offsets`, `delete_offsets`, `delete_group`) checks its epoch
+under the lease row's lock in the same transaction, so a paused former coordinator writes
+nothing after a takeover (GroupLeaseLostError: it drops the group, clients are told
+NOT_COORDINATOR and look it up again).
+
+Each call is one transaction. A crash before COMMIT leaves nothing of it; the clients retry
+(an OffsetCommit without an answer is sent again, and a group not stored is rebalanced
+again by the next coordinator).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from . import schema as s
+from .engine import Database
+from .errors import (
+    GroupCoordinatedElsewhereError,
+    GroupLeaseLostError,
+    GroupNotEmptyError,
+    UnknownGroupError,
+)
+from .models import (
+    GROUP_DEAD,
+    GROUP_EMPTY,
+    AgentInfo,
+    CommittedOffset,
+    GroupLease,
+    GroupMember,
+    GroupRecord,
+    OffsetCommit,
+)
+
+_BYTES_FIELDS = ("metadata", "assignment")
+
+
+# ------------------------------------------------------------------ leases
+
+
+def _live_agents(db: Database) -> sa.Select[Any]:
+    """The agent ids of live agents (as agents.live_brokers decides)."""
+    a = s.agents.c
+    since = db.clock.now_ms() - db.config.broker_session_timeout_ms
+    return sa.select(a.agent_id).where(a.stopped == sa.false(), a.heartbeat_at_ms > since)
+
+
+def group_coordinator(db: Database, group_id: str) -> AgentInfo | None:
+    """The live agent coordinating `group_id`, or None (nobody, or its holder is not live)."""
+    a, gc = s.agents.c, s.group_coordinators.c
+    with db.read() as conn:
+        row = conn.execute(
+            sa.select(s.agents).join(s.group_coordinators, gc.agent_id == a.agent_id)
+            .where(gc.group_id == group_id, a.agent_id.in_(_live_agents(db)))).first()
+    if row is None:
+        return None
+    return AgentInfo(node_id=int(row.node_id), agent_id=row.agent_id, host=row.host,
+                     port=int(row.port), registered_at_ms=int(row.registered_at_ms),
+                     heartbeat_at_ms=int(row.heartbeat_at_ms))
+
+
+def acquire_group(db: Database, group_id: str, agent_id: str) -> GroupLease:
+    """Make `agent_id` the coordinator of `group_id` with a new epoch (fencing any earlier
+    holder, this agent's own earlier incarnations included).
+
+    GroupCoordinatedElsewhereError if another agent holds it and is live. Concurrent
+    acquirers of a free group: one inserts; the other's insert fails on the primary key
+    and it looks again (finding the winner live).
+    """
+    gc = s.group_coordinators.c
+    for _ in range(2):
+        now = db.clock.now_ms()
+        with db.write() as conn:
+            row = conn.execute(sa.select(s.group_coordinators).where(gc.group_id == group_id)
+                               .with_for_update()).first()
+            if row is None:
+                try:
+                    with conn.begin_nested():
+                        conn.execute(s.group_coordinators.insert().values(
+                            group_id=group_id, agent_id=agent_id, epoch=1,
+                            acquired_at_ms=now))
+                except sa.exc.IntegrityError:
+                    continue
+                return GroupLease(group_id, agent_id, 1)
+            if row.agent_id != agent_id and conn.execute(
+                    _live_agents(db).where(s.agents.c.agent_id == row.agent_id)).first():
+                raise GroupCoordinatedElsewhereError(
+                    f"group {group_id!r} is coordinated by agent {row.agent_id}", row.agent_id)
+            epoch = int(row.epoch) + 1
+            conn.execute(s.group_coordinators.update().where(gc.group_id == group_id)
+                         .values(agent_id=agent_id, epoch=epoch, acquired_at_ms=now))
+            return GroupLease(group_id, agent_id, epoch)
+    raise AssertionError(f"group {group_id!r}: its lease could be neither inserted nor found")
+
+
+def held_groups(db: Database, agent_id: str) -> dict[str, int]:
+    """The groups whose lease `agent_id` holds, with their epochs (an agent drops the groups
+    it has loaded that are no longer among them)."""
+    gc = s.group_coordinators.c
+    with db.read() as conn:
+        rows = conn.execute(sa.select(gc.group_id, gc.epoch).where(gc.agent_id == agent_id))
+        return {r.group_id: int(r.epoch) for r in rows}
+
+
+def _fence(conn: sa.Connection, lease: GroupLease) -> None:
+    """Raise GroupLeaseLostError unless `lease` is still the group's lease; the row stays
+    locked (shared) to the end of the transaction, so a takeover waits for this write."""
+    gc = s.group_coordinators.c
+    row = conn.execute(sa.select(gc.agent_id, gc.epoch).where(gc.group_id == lease.group_id)
+                       .with_for_update(read=True)).first()
+    if row is None or row.agent_id != lease.agent_id or int(row.epoch) != lease.epoch:
+        holder = "nobody" if row is None else f"agent {row.agent_id} (epoch {row.epoch})"
+        raise GroupLeaseLostError(
+            f"group {lease.group_id!r}: lease epoch {lease.epoch} of agent {lease.agent_id}"
+            f" was taken over; now {holder}")
+
+
+# ------------------------------------------------------------------ stored groups
+
+
+def _members_json(members: Sequence[GroupMember]) -> str:
+    out = []
+    for m in members:
+        d = dataclasses.asdict(m)
+        for f in _BYTES_FIELDS:
+            d[f] = base64.b64encode(d[f]).decode()
+        out.append(d)
+    return json.dumps(out, separators=(",", ":"))
+
+
+def _members(text: str) -> tuple[GroupMember, ...]:
+    members = []
+    for d in json.loads(text):
+        for f in _BYTES_FIELDS:
+            d[f] = base64.b64decode(d[f])
+        members.append(GroupMember(**d))
+    return tuple(members)
+
+
+def _record(row: Any) -> GroupRecord:
+    return GroupRecord(group_id=row.group_id, protocol_type=row.protocol_type,
+                       protocol_name=row.protocol_name, generation=int(row.generation),
+                       leader=row.leader, state=row.state, members=_members(row.members),
+                       state_at_ms=int(row.state_at_ms))
+
+
+def load_group(db: Database, group_id: str) -> GroupRecord | None:
+    """The group as last stored, or None if it never was."""
+    with db.read() as conn:
+        row = conn.execute(sa.select(s.groups).where(s.groups.c.group_id == group_id)).first()
+    return None if row is None else _record(row)
+
+
+def _upsert(db: Database, table: sa.Table, keys: Sequence[str],
+            rows: Sequence[Mapping[str, Any]]) -> Any:
+    """INSERT … ON CONFLICT (keys) DO UPDATE of every other column (both dialects)."""
+    insert = postgresql.insert if db.pg else sqlite.insert
+    stmt = insert(table).values(list(rows)) if len(rows) > 1 else insert(table).values(rows[0])
+    return stmt.on_conflict_do_update(
+        index_elements=list(keys),
+        set_={c.name: stmt.excluded[c.name] for c in table.c if c.name not in keys})
+
+
+def store_group(db: Database, lease: GroupLease, record: GroupRecord) -> None:
+    """Store the group as its coordinator (`lease`) has it now. GroupLeaseLostError if the
+    lease was taken over (nothing written)."""
+    row = {"group_id": record.group_id, "protocol_type": record.protocol_type,
+           "protocol_name": record.protocol_name, "generation": record.generation,
+           "leader": record.leader, "state": record.state,
+           "members": _members_json(record.members), "state_at_ms": record.state_at_ms}
+    with db.write() as conn:
+        _fence(conn, lease)
+        conn.execute(_upsert(db, s.groups, ["group_id"], [row]))
+
+
+def list_groups(db: Database) -> list[GroupRecord]:
+    """Every group with stored state or committed offsets, by id (a group that only
+    committed offsets, as "simple" consumers do, is Empty with no protocol type)."""
+    o = s.group_offsets.c
+    with db.read() as conn:
+        stored = {r.group_id: _record(r) for r in conn.execute(sa.select(s.groups))}
+        for (group_id,) in conn.execute(sa.select(o.group_id).distinct()):
+            if group_id not in stored:
+                stored[group_id] = GroupRecord(group_id, None, None, 0, None, GROUP_EMPTY,
+                                               (), 0)
+    return [stored[k] for k in sorted(stored)]
+
+
+# ------------------------------------------------------------------ offsets
+
+
+def _known_partitions(conn: sa.Connection, topics: Iterable[str]) -> set[tuple[str, int]]:
+    t, p = s.topics.c, s.partitions.c
+    rows = conn.execute(sa.select(t.name, p.partition).join(s.partitions, p.topic_id == t.id)
+                        .where(t.name.in_(sorted(set(topics)))))
+    return {(r.name, int(r.partition)) for r in rows}
+
+
+def commit_offsets(db: Database, group_id: str, offsets: Sequence[OffsetCommit],
+                   lease: GroupLease | None = None) -> set[tuple[str, int]]:
+    """Commit `offsets` for `group_id` in one transaction: one row written per partition.
+
+    `lease`: the coordinator's, checked (GroupLeaseLostError: nothing written); None for a
+    write outside the coordinator (`silt groups reset-offsets` goes through
+    `reset_offsets`). Returns the (topic, partition) pairs that do not exist, which are not
+    written (Kafka's UNKNOWN_TOPIC_OR_PARTITION for them; the others are committed).
+    """
+    now = db.clock.now_ms()
+    with db.write() as conn:
+        if lease is not None:
+            _fence(conn, lease)
+        known = _known_partitions(conn, (o.topic for o in offsets))
+        rows = [{"group_id": group_id, "topic": o.topic, "partition": o.partition,
+                 "committed_offset": o.offset, "leader_epoch": o.leader_epoch,
+                 "metadata": o.metadata, "committed_at_ms": now}
+                for o in offsets if (o.topic, o.partition) in known]
+        if rows:
+            conn.execute(_upsert(db, s.group_offsets, ["group_id", "topic", "partition"],
+                                 rows))
+    return {(o.topic, o.partition) for o in offsets} - known
+
+
+def fetch_offsets(db: Database, group_id: str,
+                  topics: Iterable[str] | None = None) -> list[CommittedOffset]:
+    """The group's committed offsets (of `topics` only, if given), by topic and partition."""
+    o = s.group_offsets.c
+    query = sa.select(s.group_offsets).where(o.group_id == group_id)
+    if topics is not None:
+        query = query.where(o.topic.in_(sorted(set(topics))))
+    with db.read() as conn:
+        rows = conn.execute(query.order_by(o.topic, o.partition)).all()
+    return [CommittedOffset(topic=r.topic, partition=int(r.partition),
+                            offset=int(r.committed_offset), leader_epoch=int(r.leader_epoch),
+                            metadata=r.metadata, committed_at_ms=int(r.committed_at_ms))
+            for r in rows]
+
+
+def delete_offsets(db: Database, group_id: str, partitions: Iterable[tuple[str, int]],
+                   lease: GroupLease | None = None) -> int:
+    """Delete the group's committed offsets of these partitions (OffsetDelete); how many
+    there were. The coordinator checks first that the group does not consume them."""
+    o = s.group_offsets.c
+    keys = sorted(set(partitions))
+    with db.write() as conn:
+        if lease is not None:
+            _fence(conn, lease)
+        if not keys:
+            return 0
+        return int(conn.execute(s.group_offsets.delete().where(
+            o.group_id == group_id,
+            sa.tuple_(o.topic, o.partition).in_(keys))).rowcount)
+
+
+def _lock_empty(db: Database, conn: sa.Connection, group_id: str) -> GroupRecord | None:
+    """Lock the group's row (creating an Empty one if it has none, so a coordinator taking
+    the group out of Empty waits for this transaction) and check it is Empty or Dead."""
+    g = s.groups.c
+    insert = postgresql.insert if db.pg else sqlite.insert
+    conn.execute(insert(s.groups).values(
+        group_id=group_id, protocol_type=None, protocol_name=None, generation=0, leader=None,
+        state=GROUP_EMPTY, members="[]", state_at_ms=db.clock.now_ms(),
+    ).on_conflict_do_nothing(index_elements=["group_id"]))
+    row = conn.execute(sa.select(s.groups).where(g.group_id == group_id)
+                       .with_for_update()).one()
+    record = _record(row)
+    if record.state not in (GROUP_EMPTY, GROUP_DEAD):
+        raise GroupNotEmptyError(
+            f"group {group_id!r} is {record.state} with {len(record.members)} member(s):"
+            " stop its consumers first")
+    return record
+
+
+def reset_offsets(db: Database, group_id: str, offsets: Sequence[OffsetCommit]) -> None:
+    """Set the group's committed offsets from outside the group (`silt groups
+    reset-offsets`), only while it is empty (GroupNotEmptyError): the check and the write
+    are one transaction that holds the group's row, and a coordinator stores the group
+    under that row before its first member joins, so no member can read offsets older
+    than the reset once it is committed."""
+    now = db.clock.now_ms()
+    with db.write() as conn:
+        _lock_empty(db, conn, group_id)
+        known = _known_partitions(conn, (o.topic for o in offsets))
+        missing = sorted({(o.topic, o.partition) for o in offsets} - known)
+        if missing:
+            raise UnknownGroupError(f"no such partitions: {missing}")
+        rows = [{"group_id": group_id, "topic": o.topic, "partition": o.partition,
+                 "committed_offset": o.offset, "leader_epoch": o.leader_epoch,
+                 "metadata": o.metadata, "committed_at_ms": now} for o in offsets]
+        if rows:
+            conn.execute(_upsert(db, s.group_offsets, ["group_id", "topic", "partition"],
+                                 rows))
+
+
+def delete_group(db: Database, group_id: str, lease: GroupLease | None = None) -> None:
+    """Delete an empty group: its stored state, offsets and lease (DeleteGroups, `silt
+    groups delete`). GroupNotEmptyError if it has members, UnknownGroupError if it has
+    neither state nor offsets."""
+    g, o, gc = s.groups.c, s.group_offsets.c, s.group_coordinators.c
+    with db.write() as conn:
+        if lease is not None:
+            _fence(conn, lease)
+        existed = conn.execute(sa.select(g.group_id).where(g.group_id == group_id)).first()
+        has_offsets = conn.execute(
+            sa.select(o.group_id).where(o.group_id == group_id).limit(1)).first()
+        if existed is None and has_offsets is None:
+            raise UnknownGroupError(f"group {group_id!r} does not exist")
+        _lock_empty(db, conn, group_id)
+        conn.execute(s.group_offsets.delete().where(o.group_id == group_id))
+        conn.execute(s.groups.delete().where(g.group_id == group_id))
+        if lease is None:
+            conn.execute(s.group_coordinators.delete().where(gc.group_id == group_id))
+
+
+def expire_offsets(db: Database) -> int:
+    """Delete the committed offsets past offsets.retention.minutes; how many went.
+
+    Kafka's rule: a group's offsets expire together, once the group has been Empty for
+    the retention (its `state_at_ms`); a group with no stored state (only "simple"
+    commits) loses each offset that long after it was committed. A stored group whose
+    coordinator is gone (no live lease holder) counts as empty since the later of its
+    last store and its holder's last heartbeat. An expired group's row goes with its
+    offsets. Every agent runs this on a timer; concurrent runs delete the same rows.
+    """
+    now = db.clock.now_ms()
+    cutoff = now - db.config.offsets_retention_minutes * 60_000
+    g, o, gc, a = s.groups.c, s.group_offsets.c, s.group_coordinators.c, s.agents.c
+    holder_seen = (sa.select(sa.func.max(a.heartbeat_at_ms))
+                   .join(s.group_coordinators, gc.agent_id == a.agent_id)
+                   .where(gc.group_id == g.group_id).scalar_subquery())
+    live_holder = sa.exists(sa.select(gc.group_id).where(
+        gc.group_id == g.group_id, gc.agent_id.in_(_live_agents(db))))
+    expired = sa.or_(
+        sa.and_(g.state == GROUP_EMPTY, g.state_at_ms <= cutoff),
+        sa.and_(~live_holder, g.state_at_ms <= cutoff,
+                sa.func.coalesce(holder_seen, 0) <= cutoff))
+    with db.write() as conn:
+        # The condition is evaluated again on each row as it is deleted (PostgreSQL's
+        # READ COMMITTED re-check), so a group a coordinator just stored non-empty stays.
+        gone = [r.group_id for r in conn.execute(
+            s.groups.delete().where(expired).returning(g.group_id))]
+        n = 0
+        if gone:
+            n += int(conn.execute(s.group_offsets.delete().where(
+                o.group_id.in_(gone))).rowcount)
+        n += int(conn.execute(s.group_offsets.delete().where(
+            o.committed_at_ms <= cutoff,
+            ~o.group_id.in_(sa.select(g.group_id)))).rowcount)
+    return n
