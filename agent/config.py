@@ -22,6 +22,11 @@ SOCKET_REQUEST_MAX_BYTES = "socket.request.max.bytes"
 FETCH_CACHE_BYTES = "fetch.cache.bytes"
 AUTO_CREATE_TOPICS_ENABLE = "auto.create.topics.enable"
 NUM_PARTITIONS = "num.partitions"
+# The group coordinator (agent/groups/), with Kafka's broker setting names.
+GROUP_MIN_SESSION_TIMEOUT_MS = "group.min.session.timeout.ms"
+GROUP_MAX_SESSION_TIMEOUT_MS = "group.max.session.timeout.ms"
+GROUP_INITIAL_REBALANCE_DELAY_MS = "group.initial.rebalance.delay.ms"
+OFFSET_METADATA_MAX_BYTES = "offset.metadata.max.bytes"
 
 OBJECT_PREFIX = "data/"
 
@@ -75,8 +80,21 @@ class AgentConfig(Section):
         AUTO_CREATE_TOPICS_ENABLE, False, allowed="true or false",
         check=lambda v: isinstance(v, bool), parse=_parse_bool)
     num_partitions: int = integer(NUM_PARTITIONS, 1, lo=1)
+    # Kafka's group coordinator settings: the session timeouts a JoinGroup may ask for
+    # (else INVALID_SESSION_TIMEOUT), how long an empty group's first rebalance waits for
+    # more members (each joining member extends it, up to the rebalance timeout), and the
+    # longest metadata string an OffsetCommit may store (else OFFSET_METADATA_TOO_LARGE).
+    group_min_session_timeout_ms: int = integer(GROUP_MIN_SESSION_TIMEOUT_MS, 6_000, lo=1)
+    group_max_session_timeout_ms: int = integer(GROUP_MAX_SESSION_TIMEOUT_MS, 1_800_000, lo=1)
+    group_initial_rebalance_delay_ms: int = integer(GROUP_INITIAL_REBALANCE_DELAY_MS, 3_000,
+                                                    lo=0)
+    offset_metadata_max_bytes: int = integer(OFFSET_METADATA_MAX_BYTES, 4096, lo=0)
 
     def check_across(self) -> None:
+        if self.group_max_session_timeout_ms < self.group_min_session_timeout_ms:
+            raise self.invalid(GROUP_MAX_SESSION_TIMEOUT_MS, self.group_max_session_timeout_ms,
+                               f"an integer >= {GROUP_MIN_SESSION_TIMEOUT_MS}"
+                               f" ({self.group_min_session_timeout_ms})")
         if self.buffer_memory < self.flush_bytes:
             raise self.invalid(BUFFER_MEMORY, self.buffer_memory,
                                f"an integer >= {FLUSH_BYTES} ({self.flush_bytes})")

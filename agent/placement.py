@@ -26,3 +26,10 @@ def leader(topic: str, partition: int, live: Sequence[AgentInfo]) -> AgentInfo:
         raise ValueError("no live agents")
     ordered = sorted(live, key=lambda a: a.node_id)
     return ordered[(topic_hash(topic) + partition) % len(ordered)]
+
+
+def coordinator(group_id: str, live: Sequence[AgentInfo]) -> AgentInfo:
+    """The agent FindCoordinator names for a group nobody coordinates yet (it takes the
+    group's lease when the group's first request reaches it): spread by a stable hash of
+    the group id, as partitions are. ValueError if no agent is live."""
+    return leader(group_id, 0, live)

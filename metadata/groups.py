@@ -359,3 +359,13 @@ def expire_offsets(db: Database) -> int:
             o.committed_at_ms <= cutoff,
             ~o.group_id.in_(sa.select(g.group_id)))).rowcount)
     return n
+
+
+def live_coordinators(db: Database) -> dict[str, str]:
+    """Every group whose lease holder is live, with that agent's id (ListGroups: each agent
+    lists the groups it coordinates, and the free ones it would be given)."""
+    gc = s.group_coordinators.c
+    with db.read() as conn:
+        rows = conn.execute(sa.select(gc.group_id, gc.agent_id)
+                            .where(gc.agent_id.in_(_live_agents(db))))
+        return {r.group_id: r.agent_id for r in rows}

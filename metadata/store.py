@@ -67,6 +67,7 @@ class MetadataStore(Database):
     group_coordinator = groups.group_coordinator
     acquire_group = groups.acquire_group
     held_groups = groups.held_groups
+    live_coordinators = groups.live_coordinators
     load_group = groups.load_group
     store_group = groups.store_group
     list_groups = groups.list_groups

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 import hashlib
 import uuid
 from collections.abc import Callable, Mapping
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent.config import AgentConfig
+from agent.groups.coordinator import Coordinator
 from agent.producer import Agent
 from metadata import AgentInfo, MetadataStore, TopicInfo
 from objectstore import ObjectStore
@@ -30,6 +32,10 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 IO_THREADS = 16
+
+# The client address of the connection whose request is being handled ("/host", as Kafka
+# shows it in DescribeGroups): set by the server in each connection's task.
+PEER: contextvars.ContextVar[str] = contextvars.ContextVar("peer", default="")
 
 
 @dataclass(eq=False)
@@ -78,9 +84,17 @@ class ServerContext:
     stopping: bool = False  # set at shutdown: long-polls return at once
     config: AgentConfig = field(default_factory=AgentConfig)
     loaded: Settings | None = None  # the settings `silt agent` runs with (DescribeConfigs)
+    groups: Coordinator = field(init=False)  # the group coordinator (agent/groups/)
     _commits: Wakeup = field(default_factory=Wakeup)
     _room: Wakeup = field(default_factory=Wakeup)
     _cluster_ns: uuid.UUID | None = None
+
+    def __post_init__(self) -> None:
+        self.groups = Coordinator(self.metadata, self.config, self.run, self._agent_id)
+
+    def _agent_id(self) -> str | None:
+        """This agent's registry id, once registered (it coordinates groups under it)."""
+        return None if self.registration is None else self.registration.agent_id
 
     # ----------------------------------------------------------------- settings
 

@@ -36,10 +36,10 @@ from objectstore import ObjectStore
 from .apis import API_VERSIONS, TABLE, api_versions
 from .cache import SegmentCache
 from .codec import FRAME, PREFIX, Builder, decode_request, encode_response
-from .context import ServerContext
+from .context import PEER, ServerContext
 from .errors import ProtocolError
 from .registry import Registration
-from .timers import producer_expiry
+from .timers import offsets_expiry, producer_expiry
 from .writev import send_buffers
 
 if TYPE_CHECKING:
@@ -123,6 +123,7 @@ class Server:
         replies: asyncio.Queue[tuple[int, Any] | None] = asyncio.Queue(MAX_IN_FLIGHT)
         sender = asyncio.create_task(self._send(replies, writer))
         peer = writer.get_extra_info("peername")
+        PEER.set(f"/{peer[0]}" if isinstance(peer, tuple) else "")
         try:
             while not self._stopping:
                 conn.idle = True
@@ -183,6 +184,18 @@ class Server:
             raise
 
 
+async def _check_group_leases(ctx: ServerContext) -> None:
+    """Every broker.heartbeat.interval.ms, drop the groups whose lease moved elsewhere
+    (this agent was paused past its session and another took them over)."""
+    interval_s = ctx.metadata.config.broker_heartbeat_interval_ms / 1000
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await ctx.groups.check_leases()
+        except Exception:
+            log.exception("checking group leases failed (retrying)")
+
+
 async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig,
                 settings: Settings | None = None) -> None:
     """Run `silt agent` until SIGTERM or SIGINT, then shut down cleanly. `settings`: the
@@ -201,13 +214,17 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
         loop.add_signal_handler(sig, stop.set)
     watcher: CommitWatcher | None = None
     expiry = producer_expiry(metadata)
+    offsets = offsets_expiry(metadata)
+    leases: asyncio.Task[None] | None = None
     try:
         await server.start()
         # Other agents' commits (and this one's) wake this agent's long-polling fetches.
         watcher = await ctx.run(metadata.watch_commits, ctx.notify_commit_threadsafe)
         expiry.start()
+        offsets.start()
         registration = ctx.registration = Registration(metadata, *ctx.advertised)
         info = await ctx.run(registration.start)
+        leases = asyncio.create_task(_check_group_leases(ctx))
         log.warning("silt agent %s (node %d) listening on %s:%d, advertised as %s:%d",
                     info.agent_id, info.node_id, server.host, server.port, *ctx.advertised)
         await stop.wait()
@@ -220,7 +237,11 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
     finally:
         if ctx.registration is not None:
             await ctx.run(ctx.registration.stop)
+        if leases is not None:
+            leases.cancel()
+        ctx.groups.close()
         await ctx.run(expiry.stop)
+        await ctx.run(offsets.stop)
         await ctx.run(agent.close)
         if watcher is not None:
             await ctx.run(watcher.close)

@@ -1,6 +1,7 @@
 """Periodic housekeeping of `silt agent` on its own threads, timed by the injected clock
-(so a ManualClock test drives it without sleeping): today, deleting expired producer
-states every producer.id.expiration.check.interval.ms."""
+(so a ManualClock test drives it without sleeping): deleting expired producer states every
+producer.id.expiration.check.interval.ms, and expired committed offsets every
+offsets.retention.check.interval.ms."""
 
 from __future__ import annotations
 
@@ -76,4 +77,17 @@ def producer_expiry(metadata: MetadataStore) -> Periodic:
 
     return Periodic("silt-producer-expiry",
                     metadata.config.producer_id_expiration_check_interval_ms, expire,
+                    metadata.clock)
+
+
+def offsets_expiry(metadata: MetadataStore) -> Periodic:
+    """The (unstarted) timer deleting committed offsets past offsets.retention.minutes,
+    every offsets.retention.check.interval.ms, on the metadata store's clock."""
+
+    def expire() -> None:
+        if n := metadata.expire_offsets():
+            log.info("expired %d committed offsets", n)
+
+    return Periodic("silt-offsets-expiry",
+                    metadata.config.offsets_retention_check_interval_ms, expire,
                     metadata.clock)

@@ -19,17 +19,27 @@ from . import (
     api_versions,
     create_partitions,
     create_topics,
+    delete_groups,
     delete_records,
     delete_topics,
     describe_cluster,
     describe_configs,
+    describe_groups,
     fetch,
     find_coordinator,
+    heartbeat,
     incremental_alter_configs,
     init_producer_id,
+    join_group,
+    leave_group,
+    list_groups,
     list_offsets,
     metadata,
+    offset_commit,
+    offset_delete,
+    offset_fetch,
     produce,
+    sync_group,
 )
 
 Handler = Callable[[ServerContext, Any, Any, Builder], Awaitable[Any]]
@@ -51,6 +61,8 @@ class Api:
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, FIND_COORDINATOR, API_VERSIONS = 0, 1, 2, 3, 10, 18
 CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, INIT_PRODUCER_ID = 19, 20, 21, 22
 DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 32, 37, 44, 60
+OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 11, 12, 13, 14
+DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
 
 TABLE: Mapping[int, Api] = {api.key: api for api in (
     Api(PRODUCE, 3, 11, produce.handle),
@@ -67,4 +79,14 @@ TABLE: Mapping[int, Api] = {api.key: api for api in (
     Api(CREATE_PARTITIONS, 0, 3, create_partitions.handle),
     Api(INCREMENTAL_ALTER_CONFIGS, 0, 1, incremental_alter_configs.handle),
     Api(DESCRIBE_CLUSTER, 0, 1, describe_cluster.handle),
+    Api(OFFSET_COMMIT, 2, 9, offset_commit.handle),
+    Api(OFFSET_FETCH, 1, 9, offset_fetch.handle),
+    Api(JOIN_GROUP, 0, 9, join_group.handle),
+    Api(HEARTBEAT, 0, 4, heartbeat.handle),
+    Api(LEAVE_GROUP, 0, 5, leave_group.handle),
+    Api(SYNC_GROUP, 0, 5, sync_group.handle),
+    Api(DESCRIBE_GROUPS, 0, 5, describe_groups.handle),
+    Api(LIST_GROUPS, 0, 4, list_groups.handle),
+    Api(DELETE_GROUPS, 0, 2, delete_groups.handle),
+    Api(OFFSET_DELETE, 0, 0, offset_delete.handle),
 )}

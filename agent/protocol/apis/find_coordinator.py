@@ -1,32 +1,65 @@
-"""FindCoordinator (key 10): consumer groups are not served yet, so a group key answers
-COORDINATOR_NOT_AVAILABLE (clients using assign() + seek never ask). Transactions are not
-served: a transaction key answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which transactional
-producers report at once (as InitProducerId does) instead of retrying forever."""
+"""FindCoordinator (key 10): a group's coordinator is the live agent holding its lease
+(metadata/groups.py), or, if none does, the agent `agent.placement.coordinator` picks from
+the live set, which takes the lease at the group's first request. Keys are batched from v4.
+Transactions are not served: a transaction key answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+which transactional producers report at once (as InitProducerId does) instead of retrying
+forever."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32
 
+from agent.placement import coordinator
+from metadata import AgentInfo
+
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 
-GROUP_MESSAGE = "siltstream does not serve consumer groups yet; use assign() + seek"
 TRANSACTION_MESSAGE = "siltstream does not serve transactions"
 TRANSACTION = 1  # key_type of a transactional id (0: group)
 
+# (error, message, the coordinator) of one key.
+Found = tuple[ErrorCode, str | None, AgentInfo | None]
+
+
+def locate(ctx: ServerContext, keys: Sequence[str]) -> list[Found]:
+    """Each group's coordinator (blocking: metadata reads)."""
+    live: list[AgentInfo] | None = None
+    out: list[Found] = []
+    for key in keys:
+        if not key:
+            out.append((ErrorCode.invalid_request, "the group id is empty", None))
+            continue
+        holder = ctx.metadata.group_coordinator(key)
+        if holder is None:
+            live = ctx.live_brokers() if live is None else live
+            if not live:
+                out.append((ErrorCode.coordinator_not_available, "no live agent", None))
+                continue
+            holder = coordinator(key, live)
+        out.append((ErrorCode.none, None, holder))
+    return out
+
 
 async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+    batched = b.has("FindCoordinatorResponse", "coordinators")  # v4+
+    keys: list[str] = list(request.coordinator_keys) if batched else [request.key]
     if getattr(request, "key_type", 0) == TRANSACTION:
-        error, message = ErrorCode.transactional_id_authorization_failed, TRANSACTION_MESSAGE
+        found: list[Found] = [(ErrorCode.transactional_id_authorization_failed,
+                               TRANSACTION_MESSAGE, None)] * len(keys)
     else:
-        error, message = ErrorCode.coordinator_not_available, GROUP_MESSAGE
-    if b.has("FindCoordinatorResponse", "coordinators"):  # v4+: a batch of keys
+        found = await ctx.run(locate, ctx, keys)
+
+    def fields(error: ErrorCode, message: str | None, at: AgentInfo | None) -> dict[str, Any]:
+        return {"error_code": error, "error_message": message,
+                "node_id": i32(at.node_id if at else -1), "host": at.host if at else "",
+                "port": i32(at.port if at else -1)}
+
+    if batched:
         return b("FindCoordinatorResponse", throttle_time=NO_THROTTLE, coordinators=tuple(
-            b("Coordinator", key=key, node_id=i32(-1), host="", port=i32(-1),
-              error_code=error, error_message=message)
-            for key in request.coordinator_keys))
-    return b("FindCoordinatorResponse", throttle_time=NO_THROTTLE, error_code=error,
-             error_message=message, node_id=i32(-1), host="", port=i32(-1))
+            b("Coordinator", key=key, **fields(*f)) for key, f in zip(keys, found, strict=True)))
+    return b("FindCoordinatorResponse", throttle_time=NO_THROTTLE, **fields(*found[0]))

@@ -1,0 +1,195 @@
+"""One consumer group as its coordinator holds it in memory: members, generation, state,
+and the pure rules of Kafka's classic group protocol that need no I/O or timers (protocol
+selection, the JoinGroup answer, the stored record).
+
+States and their moves are Kafka's (GroupMetadata.scala): Empty → PreparingRebalance →
+CompletingRebalance → Stable → PreparingRebalance …, any → Dead (deleted or no longer
+coordinated here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from metadata import GroupLease, GroupMember, GroupRecord
+from metadata.models import (
+    GROUP_COMPLETING_REBALANCE,
+    GROUP_DEAD,
+    GROUP_EMPTY,
+    GROUP_PREPARING_REBALANCE,
+    GROUP_STABLE,
+)
+
+__all__ = [
+    "GROUP_COMPLETING_REBALANCE",
+    "GROUP_DEAD",
+    "GROUP_EMPTY",
+    "GROUP_PREPARING_REBALANCE",
+    "GROUP_STABLE",
+    "Group",
+    "JoinResult",
+    "Member",
+    "SyncResult",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    """A JoinGroup answer. `members` (id, instance id, metadata) goes to the leader only."""
+
+    error: ErrorCode
+    member_id: str = ""
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    members: tuple[tuple[str, str | None, bytes], ...] = ()
+    skip_assignment: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    """A SyncGroup answer: the member's assignment."""
+
+    error: ErrorCode
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+@dataclass(eq=False)
+class Member:
+    """A member: what it joined with, its pending JoinGroup/SyncGroup answers, and when its
+    session expires (loop time)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    join: asyncio.Future[JoinResult] | None = None
+    sync: asyncio.Future[SyncResult] | None = None
+    deadline: float = 0.0
+    timer: asyncio.TimerHandle | None = None
+
+    def metadata(self, protocol: str | None) -> bytes:
+        """Its subscription metadata for `protocol` (empty if it has none)."""
+        return next((m for name, m in self.protocols if name == protocol), b"")
+
+    def matches(self, protocols: list[tuple[str, bytes]]) -> bool:
+        """Whether it would join with the same protocols and metadata again."""
+        return self.protocols == protocols
+
+    def answer_join(self, result: JoinResult) -> None:
+        if self.join is not None and not self.join.done():
+            self.join.set_result(result)
+        self.join = None
+
+    def answer_sync(self, result: SyncResult) -> None:
+        if self.sync is not None and not self.sync.done():
+            self.sync.set_result(result)
+        self.sync = None
+
+    def record(self, protocol: str | None) -> GroupMember:
+        return GroupMember(self.member_id, self.group_instance_id, self.client_id,
+                           self.client_host, self.rebalance_timeout_ms,
+                           self.session_timeout_ms, self.metadata(protocol), self.assignment)
+
+    @classmethod
+    def restored(cls, m: GroupMember, protocol_type: str | None,
+                 protocol: str | None) -> Member:
+        """A member of a group loaded from the store (after a coordinator moved)."""
+        return cls(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                   m.rebalance_timeout_ms, m.session_timeout_ms, protocol_type or "",
+                   [(protocol or "", m.metadata)], m.assignment)
+
+
+@dataclass(eq=False)
+class Group:
+    """A group this agent coordinates under `lease`. Every change happens under `lock`
+    (handlers and timers alike), on the event loop."""
+
+    group_id: str
+    lease: GroupLease
+    state: str = GROUP_EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str | None = None
+    state_at_ms: int = 0
+    members: dict[str, Member] = field(default_factory=dict)
+    static: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    pending: dict[str, asyncio.TimerHandle] = field(default_factory=dict)  # MEMBER_ID_REQUIRED
+    pending_sync: set[str] = field(default_factory=set)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    rebalance_timer: asyncio.TimerHandle | None = None
+    initial_join: bool = False  # in group.initial.rebalance.delay.ms
+    new_member_added: bool = False
+    last_store: asyncio.Future[None] | None = None  # stores run in order
+
+    # ------------------------------------------------------------------ questions
+
+    def is_(self, state: str) -> bool:
+        return self.state == state
+
+    def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+        """Kafka's supportsProtocols: an empty group takes any non-empty protocol list;
+        otherwise the type must match and one protocol must be among every member's."""
+        names = {name for name, _ in protocols}
+        if not protocol_type or not names:
+            return False
+        if not self.members:
+            return self.protocol_type in (None, protocol_type) or self.is_(GROUP_EMPTY)
+        return protocol_type == self.protocol_type and bool(names & self.candidates())
+
+    def candidates(self) -> set[str]:
+        """The protocols every member supports."""
+        sets = [{name for name, _ in m.protocols} for m in self.members.values()]
+        return set.intersection(*sets) if sets else set()
+
+    def select_protocol(self) -> str:
+        """Each member votes for its most preferred candidate; the most votes wins (ties:
+        the first member's preference order, as Kafka's vote)."""
+        candidates = self.candidates()
+        votes: Counter[str] = Counter()
+        for m in self.members.values():
+            votes[next(name for name, _ in m.protocols if name in candidates)] += 1
+        return max(votes, key=lambda name: votes[name])
+
+    def all_joined(self) -> bool:
+        """Every member has a JoinGroup waiting and no MEMBER_ID_REQUIRED one is out."""
+        return not self.pending and all(m.join is not None for m in self.members.values())
+
+    def join_result(self, member: Member) -> JoinResult:
+        """What `member` is answered at the current generation."""
+        is_leader = member.member_id == self.leader
+        members = tuple((m.member_id, m.group_instance_id, m.metadata(self.protocol_name))
+                        for m in self.members.values()) if is_leader else ()
+        return JoinResult(ErrorCode.none, member.member_id, self.generation,
+                          self.protocol_type, self.protocol_name, self.leader or "", members)
+
+    def record(self, now_ms: int, state: str | None = None) -> GroupRecord:
+        """The group as it is stored (with `state` instead of its own, if given)."""
+        state = state or self.state
+        return GroupRecord(self.group_id, self.protocol_type, self.protocol_name,
+                           self.generation, self.leader, state,
+                           tuple(m.record(self.protocol_name) for m in self.members.values()),
+                           now_ms if state != self.state else self.state_at_ms or now_ms)
+
+    def subscribed_topics(self) -> set[str] | None:
+        """The topics the members subscribe to (consumer protocol), or None if unknown."""
+        if self.protocol_type != "consumer":
+            return None
+        from .subscription import topics
+        out: set[str] = set()
+        for m in self.members.values():
+            out |= topics(m.metadata(self.protocol_name))
+        return out

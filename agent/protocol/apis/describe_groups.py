@@ -1,0 +1,44 @@
+"""DescribeGroups (key 15): each group's state, protocol and members, from its coordinator
+here (NOT_COORDINATOR if another live agent coordinates it; as stored if none does; an
+unknown group is Dead with no members, as in Kafka). Member metadata and assignments are
+shown only while the group is Stable, as Kafka's GroupMetadata.summary does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32
+
+from metadata import GroupRecord
+from metadata.models import GROUP_DEAD, GROUP_STABLE
+
+from ..codec import NO_THROTTLE, Builder
+from ..context import ServerContext
+
+UNKNOWN_OPERATIONS = -(2**31)  # Kafka's "authorized operations not computed"
+
+
+def _described(b: Builder, group_id: str, error: ErrorCode,
+               record: GroupRecord | None) -> Any:
+    state = GROUP_DEAD if record is None else record.state
+    stable = state == GROUP_STABLE
+    members = () if record is None else tuple(
+        b("DescribedGroupMember", member_id=m.member_id, group_instance_id=m.group_instance_id,
+          client_id=m.client_id, client_host=m.client_host,
+          member_metadata=m.metadata if stable else b"",
+          member_assignment=m.assignment if stable else b"")
+        for m in record.members)
+    return b("DescribedGroup", error_code=error, group_id=group_id,
+             group_state="" if error is not ErrorCode.none else state,
+             protocol_type=(record.protocol_type or "") if record else "",
+             protocol_data=(record.protocol_name or "") if record and stable else "",
+             members=members, authorized_operations=i32(UNKNOWN_OPERATIONS))
+
+
+async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+    out = []
+    for group_id in request.groups:
+        error, record = await ctx.groups.describe(group_id)
+        out.append(_described(b, group_id, error, record))
+    return b("DescribeGroupsResponse", throttle_time=NO_THROTTLE, groups=tuple(out))

@@ -1,0 +1,43 @@
+"""JoinGroup (key 11): joins a member to a group through this agent's group coordinator
+(agent/groups/); the answer waits for the rebalance. A new member of v4+ first gets
+MEMBER_ID_REQUIRED with its id and joins again with it (KIP-394); a static member
+(group.instance.id, v5+) rejoining a Stable group with unchanged protocols gets its
+assignment back without a rebalance."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.static.primitive import i32
+
+from agent.groups.coordinator import JoinRequest
+
+from ..codec import NO_THROTTLE, Builder
+from ..context import PEER, ServerContext
+
+REQUIRE_KNOWN_MEMBER_ID = 4  # the first version with the MEMBER_ID_REQUIRED handshake
+
+
+def _ms(value: Any) -> int:
+    return int(value.total_seconds() * 1000)
+
+
+async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+    session_ms = _ms(request.session_timeout)
+    rebalance = getattr(request, "rebalance_timeout", None)
+    result = await ctx.groups.join(JoinRequest(
+        group_id=request.group_id, member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        client_id=header.client_id or "", client_host=PEER.get(),
+        session_timeout_ms=session_ms,
+        rebalance_timeout_ms=session_ms if rebalance is None else _ms(rebalance),
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, p.metadata) for p in request.protocols],
+        require_known_member_id=b.version >= REQUIRE_KNOWN_MEMBER_ID))
+    return b("JoinGroupResponse", throttle_time=NO_THROTTLE, error_code=result.error,
+             generation_id=i32(result.generation), protocol_type=result.protocol_type,
+             protocol_name=result.protocol_name or "", leader=result.leader,
+             skip_assignment=result.skip_assignment, member_id=result.member_id,
+             members=tuple(b("JoinGroupResponseMember", member_id=member_id,
+                             group_instance_id=instance_id, metadata=metadata)
+                           for member_id, instance_id, metadata in result.members))

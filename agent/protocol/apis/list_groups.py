@@ -1,0 +1,26 @@
+"""ListGroups (key 16): the groups this agent coordinates, and the stored ones nobody
+coordinates that FindCoordinator sends here, so a client asking every agent (as admin
+clients do) sees each group once; v4+ filters by state (case-insensitive, as Kafka)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import NO_THROTTLE, Builder
+from ..context import ServerContext
+
+
+async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+    live = await ctx.run(ctx.live_brokers)
+    groups = await ctx.groups.listed(live)
+    states = {s.lower() for s in getattr(request, "states_filter", ())}
+    types = set(getattr(request, "types_filter", ()))
+    return b("ListGroupsResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+             groups=tuple(b("ListedGroup", group_id=g.group_id,
+                            protocol_type=g.protocol_type or "", group_state=g.state,
+                            group_type="classic")
+                          for g in groups
+                          if (not states or g.state.lower() in states)
+                          and (not types or "classic" in types)))

@@ -1,0 +1,33 @@
+"""OffsetCommit (key 8): a group's offsets, stored in one metadata transaction (one row
+per partition) after the coordinator checked the member and generation as Kafka does; a
+"simple" consumer (generation -1, no member id) may commit into an empty group. A
+partition that does not exist gets UNKNOWN_TOPIC_OR_PARTITION, a metadata string over
+offset.metadata.max.bytes OFFSET_METADATA_TOO_LARGE; the others are committed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.static.primitive import i32
+
+from metadata import OffsetCommit
+
+from ..codec import NO_THROTTLE, Builder
+from ..context import ServerContext
+
+
+async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+    offsets = [OffsetCommit(t.name, int(p.partition_index), int(p.committed_offset),
+                            int(getattr(p, "committed_leader_epoch", -1)),
+                            p.committed_metadata)
+               for t in request.topics for p in t.partitions]
+    errors = await ctx.groups.commit(request.group_id,
+                                     int(request.generation_id_or_member_epoch),
+                                     request.member_id,
+                                     getattr(request, "group_instance_id", None), offsets)
+    return b("OffsetCommitResponse", throttle_time=NO_THROTTLE, topics=tuple(
+        b("OffsetCommitResponseTopic", name=t.name, partitions=tuple(
+            b("OffsetCommitResponsePartition", partition_index=i32(p.partition_index),
+              error_code=errors[(t.name, int(p.partition_index))])
+            for p in t.partitions))
+        for t in request.topics))

@@ -1,0 +1,20 @@
+"""SyncGroup (key 14): the leader hands in the assignment, which is stored before any
+member gets its share; followers wait for it (agent/groups/)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..codec import NO_THROTTLE, Builder
+from ..context import ServerContext
+
+
+async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+    result = await ctx.groups.sync(
+        request.group_id, int(request.generation_id), request.member_id,
+        getattr(request, "group_instance_id", None), getattr(request, "protocol_type", None),
+        getattr(request, "protocol_name", None),
+        [(a.member_id, a.assignment) for a in request.assignments])
+    return b("SyncGroupResponse", throttle_time=NO_THROTTLE, error_code=result.error,
+             protocol_type=result.protocol_type, protocol_name=result.protocol_name,
+             assignment=result.assignment)
