@@ -44,6 +44,7 @@ from objectstore.errors import ObjectStoreError
 from settings import Section, declared, show
 from settings.load import Settings, Source, load_settings
 
+from . import groups as cg
 from .jsonlines import LineError, consumed_to_json, parse_produce_line
 
 MIB = 1024 * 1024
@@ -306,6 +307,131 @@ def topics_delete_records(ctx: Context, name: str, partition: int, offset: int) 
     if isinstance(result, Exception):
         raise result
     click.echo(f"{name}/{partition} log start offset {result}")
+
+
+# ---------------------------------------------------------------------------- groups
+
+
+@cli.group()
+def groups() -> None:
+    """List, describe, reset the offsets of and delete consumer groups."""
+
+
+def _shown(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+@groups.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+@one_line_errors
+def groups_list(ctx: Context, as_json: bool) -> None:
+    """List consumer groups: state, protocol type, members, live coordinator agent."""
+    rows = cg.list_rows(ctx.metadata)
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    for row in rows:
+        click.echo(f"{row['group_id']}\tstate={row['state']}"
+                   f"\tprotocol_type={_shown(row['protocol_type'])}\tmembers={row['members']}"
+                   f"\tcoordinator={_shown(row['coordinator'])}")
+
+
+@groups.command("describe")
+@click.argument("group")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+@one_line_errors
+def groups_describe(ctx: Context, group: str, as_json: bool) -> None:
+    """Show a group's members and assignments and, per partition, committed offset, log end
+    offset and lag."""
+    row = cg.describe(ctx.metadata, group)
+    if as_json:
+        click.echo(json.dumps(row))
+        return
+    protocol = "/".join(row[k] for k in ("protocol_type", "protocol") if row[k]) or "-"
+    click.echo(f"group {group}  state={row['state']}  protocol={protocol}"
+               f"  generation={row['generation']}  members={row['members']}"
+               f"  coordinator={_shown(row['coordinator'])}")
+    if row["member_detail"]:
+        members = [["member", "instance", "client", "host", "partitions"]]
+        for m in row["member_detail"]:
+            parts = (f"{m['assignment_bytes']} bytes" if m["assignment"] is None else
+                     ",".join(f"{a['topic']}-{a['partition']}" for a in m["assignment"]))
+            members.append([m["member_id"], _shown(m["group_instance_id"]), m["client_id"],
+                            m["client_host"], parts or "-"])
+        for line in cg.columns(members):
+            click.echo(line)
+    offsets = [["topic", "partition", "committed", "end", "lag", "member"]]
+    offsets += [[o["topic"], str(o["partition"]), _shown(o["committed_offset"]),
+                 _shown(o["log_end_offset"]), _shown(o["lag"]), _shown(o["member_id"])]
+                for o in row["offsets"]]
+    for line in cg.columns(offsets):
+        click.echo(line)
+
+
+@groups.command("reset-offsets")
+@click.argument("group")
+@click.option("--topic", required=True)
+@click.option("--partition", "partitions", type=click.IntRange(min=0), multiple=True,
+              help="Only this partition (repeatable; default: all of the topic's).")
+@click.option("--to-earliest", is_flag=True, help="The partition's log start offset.")
+@click.option("--to-latest", is_flag=True, help="The partition's next offset (log end).")
+@click.option("--to-offset", type=int, default=None,
+              help="This offset, clamped into [log start, log end].")
+@click.option("--to-datetime", default=None, metavar="ISO",
+              help="The first offset whose record timestamp is >= this time (ISO 8601,"
+                   " e.g. 2024-05-01T12:00:00+00:00; no zone: UTC); none: the log end.")
+@click.option("--execute", is_flag=True, help="Apply the plan (default: print it only).")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+@one_line_errors
+def groups_reset_offsets(ctx: Context, group: str, topic: str, partitions: tuple[int, ...],
+                         to_earliest: bool, to_latest: bool, to_offset: int | None,
+                         to_datetime: str | None, execute: bool, as_json: bool) -> None:
+    """Move a group's committed offsets on TOPIC (the group must have no members).
+
+    Prints the plan (partition, current committed offset, new offset); only --execute
+    commits it, and is refused while the group has members.
+    """
+    targets = [cg.ResetTo(kind) for kind, given in
+               (("earliest", to_earliest), ("latest", to_latest)) if given]
+    if to_offset is not None:
+        targets.append(cg.ResetTo("offset", to_offset))
+    if to_datetime is not None:
+        try:
+            targets.append(cg.ResetTo("datetime", cg.parse_datetime(to_datetime)))
+        except ValueError:
+            raise click.BadParameter(f"{to_datetime!r} is not an ISO 8601 date-time",
+                                     param_hint="--to-datetime") from None
+    if len(targets) != 1:
+        raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-offset,"
+                               " --to-datetime")
+    to = targets[0]
+    store = ctx.store if to.kind == "datetime" else None
+    rows = cg.reset_plan(ctx.metadata, store, group, topic, partitions, to)
+    if execute:
+        cg.apply_plan(ctx.metadata, group, rows)
+    if as_json:
+        click.echo(json.dumps({"group_id": group, "executed": execute, "partitions": rows}))
+    else:
+        table = [["topic", "partition", "current", "new"]]
+        table += [[r["topic"], str(r["partition"]), _shown(r["current_offset"]),
+                   str(r["new_offset"])] for r in rows]
+        for line in cg.columns(table, indent=""):
+            click.echo(line)
+    click.echo(f"reset {len(rows)} partition(s) of group {group}" if execute else
+               "dry run: nothing changed (--execute applies it)", err=True)
+
+
+@groups.command("delete")
+@click.argument("group")
+@pass_ctx
+@one_line_errors
+def groups_delete(ctx: Context, group: str) -> None:
+    """Delete a group with no members: its stored state and committed offsets."""
+    ctx.metadata.delete_group(group)
+    click.echo(f"deleted group {group}")
 
 
 # ---------------------------------------------------------------------------- produce

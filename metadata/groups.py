@@ -33,6 +33,8 @@ from .errors import (
     GroupLeaseLostError,
     GroupNotEmptyError,
     UnknownGroupError,
+    UnknownPartitionError,
+    UnknownTopicError,
 )
 from .models import (
     GROUP_DEAD,
@@ -43,6 +45,7 @@ from .models import (
     GroupMember,
     GroupRecord,
     OffsetCommit,
+    PartitionLag,
 )
 
 _BYTES_FIELDS = ("metadata", "assignment")
@@ -202,11 +205,17 @@ def list_groups(db: Database) -> list[GroupRecord]:
 # ------------------------------------------------------------------ offsets
 
 
-def _known_partitions(conn: sa.Connection, topics: Iterable[str]) -> set[tuple[str, int]]:
+def _end_offsets(conn: sa.Connection, topics: Iterable[str]) -> dict[tuple[str, int], int]:
+    """The next offset of every partition of these topics (those that exist)."""
     t, p = s.topics.c, s.partitions.c
-    rows = conn.execute(sa.select(t.name, p.partition).join(s.partitions, p.topic_id == t.id)
+    rows = conn.execute(sa.select(t.name, p.partition, p.next_offset)
+                        .join(s.partitions, p.topic_id == t.id)
                         .where(t.name.in_(sorted(set(topics)))))
-    return {(r.name, int(r.partition)) for r in rows}
+    return {(r.name, int(r.partition)): int(r.next_offset) for r in rows}
+
+
+def _known_partitions(conn: sa.Connection, topics: Iterable[str]) -> set[tuple[str, int]]:
+    return set(_end_offsets(conn, topics))
 
 
 def commit_offsets(db: Database, group_id: str, offsets: Sequence[OffsetCommit],
@@ -246,6 +255,28 @@ def fetch_offsets(db: Database, group_id: str,
                             offset=int(r.committed_offset), leader_epoch=int(r.leader_epoch),
                             metadata=r.metadata, committed_at_ms=int(r.committed_at_ms))
             for r in rows]
+
+
+def group_lag(db: Database, group_id: str,
+              also: Iterable[tuple[str, int]] = ()) -> list[PartitionLag]:
+    """The group's position per partition: committed offset, log end offset (the next
+    offset) and lag (end - committed, as kafka-consumer-groups counts it), for the
+    partitions it has committed offsets of plus `also` (e.g. those assigned to members
+    that have not committed yet), by topic and partition. One read transaction; the one
+    place lag is computed (`silt groups describe`, metrics)."""
+    o = s.group_offsets.c
+    with db.read() as conn:
+        committed = {(r.topic, int(r.partition)): int(r.committed_offset)
+                     for r in conn.execute(sa.select(o.topic, o.partition, o.committed_offset)
+                                           .where(o.group_id == group_id))}
+        keys = sorted(set(committed) | set(also))
+        ends = _end_offsets(conn, (topic for topic, _ in keys))
+    out = []
+    for key in keys:
+        offset, end = committed.get(key), ends.get(key)
+        lag = None if offset is None or offset < 0 or end is None else end - offset
+        out.append(PartitionLag(key[0], key[1], offset, end, lag))
+    return out
 
 
 def delete_offsets(db: Database, group_id: str, partitions: Iterable[tuple[str, int]],
@@ -288,14 +319,19 @@ def reset_offsets(db: Database, group_id: str, offsets: Sequence[OffsetCommit]) 
     reset-offsets`), only while it is empty (GroupNotEmptyError): the check and the write
     are one transaction that holds the group's row, and a coordinator stores the group
     under that row before its first member joins, so no member can read offsets older
-    than the reset once it is committed."""
+    than the reset once it is committed. UnknownTopicError / UnknownPartitionError if
+    a partition does not exist (nothing written)."""
     now = db.clock.now_ms()
     with db.write() as conn:
         _lock_empty(db, conn, group_id)
         known = _known_partitions(conn, (o.topic for o in offsets))
         missing = sorted({(o.topic, o.partition) for o in offsets} - known)
+        no_topic = sorted({t for t, _ in missing} - {t for t, _ in known})
+        if no_topic:
+            raise UnknownTopicError(f"unknown topic {no_topic[0]!r}")
         if missing:
-            raise UnknownGroupError(f"no such partitions: {missing}")
+            raise UnknownPartitionError(
+                "no such partition: " + ", ".join(f"{t}-{p}" for t, p in missing))
         rows = [{"group_id": group_id, "topic": o.topic, "partition": o.partition,
                  "committed_offset": o.offset, "leader_epoch": o.leader_epoch,
                  "metadata": o.metadata, "committed_at_ms": now} for o in offsets]
@@ -331,8 +367,11 @@ def expire_offsets(db: Database) -> int:
     the retention (its `state_at_ms`); a group with no stored state (only "simple"
     commits) loses each offset that long after it was committed. A stored group whose
     coordinator is gone (no live lease holder) counts as empty since the later of its
-    last store and its holder's last heartbeat. An expired group's row goes with its
-    offsets. Every agent runs this on a timer; concurrent runs delete the same rows.
+    last store and its holder's last heartbeat. A stored group with an offset committed
+    within the retention is kept whatever its state: offsets reset (or committed by a
+    simple consumer) after the group emptied must not go at the next check. An expired
+    group's row goes with its offsets. Every agent runs this on a timer; concurrent runs
+    delete the same rows.
     """
     now = db.clock.now_ms()
     cutoff = now - db.config.offsets_retention_minutes * 60_000
@@ -342,10 +381,11 @@ def expire_offsets(db: Database) -> int:
                    .where(gc.group_id == g.group_id).scalar_subquery())
     live_holder = sa.exists(sa.select(gc.group_id).where(
         gc.group_id == g.group_id, gc.agent_id.in_(_live_agents(db))))
-    expired = sa.or_(
-        sa.and_(g.state == GROUP_EMPTY, g.state_at_ms <= cutoff),
-        sa.and_(~live_holder, g.state_at_ms <= cutoff,
-                sa.func.coalesce(holder_seen, 0) <= cutoff))
+    recent_commit = sa.exists(sa.select(o.group_id).where(
+        o.group_id == g.group_id, o.committed_at_ms > cutoff))
+    expired = sa.and_(~recent_commit, g.state_at_ms <= cutoff, sa.or_(
+        g.state == GROUP_EMPTY,
+        sa.and_(~live_holder, sa.func.coalesce(holder_seen, 0) <= cutoff)))
     with db.write() as conn:
         # The condition is evaluated again on each row as it is deleted (PostgreSQL's
         # READ COMMITTED re-check), so a group a coordinator just stored non-empty stays.

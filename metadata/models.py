@@ -376,3 +376,16 @@ class CommittedOffset(OffsetCommit):
     """A committed offset as stored, with when it was committed."""
 
     committed_at_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    """A group's position on one partition: its committed offset (None: none), the
+    partition's log end offset, i.e. its next offset (None: the partition does not exist
+    now), and the lag, end - committed (None unless both are known)."""
+
+    topic: str
+    partition: int
+    committed_offset: int | None
+    log_end_offset: int | None
+    lag: int | None

@@ -73,6 +73,7 @@ class MetadataStore(Database):
     list_groups = groups.list_groups
     commit_offsets = groups.commit_offsets
     fetch_offsets = groups.fetch_offsets
+    group_lag = groups.group_lag
     delete_offsets = groups.delete_offsets
     reset_offsets = groups.reset_offsets
     delete_group = groups.delete_group

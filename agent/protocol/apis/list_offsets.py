@@ -15,9 +15,10 @@ from kio.static.primitive import i32, i64
 
 from fileformat import iter_batches
 from fileformat.batch import iter_records
-from metadata import SegmentInfo
+from metadata import MetadataStore, SegmentInfo
 from metadata.errors import UnknownTopicError
 
+from ..cache import SegmentCache
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 
@@ -25,23 +26,24 @@ LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 SEGMENTS_PER_QUERY = 256
 
 
-def _segments(ctx: ServerContext, topic: str, partition: int, start: int) -> list[SegmentInfo]:
+def _segments(metadata: MetadataStore, topic: str, partition: int,
+              start: int) -> list[SegmentInfo]:
     """Every live segment of the partition (paged metadata queries)."""
     found: list[SegmentInfo] = []
     position = start
     while True:
-        page = ctx.metadata.find_segments(topic, partition, position, limit=SEGMENTS_PER_QUERY)
+        page = metadata.find_segments(topic, partition, position, limit=SEGMENTS_PER_QUERY)
         found += page
         if len(page) < SEGMENTS_PER_QUERY:
             return found
         position = page[-1].last_offset + 1
 
 
-def _first_at(ctx: ServerContext, seg: SegmentInfo, wanted: int,
+def _first_at(cache: SegmentCache, seg: SegmentInfo, wanted: int,
               exact: bool) -> tuple[int, int] | None:
     """(timestamp, offset) of the segment's first record with timestamp >= wanted (== if
     exact); decodes only the batch that holds it."""
-    data = ctx.cache.get(seg)  # absolute offsets
+    data = cache.get(seg)  # absolute offsets
     for header, view in iter_batches(data):
         if header.max_timestamp < wanted:
             continue
@@ -49,6 +51,16 @@ def _first_at(ctx: ServerContext, seg: SegmentInfo, wanted: int,
             if rec.timestamp == wanted or (not exact and rec.timestamp > wanted):
                 return rec.timestamp, rec.offset
     return None
+
+
+def offset_for_time(metadata: MetadataStore, cache: SegmentCache, topic: str,
+                    partition: int, start: int, timestamp: int) -> tuple[int, int] | None:
+    """(timestamp, offset) of the partition's first record at or after offset `start`
+    whose timestamp is >= `timestamp` (>= 0), or None if there is none (ListOffsets by
+    timestamp; `silt groups reset-offsets --to-datetime`)."""
+    segments = [s for s in _segments(metadata, topic, partition, start) if s.record_count]
+    seg = next((s for s in segments if s.max_timestamp >= timestamp), None)
+    return None if seg is None else _first_at(cache, seg, timestamp, exact=False)
 
 
 def lookup(ctx: ServerContext, topic: str, partition: int, timestamp: int,
@@ -61,18 +73,18 @@ def lookup(ctx: ServerContext, topic: str, partition: int, timestamp: int,
         return ErrorCode.none, -1, start
     if timestamp == LATEST:
         return ErrorCode.none, -1, end
-    segments = [s for s in _segments(ctx, topic, partition, start) if s.record_count]
     if timestamp == MAX_TIMESTAMP:
+        segments = [s for s in _segments(ctx.metadata, topic, partition, start)
+                    if s.record_count]
         if not segments:
             return ErrorCode.none, -1, -1
         top = max(s.max_timestamp for s in segments)
         seg = next(s for s in segments if s.max_timestamp == top)
-        found = _first_at(ctx, seg, top, exact=True)
+        found = _first_at(ctx.cache, seg, top, exact=True)
     elif timestamp < 0:
         return ErrorCode.invalid_request, -1, -1
     else:
-        seg_or_none = next((s for s in segments if s.max_timestamp >= timestamp), None)
-        found = None if seg_or_none is None else _first_at(ctx, seg_or_none, timestamp, False)
+        found = offset_for_time(ctx.metadata, ctx.cache, topic, partition, start, timestamp)
     if found is None:
         return ErrorCode.none, -1, -1
     return ErrorCode.none, found[0], found[1]
