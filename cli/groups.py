@@ -9,11 +9,11 @@ computation of it, `MetadataStore.group_lag`.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from agent.groups import subscription
 from metadata import GroupMember, MetadataStore, OffsetCommit
 from metadata.errors import UnknownGroupError, UnknownPartitionError
 from metadata.models import GROUP_EMPTY
@@ -23,37 +23,14 @@ CONSUMER_PROTOCOL = "consumer"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-@functools.cache
-def _assignment_schema(version: int) -> Any:
-    from kio.index import load_entity_module
-    from kio.static.constants import EntityType
-
-    module = load_entity_module("consumer_protocol_assignment", version, EntityType.data)
-    return module.ConsumerProtocolAssignment
-
-
 def assigned_partitions(protocol_type: str | None,
                         assignment: bytes) -> list[tuple[str, int]] | None:
-    """The (topic, partition) pairs a member's assignment gives it, in the consumer
-    protocol's encoding (an int16 version, then ConsumerProtocolAssignment of that version;
-    a version newer than kio knows is read as the newest, as Kafka's clients read it: later
-    versions only add fields at the end). None if the group uses another protocol or the
-    bytes do not decode; [] for an empty assignment (none received yet)."""
-    from kio.serial import entity_reader
-
+    """The (topic, partition) pairs a member's assignment gives it (the consumer protocol's
+    encoding); None if the group uses another protocol or the bytes do not decode; [] for
+    an empty assignment (none received yet)."""
     if protocol_type != CONSUMER_PROTOCOL:
         return None
-    if not assignment:
-        return []
-    if len(assignment) < 2 or assignment[0] & 0x80:  # no version, or a negative one
-        return None
-    version = int.from_bytes(assignment[:2], "big")
-    try:
-        decoded, _ = entity_reader(_assignment_schema(min(version, 3)))(assignment, 2)
-    except Exception:  # kio raises several types on malformed input
-        return None
-    return sorted((str(tp.topic), int(p)) for tp in decoded.assigned_partitions
-                  for p in tp.partitions)
+    return subscription.partitions(assignment)
 
 
 def _coordinator(md: MetadataStore, group_id: str) -> str | None:

@@ -43,10 +43,12 @@ def topics(metadata: bytes) -> set[str]:
     return set() if sub is None else set(sub.topics)
 
 
-def partitions(assignment: bytes) -> list[tuple[str, int]]:
-    """The (topic, partition) pairs of a consumer-protocol assignment, sorted (empty if
-    unreadable)."""
+def partitions(assignment: bytes) -> list[tuple[str, int]] | None:
+    """The (topic, partition) pairs of a consumer-protocol assignment, sorted; [] for no
+    assignment (none received yet), None if the bytes do not decode."""
+    if not assignment:
+        return []
     got = _read(_ASSIGNMENTS, assignment)
     if got is None:
-        return []
+        return None
     return sorted((tp.topic, int(p)) for tp in got.assigned_partitions for p in tp.partitions)
