@@ -182,9 +182,10 @@ class Coordinator:
         me = self.me()
         if me is None or not self.groups:
             return
+        before = dict(self.groups)  # groups loaded later took their lease after the read
         held: dict[str, int] = await self.run(self.metadata.held_groups, me)
-        for g in list(self.groups.values()):
-            if held.get(g.group_id) != g.lease.epoch:
+        for group_id, g in before.items():
+            if self.groups.get(group_id) is g and held.get(group_id) != g.lease.epoch:
                 self.drop(g, "lease taken over")
 
     def close(self) -> None:
