@@ -76,6 +76,7 @@ class JoinRequest:
     protocol_type: str
     protocols: list[tuple[str, bytes]]
     require_known_member_id: bool  # v4+: a new member first gets MEMBER_ID_REQUIRED
+    supports_skip_assignment: bool = False  # v9+ (KIP-814)
 
 
 class Unavailable(Exception):
@@ -99,6 +100,7 @@ class Coordinator:
         self.groups: dict[str, Group] = {}
         self._loading: dict[str, asyncio.Future[Group]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._closed = False
 
     # ------------------------------------------------------------------ loading
 
@@ -127,6 +129,8 @@ class Coordinator:
 
     async def _load(self, group_id: str) -> Group:
         me = self.me()
+        if self._closed:  # shutting down: clients go to another agent
+            raise Unavailable(E.not_coordinator)
         if me is None:
             raise Unavailable(E.coordinator_not_available)
         try:
@@ -178,12 +182,16 @@ class Coordinator:
         me = self.me()
         if me is None or not self.groups:
             return
+        before = dict(self.groups)  # groups loaded later took their lease after the read
         held: dict[str, int] = await self.run(self.metadata.held_groups, me)
-        for g in list(self.groups.values()):
-            if held.get(g.group_id) != g.lease.epoch:
+        for group_id, g in before.items():
+            if self.groups.get(group_id) is g and held.get(group_id) != g.lease.epoch:
                 self.drop(g, "lease taken over")
 
     def close(self) -> None:
+        """Stop coordinating (shutdown): waiting members are answered NOT_COORDINATOR and
+        no group is loaded from now on."""
+        self._closed = True
         for g in list(self.groups.values()):
             self.drop(g, "shutting down")
         for task in self._tasks:
@@ -471,42 +479,48 @@ class Coordinator:
     async def _replace_static(self, g: Group, req: JoinRequest,
                               new_id: str) -> JoinResult | asyncio.Future[JoinResult]:
         """A static member rejoining under a new member id (Kafka's
-        updateStaticMemberAndRebalance): the old id is fenced; in Stable, with the same
-        protocols, it gets its assignment back without a rebalance."""
-        old_id = g.static[req.group_instance_id or ""]
+        updateStaticMemberAndRebalance): the old id is fenced. In Stable, if the group's
+        protocol would stay the same, the group is stored with the new id and the member
+        gets its old assignment back without a rebalance; otherwise the group rebalances."""
+        instance = req.group_instance_id or ""
+        old_id = g.static[instance]
         old = g.members[old_id]
         old.answer_join(JoinResult(E.fenced_instance_id, old_id))
         old.answer_sync(SyncResult(E.fenced_instance_id))
         self._cancel(old)
-        del g.members[old_id]
+        old_leader = g.leader
         m = Member(new_id, req.group_instance_id, req.client_id, req.client_host,
                    req.rebalance_timeout_ms, req.session_timeout_ms, req.protocol_type,
                    req.protocols, assignment=old.assignment)
-        g.members[new_id] = m
-        g.static[req.group_instance_id or ""] = new_id
-        was_leader = g.leader == old_id
-        if was_leader:
-            g.leader = new_id
-        g.pending_sync.discard(old_id)
+
+        def swap(out: Member, into: Member) -> None:
+            del g.members[out.member_id]
+            g.members[into.member_id] = into
+            g.static[instance] = into.member_id
+            if g.leader == out.member_id:
+                g.leader = into.member_id
+            g.pending_sync.discard(out.member_id)
+
+        swap(old, m)
         self._heard_from(g, m)
-        if g.is_(GROUP_STABLE) and old.matches(req.protocols):
+        if g.is_(GROUP_STABLE) and g.select_protocol() == g.protocol_name:
             try:
                 await self._store(g, g.record(self._now_ms()))
-            except BaseException:  # put the old member back
-                del g.members[new_id]
-                g.members[old_id] = old
-                g.static[req.group_instance_id or ""] = old_id
-                if was_leader:
-                    g.leader = old_id
+            except BaseException:
+                self._cancel(m)
+                swap(m, old)
                 self._heard_from(g, old)
                 raise
+            is_leader = g.leader == new_id
+            skip = is_leader and req.supports_skip_assignment
             result = g.join_result(m)
-            # The leader is told to skip assigning: the assignment has not changed.
-            return JoinResult(result.error, result.member_id, result.generation,
-                              result.protocol_type, result.protocol_name, result.leader,
-                              result.members, skip_assignment=was_leader)
+            # An older leader is told the old leader id, so it does not assign (KIP-814
+            # clients are told to skip assigning instead): the assignment stays as it is.
+            return JoinResult(result.error, new_id, result.generation, result.protocol_type,
+                              result.protocol_name,
+                              result.leader if skip else (old_leader or ""),
+                              result.members if skip else (), skip_assignment=skip)
         fut = m.join = asyncio.get_running_loop().create_future()
-        m.protocols = req.protocols
         if g.state in (GROUP_STABLE, GROUP_COMPLETING_REBALANCE):
             await self._prepare_rebalance(g)
         self._maybe_complete_join(g)
@@ -677,9 +691,7 @@ class Coordinator:
         def every(code: ErrorCode) -> dict[tuple[str, int], ErrorCode]:
             return dict.fromkeys(keys, code)
 
-        if not group_id:
-            return every(E.invalid_group_id)
-        try:
+        try:  # an empty group id is valid here, as in Kafka (old clients commit under it)
             g = await self.group(group_id)
         except Unavailable as exc:
             return every(exc.code)
@@ -710,6 +722,8 @@ class Coordinator:
         """Kafka's validateOffsetCommit and the state rule of doCommitOffsets."""
         if g.is_(GROUP_DEAD):
             return E.coordinator_not_available
+        if generation >= 0 and g.is_(GROUP_EMPTY) and g.protocol_type is None:
+            return E.illegal_generation  # no such group: a commit of an older generation
         if generation >= 0 or member_id or instance_id:
             checked = self._check_member(g, member_id, instance_id)
             if isinstance(checked, ErrorCode):

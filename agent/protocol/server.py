@@ -233,6 +233,7 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
         # Deregistered first: clients refreshing metadata move to other agents while this
         # one drains. A crash instead leaves the row until broker.session.timeout.ms.
         await ctx.run(registration.stop)
+        ctx.groups.close()  # members waiting on a rebalance go to another agent now
         await server.stop()
     finally:
         if ctx.registration is not None:

@@ -16,6 +16,7 @@ from ..codec import NO_THROTTLE, Builder
 from ..context import PEER, ServerContext
 
 REQUIRE_KNOWN_MEMBER_ID = 4  # the first version with the MEMBER_ID_REQUIRED handshake
+SKIP_ASSIGNMENT = 9  # the first version whose leader can be told to skip assigning
 
 
 def _ms(value: Any) -> int:
@@ -33,7 +34,8 @@ async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> A
         rebalance_timeout_ms=session_ms if rebalance is None else _ms(rebalance),
         protocol_type=request.protocol_type,
         protocols=[(p.name, p.metadata) for p in request.protocols],
-        require_known_member_id=b.version >= REQUIRE_KNOWN_MEMBER_ID))
+        require_known_member_id=b.version >= REQUIRE_KNOWN_MEMBER_ID,
+        supports_skip_assignment=b.version >= SKIP_ASSIGNMENT))
     return b("JoinGroupResponse", throttle_time=NO_THROTTLE, error_code=result.error,
              generation_id=i32(result.generation), protocol_type=result.protocol_type,
              protocol_name=result.protocol_name or "", leader=result.leader,
