@@ -127,6 +127,21 @@ class Coordinator:
         finally:
             del self._loading[group_id]
 
+    async def existing(self, group_id: str) -> Group | None:
+        """The group if it exists (coordinated here, stored, or with committed offsets),
+        loaded here; None for a group nobody ever used — answered as Kafka answers an
+        unknown group, without taking its lease. Unavailable(NOT_COORDINATOR) if another
+        live agent coordinates it."""
+        if (g := self.groups.get(group_id)) is not None:
+            return g
+        holder = await self.run(self.metadata.group_coordinator, group_id)
+        if holder is not None and holder.agent_id != self.me():
+            raise Unavailable(E.not_coordinator)
+        if await self.run(self.metadata.load_group, group_id) is None and \
+                not await self.run(self.metadata.fetch_offsets, group_id):
+            return None
+        return await self.group(group_id)
+
     async def _load(self, group_id: str) -> Group:
         me = self.me()
         if self._closed:  # shutting down: clients go to another agent
@@ -246,6 +261,10 @@ class Coordinator:
         if g.members.get(m.member_id) is not m or g.is_(GROUP_DEAD):
             return
         loop = asyncio.get_running_loop()
+        if m.join is not None or m.sync is not None:
+            # Waiting on a JoinGroup or SyncGroup answer counts as heartbeating (Kafka's
+            # MemberMetadata.hasSatisfiedHeartbeat): the rebalance and sync deadlines bound it.
+            m.deadline = loop.time() + m.session_timeout_ms / 1000
         if loop.time() < m.deadline:
             m.timer = loop.call_at(m.deadline, self._session_check, g, m)
             return
@@ -253,7 +272,7 @@ class Coordinator:
 
     async def _expire(self, g: Group, m: Member) -> None:
         async with g.lock:
-            if g.members.get(m.member_id) is m and \
+            if g.members.get(m.member_id) is m and m.join is None and m.sync is None and \
                     asyncio.get_running_loop().time() >= m.deadline:
                 log.info("group %r: member %s session timed out", g.group_id, m.member_id)
                 await self._remove_and_rebalance(g, m)
@@ -313,6 +332,7 @@ class Coordinator:
             g.initial_join = False
             g.rebalance_timer = loop.call_later(timeout_s, self._rebalance_over, g,
                                                 g.generation)
+            self._maybe_complete_join(g)  # e.g. the last member left: Empty at once
 
     def _initial_delay_over(self, g: Group, remaining_s: float) -> None:
         async def go() -> None:
@@ -560,7 +580,9 @@ class Coordinator:
                    assignments: Sequence[tuple[str, bytes]]) -> SyncResult:
         """Answer a SyncGroup (a follower waits for the leader's assignment)."""
         try:
-            g = await self.group(group_id)
+            g = await self.existing(group_id)
+            if g is None:
+                return SyncResult(E.unknown_member_id)
             async with g.lock:
                 answer = await self._sync(g, generation, member_id, instance_id,
                                           protocol_type, protocol_name, assignments)
@@ -630,9 +652,11 @@ class Coordinator:
     async def heartbeat(self, group_id: str, generation: int, member_id: str,
                         instance_id: str | None) -> ErrorCode:
         try:
-            g = await self.group(group_id)
+            g = await self.existing(group_id)
         except Unavailable as exc:
             return exc.code
+        if g is None:
+            return E.unknown_member_id
         async with g.lock:
             if g.is_(GROUP_DEAD):
                 return E.coordinator_not_available
@@ -653,9 +677,11 @@ class Coordinator:
                                                                         list[ErrorCode]]:
         """LeaveGroup: (top-level error, one error per (member id, instance id))."""
         try:
-            g = await self.group(group_id)
+            g = await self.existing(group_id)
         except Unavailable as exc:
             return exc.code, []
+        if g is None:
+            return E.none, [E.unknown_member_id] * len(members)
         out: list[ErrorCode] = []
         try:
             async with g.lock:
@@ -692,7 +718,11 @@ class Coordinator:
             return dict.fromkeys(keys, code)
 
         try:  # an empty group id is valid here, as in Kafka (old clients commit under it)
-            g = await self.group(group_id)
+            g = await self.existing(group_id)
+            if g is None:
+                if generation >= 0:  # no such group: a commit of an older generation
+                    return every(E.illegal_generation)
+                g = await self.group(group_id)  # a "simple" consumer's group is created
         except Unavailable as exc:
             return every(exc.code)
         async with g.lock:
@@ -719,40 +749,45 @@ class Coordinator:
 
     def _commit_allowed(self, g: Group, generation: int, member_id: str,
                         instance_id: str | None) -> ErrorCode:
-        """Kafka's validateOffsetCommit and the state rule of doCommitOffsets."""
+        """Kafka's doCommitOffsets checks, in its order."""
         if g.is_(GROUP_DEAD):
             return E.coordinator_not_available
-        if generation >= 0 and g.is_(GROUP_EMPTY) and g.protocol_type is None:
-            return E.illegal_generation  # no such group: a commit of an older generation
-        if generation >= 0 or member_id or instance_id:
-            checked = self._check_member(g, member_id, instance_id)
-            if isinstance(checked, ErrorCode):
-                return checked
-            if generation != g.generation:
-                return E.illegal_generation
-            if g.is_(GROUP_COMPLETING_REBALANCE):
-                return E.rebalance_in_progress
-            self._heard_from(g, checked)
-            return E.none
-        if not g.is_(GROUP_EMPTY):  # a "simple" commit into a group that has members
+        if instance_id and g.static.get(instance_id, member_id) != member_id:
+            return E.fenced_instance_id
+        if generation < 0 and g.is_(GROUP_EMPTY):
+            return E.none  # the group only stores offsets ("simple" consumers)
+        m = g.members.get(member_id)
+        if m is None:
             return E.unknown_member_id
+        if generation != g.generation:
+            return E.illegal_generation
+        if g.is_(GROUP_COMPLETING_REBALANCE):
+            return E.rebalance_in_progress
+        self._heard_from(g, m)
         return E.none
 
     async def delete_offsets(self, group_id: str, partitions: Sequence[tuple[str, int]]
                              ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
-        """OffsetDelete: refused per partition of a topic the members subscribe to."""
+        """OffsetDelete (Kafka's handleDeleteOffsets): any partition of an empty group; of
+        a consumer group with members, those of topics it does not subscribe to (a
+        subscription that cannot be read counts as subscribed to everything); another
+        protocol's group with members: NON_EMPTY_GROUP."""
         try:
-            g = await self.group(group_id)
+            g = await self.existing(group_id)
         except Unavailable as exc:
             return exc.code, {}
+        if g is None:
+            return E.group_id_not_found, {}
         async with g.lock:
             if g.is_(GROUP_DEAD):
                 return E.group_id_not_found, {}
-            subscribed = set() if g.is_(GROUP_EMPTY) else g.subscribed_topics()
-            if subscribed is None:  # members of a non-consumer protocol
-                return E.non_empty_group, {}
+            out: dict[tuple[str, int], ErrorCode] = {}
+            if not g.is_(GROUP_EMPTY):
+                if g.protocol_type != "consumer":
+                    return E.non_empty_group, {}
+                out = {tp: E.group_subscribed_to_topic for tp in partitions
+                       if g.is_subscribed(tp[0])}
             lease = g.lease
-        out = {tp: E.group_subscribed_to_topic for tp in partitions if tp[0] in subscribed}
         rest = [tp for tp in partitions if tp not in out]
         try:
             await self.run(self.metadata.delete_offsets, group_id, rest, lease)
@@ -766,14 +801,19 @@ class Coordinator:
     async def delete_group(self, group_id: str) -> ErrorCode:
         """DeleteGroups for one group: only an empty one."""
         try:
-            g = await self.group(group_id)
+            g = await self.existing(group_id)
         except Unavailable as exc:
             return exc.code
+        if g is None:
+            return E.group_id_not_found
         async with g.lock:
             if g.is_(GROUP_DEAD):
                 return E.group_id_not_found
             if not g.is_(GROUP_EMPTY):
                 return E.non_empty_group
+            if g.last_store is not None:  # the store of its emptying lands first
+                with contextlib.suppress(Exception):
+                    await g.last_store
             try:
                 await self.run(self.metadata.delete_group, group_id, g.lease)
             except UnknownGroupError:

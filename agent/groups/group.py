@@ -184,12 +184,12 @@ class Group:
                            tuple(m.record(self.protocol_name) for m in self.members.values()),
                            now_ms if state != self.state else self.state_at_ms or now_ms)
 
-    def subscribed_topics(self) -> set[str] | None:
-        """The topics the members subscribe to (consumer protocol), or None if unknown."""
-        if self.protocol_type != "consumer":
-            return None
+    def is_subscribed(self, topic: str) -> bool:
+        """Whether a member of this consumer group subscribes to `topic` (Kafka's
+        isSubscribedToTopic: True when a subscription cannot be read)."""
         from .subscription import topics
-        out: set[str] = set()
         for m in self.members.values():
-            out |= topics(m.metadata(self.protocol_name))
-        return out
+            subscribed = topics(m.metadata(self.protocol_name))
+            if subscribed is None or topic in subscribed:
+                return True
+        return False

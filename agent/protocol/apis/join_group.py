@@ -16,6 +16,7 @@ from ..codec import NO_THROTTLE, Builder
 from ..context import PEER, ServerContext
 
 REQUIRE_KNOWN_MEMBER_ID = 4  # the first version with the MEMBER_ID_REQUIRED handshake
+NULLABLE_PROTOCOL = 7  # the first version whose protocol name may be null
 SKIP_ASSIGNMENT = 9  # the first version whose leader can be told to skip assigning
 
 
@@ -38,7 +39,9 @@ async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> A
         supports_skip_assignment=b.version >= SKIP_ASSIGNMENT))
     return b("JoinGroupResponse", throttle_time=NO_THROTTLE, error_code=result.error,
              generation_id=i32(result.generation), protocol_type=result.protocol_type,
-             protocol_name=result.protocol_name or "", leader=result.leader,
+             # nullable from v7 (null in error answers, as Kafka), a string before
+             protocol_name=result.protocol_name if b.version >= NULLABLE_PROTOCOL
+             else result.protocol_name or "", leader=result.leader,
              skip_assignment=result.skip_assignment, member_id=result.member_id,
              members=tuple(b("JoinGroupResponseMember", member_id=member_id,
                              group_instance_id=instance_id, metadata=metadata)
