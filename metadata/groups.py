@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -49,6 +50,7 @@ from .models import (
 )
 
 _BYTES_FIELDS = ("metadata", "assignment")
+OFFSET_KEY = ("group_id", "topic", "partition")
 
 
 # ------------------------------------------------------------------ leases
@@ -167,14 +169,20 @@ def load_group(db: Database, group_id: str) -> GroupRecord | None:
     return None if row is None else _record(row)
 
 
-def _upsert(db: Database, table: sa.Table, keys: Sequence[str],
-            rows: Sequence[Mapping[str, Any]]) -> Any:
-    """INSERT … ON CONFLICT (keys) DO UPDATE of every other column (both dialects)."""
-    insert = postgresql.insert if db.pg else sqlite.insert
-    stmt = insert(table).values(list(rows)) if len(rows) > 1 else insert(table).values(rows[0])
+@functools.cache
+def _upsert_statement(pg: bool, table: sa.Table, keys: tuple[str, ...]) -> Any:
+    """INSERT … ON CONFLICT (keys) DO UPDATE of every other column, built once per table
+    and dialect (a statement with its values inlined is compiled again on every call)."""
+    stmt = (postgresql.insert if pg else sqlite.insert)(table)
     return stmt.on_conflict_do_update(
         index_elements=list(keys),
         set_={c.name: stmt.excluded[c.name] for c in table.c if c.name not in keys})
+
+
+def _upsert(db: Database, conn: sa.Connection, table: sa.Table, keys: tuple[str, ...],
+            rows: Sequence[Mapping[str, Any]]) -> None:
+    """Insert or update `rows` (one executemany of the cached statement)."""
+    conn.execute(_upsert_statement(db.pg, table, keys), list(rows))
 
 
 def store_group(db: Database, lease: GroupLease, record: GroupRecord) -> None:
@@ -186,7 +194,7 @@ def store_group(db: Database, lease: GroupLease, record: GroupRecord) -> None:
            "members": _members_json(record.members), "state_at_ms": record.state_at_ms}
     with db.write() as conn:
         _fence(conn, lease)
-        conn.execute(_upsert(db, s.groups, ["group_id"], [row]))
+        _upsert(db, conn, s.groups, ("group_id",), [row])
 
 
 def list_groups(db: Database) -> list[GroupRecord]:
@@ -237,8 +245,7 @@ def commit_offsets(db: Database, group_id: str, offsets: Sequence[OffsetCommit],
                  "metadata": o.metadata, "committed_at_ms": now}
                 for o in offsets if (o.topic, o.partition) in known]
         if rows:
-            conn.execute(_upsert(db, s.group_offsets, ["group_id", "topic", "partition"],
-                                 rows))
+            _upsert(db, conn, s.group_offsets, OFFSET_KEY, rows)
     return {(o.topic, o.partition) for o in offsets} - known
 
 
@@ -336,8 +343,7 @@ def reset_offsets(db: Database, group_id: str, offsets: Sequence[OffsetCommit]) 
                  "committed_offset": o.offset, "leader_epoch": o.leader_epoch,
                  "metadata": o.metadata, "committed_at_ms": now} for o in offsets]
         if rows:
-            conn.execute(_upsert(db, s.group_offsets, ["group_id", "topic", "partition"],
-                                 rows))
+            _upsert(db, conn, s.group_offsets, OFFSET_KEY, rows)
 
 
 def delete_group(db: Database, group_id: str, lease: GroupLease | None = None) -> None:
