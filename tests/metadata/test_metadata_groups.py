@@ -287,13 +287,15 @@ def test_group_lag(agents: MetadataStore) -> None:
     assert store.group_lag("nobody") == []
 
 
-def test_group_lag_of_a_deleted_topic(agents: MetadataStore) -> None:
+def test_deleting_a_topic_deletes_its_committed_offsets(agents: MetadataStore) -> None:
+    """As Kafka's handleDeletedPartitions: a topic created again under the name starts
+    its groups from their reset policy, not from the old topic's offsets."""
     store = agents
-    store.commit_offsets("g", [OffsetCommit("t", 1, 4)])
+    store.create_topic("u", 1)
+    store.commit_offsets("g", [OffsetCommit("t", 1, 4), OffsetCommit("u", 0, 0)])
     store.delete_topic("t")
-    [row] = store.group_lag("g")
-    assert (row.topic, row.partition, row.committed_offset, row.log_end_offset, row.lag) == \
-        ("t", 1, 4, None, None)
+    assert [(o.topic, o.partition) for o in store.fetch_offsets("g")] == [("u", 0)]
+    assert [(x.topic, x.lag) for x in store.group_lag("g")] == [("u", 0)]
 
 
 # ------------------------------------------------------------------ reset and delete
