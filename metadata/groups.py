@@ -302,6 +302,24 @@ def delete_offsets(db: Database, group_id: str, partitions: Iterable[tuple[str, 
             sa.tuple_(o.topic, o.partition).in_(keys))).rowcount)
 
 
+def _orphaned(db: Database, conn: sa.Connection, record: GroupRecord) -> bool:
+    """Whether no live agent coordinates the group and every member's session has
+    lapsed since its coordinator was last heard of (its last heartbeat, or the group's
+    last store if later)."""
+    gc, a = s.group_coordinators.c, s.agents.c
+    holder = conn.execute(
+        sa.select(gc.agent_id, a.heartbeat_at_ms, a.stopped)
+        .join(s.agents, a.agent_id == gc.agent_id, isouter=True)
+        .where(gc.group_id == record.group_id)).first()
+    now = db.clock.now_ms()
+    if holder is not None and holder.heartbeat_at_ms is not None and not holder.stopped \
+            and holder.heartbeat_at_ms > now - db.config.broker_session_timeout_ms:
+        return False  # coordinated by a live agent: it expires members itself
+    seen = max(record.state_at_ms, int(holder.heartbeat_at_ms or 0) if holder else 0)
+    session = max((m.session_timeout_ms for m in record.members), default=0)
+    return seen + session <= now
+
+
 def _lock_empty(db: Database, conn: sa.Connection, group_id: str) -> GroupRecord | None:
     """Lock the group's row (creating an Empty one if it has none, so a coordinator taking
     the group out of Empty waits for this transaction) and check it is Empty or Dead."""
@@ -314,6 +332,16 @@ def _lock_empty(db: Database, conn: sa.Connection, group_id: str) -> GroupRecord
     row = conn.execute(sa.select(s.groups).where(g.group_id == group_id)
                        .with_for_update()).one()
     record = _record(row)
+    if record.state not in (GROUP_EMPTY, GROUP_DEAD) and _orphaned(db, conn, record):
+        # Its coordinator is gone and its members' sessions have lapsed since: by Kafka's
+        # rules it is empty. Stored so, a coordinator taking it over makes them rejoin
+        # (and read the offsets this transaction writes).
+        now = db.clock.now_ms()
+        conn.execute(s.groups.update().where(g.group_id == group_id).values(
+            state=GROUP_EMPTY, members="[]", leader=None, protocol_name=None,
+            state_at_ms=now))
+        record = dataclasses.replace(record, state=GROUP_EMPTY, members=(), leader=None,
+                                     protocol_name=None, state_at_ms=now)
     if record.state not in (GROUP_EMPTY, GROUP_DEAD):
         raise GroupNotEmptyError(
             f"group {group_id!r} is {record.state} with {len(record.members)} member(s):"

@@ -317,6 +317,25 @@ def test_reset_offsets_refused_while_the_group_has_members(agents: MetadataStore
     assert loaded is not None and loaded.protocol_type == "consumer"
 
 
+def test_reset_offsets_of_a_group_whose_coordinator_died(agents: MetadataStore,
+                                                        clock: ManualClock) -> None:
+    """A group stored Stable by an agent that died: refused while its members' sessions
+    may still run (another agent could take it over with them), then, as Kafka would have
+    expired them, reset, and stored Empty (a takeover makes the members rejoin)."""
+    store = agents
+    lease = store.acquire_group("g", "a1")
+    store.store_group(lease, _record(store, "g"))
+    _session_lapses(store, clock, "a2")  # a1 is dead; the member's session is not over
+    assert store.group_coordinator("g") is None
+    with pytest.raises(GroupNotEmptyError, match="Stable"):
+        store.reset_offsets("g", [OffsetCommit("t", 0, 1)])
+    clock.advance(MEMBER.session_timeout_ms)
+    store.reset_offsets("g", [OffsetCommit("t", 0, 1)])
+    assert _offsets(store, "g") == {("t", 0): 1}
+    loaded = store.load_group("g")
+    assert loaded is not None and loaded.state == GROUP_EMPTY and loaded.members == ()
+
+
 def test_reset_offsets_of_an_absent_group(agents: MetadataStore) -> None:
     store = agents
     store.reset_offsets("new", [OffsetCommit("t", 1, 2)])
