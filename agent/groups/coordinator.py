@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -35,7 +36,7 @@ from kio.schema.errors import ErrorCode
 
 from agent.config import AgentConfig
 from agent.placement import coordinator
-from metadata import AgentInfo, GroupRecord, MetadataStore, OffsetCommit
+from metadata import AgentInfo, GroupMember, GroupRecord, MetadataStore, OffsetCommit
 from metadata.errors import (
     GroupCoordinatedElsewhereError,
     GroupLeaseLostError,
@@ -64,19 +65,27 @@ E = ErrorCode
 
 @dataclass(frozen=True, slots=True)
 class JoinRequest:
-    """What a JoinGroup asks, whatever its version."""
+    """What a JoinGroup asks, whatever its version: the joining member as it says it is
+    (`who`; member id "" if new, no metadata or assignment) and its protocols."""
 
     group_id: str
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
+    who: GroupMember
     protocol_type: str
     protocols: list[tuple[str, bytes]]
     require_known_member_id: bool  # v4+: a new member first gets MEMBER_ID_REQUIRED
     supports_skip_assignment: bool = False  # v9+ (KIP-814)
+
+    @property
+    def member_id(self) -> str:
+        return self.who.member_id
+
+    @property
+    def group_instance_id(self) -> str | None:
+        return self.who.group_instance_id
+
+    def member(self, member_id: str, assignment: bytes = b"") -> GroupMember:
+        """The joining member as `member_id`, with `assignment` (kept across a rejoin)."""
+        return dataclasses.replace(self.who, member_id=member_id, assignment=assignment)
 
 
 class Unavailable(Exception):
@@ -426,7 +435,7 @@ class Coordinator:
         """Answer a JoinGroup (waits for the rebalance to complete)."""
         if not req.group_id:
             return JoinResult(E.invalid_group_id, req.member_id)
-        if not self.config.group_min_session_timeout_ms <= req.session_timeout_ms \
+        if not self.config.group_min_session_timeout_ms <= req.who.session_timeout_ms \
                 <= self.config.group_max_session_timeout_ms:
             return JoinResult(E.invalid_session_timeout, req.member_id)
         try:
@@ -453,12 +462,12 @@ class Coordinator:
 
     async def _join_new(self, g: Group, req: JoinRequest) -> JoinResult | \
             asyncio.Future[JoinResult]:
-        new_id = f"{req.client_id}-{uuid.uuid4()}"
+        new_id = f"{req.who.client_id}-{uuid.uuid4()}"
         if req.group_instance_id and req.group_instance_id in g.static:
             return await self._replace_static(g, req, new_id)
         if req.require_known_member_id and not req.group_instance_id:
             loop = asyncio.get_running_loop()
-            g.pending[new_id] = loop.call_later(req.session_timeout_ms / 1000,
+            g.pending[new_id] = loop.call_later(req.who.session_timeout_ms / 1000,
                                                 self._pending_over, g, new_id)
             return JoinResult(E.member_id_required, new_id)
         return await self._add_member(g, req, new_id)
@@ -474,9 +483,7 @@ class Coordinator:
                           member_id: str) -> asyncio.Future[JoinResult]:
         if (handle := g.pending.pop(member_id, None)) is not None:
             handle.cancel()
-        m = Member(member_id, req.group_instance_id, req.client_id, req.client_host,
-                   req.rebalance_timeout_ms, req.session_timeout_ms, req.protocol_type,
-                   req.protocols)
+        m = Member(req.member(member_id), req.protocol_type, req.protocols)
         fut = m.join = asyncio.get_running_loop().create_future()
         first = not g.members
         g.members[member_id] = m
@@ -509,9 +516,7 @@ class Coordinator:
         old.answer_sync(SyncResult(E.fenced_instance_id))
         self._cancel(old)
         old_leader = g.leader
-        m = Member(new_id, req.group_instance_id, req.client_id, req.client_host,
-                   req.rebalance_timeout_ms, req.session_timeout_ms, req.protocol_type,
-                   req.protocols, assignment=old.assignment)
+        m = Member(req.member(new_id, old.assignment), req.protocol_type, req.protocols)
 
         def swap(out: Member, into: Member) -> None:
             del g.members[out.member_id]
@@ -564,8 +569,7 @@ class Coordinator:
         if m.join is not None:  # a JoinGroup of its was already waiting: this one replaces it
             m.answer_join(JoinResult(E.rebalance_in_progress, m.member_id))
         m.protocols = req.protocols
-        m.rebalance_timeout_ms = req.rebalance_timeout_ms
-        m.session_timeout_ms = req.session_timeout_ms
+        m.info = req.member(m.member_id, m.assignment)
         fut = m.join = asyncio.get_running_loop().create_future()
         if g.state in (GROUP_STABLE, GROUP_COMPLETING_REBALANCE):
             await self._prepare_rebalance(g)

@@ -11,6 +11,7 @@ from typing import Any
 from kio.static.primitive import i32
 
 from agent.groups.coordinator import JoinRequest
+from metadata import GroupMember
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import PEER, ServerContext
@@ -28,11 +29,10 @@ async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> A
     session_ms = _ms(request.session_timeout)
     rebalance = getattr(request, "rebalance_timeout", None)
     result = await ctx.groups.join(JoinRequest(
-        group_id=request.group_id, member_id=request.member_id,
-        group_instance_id=getattr(request, "group_instance_id", None),
-        client_id=header.client_id or "", client_host=PEER.get(),
-        session_timeout_ms=session_ms,
-        rebalance_timeout_ms=session_ms if rebalance is None else _ms(rebalance),
+        group_id=request.group_id,
+        who=GroupMember(request.member_id, getattr(request, "group_instance_id", None),
+                        header.client_id or "", PEER.get(),
+                        session_ms if rebalance is None else _ms(rebalance), session_ms),
         protocol_type=request.protocol_type,
         protocols=[(p.name, p.metadata) for p in request.protocols],
         require_known_member_id=b.version >= REQUIRE_KNOWN_MEMBER_ID,
