@@ -4,18 +4,25 @@ A flush happens when `linger_ms` has passed since the first buffered record or w
 `flush_bytes` are buffered, whichever comes first. A produce future resolves to the
 record's offset only after both the object PUT and the metadata commit succeeded.
 
+Buffering a produce changes nothing outside the process. A record or batch refused (bad
+framing or CRC, no records, a control batch, a topic rule) raises before it takes
+buffer.memory room or adds a chunk to the buffer; of one call's batches for a partition,
+none is buffered if one is refused (`produce_batches`).
+
 What a crash at each step of a flush leaves behind:
 1. `register_pending_file` — a `pending` file row, no object: GC drops the row.
 2. object PUT (one PUT, or a multipart upload for large flushes) — a `pending` row and an
    object nobody can read: GC deletes both. A crash mid-multipart leaves no object.
-3. `commit_file` (`commit_produced` when the flush holds idempotent batches) — one
-   transaction assigns offsets and makes every chunk visible at once, checking and
-   advancing idempotent producers' sequence state with them; before it commits, as step
-   2; after it, the records are visible even if the acks are lost. A retrying
-   non-idempotent producer then writes duplicates, as Kafka without idempotence does; an
-   idempotent producer's resend (to this agent or another) is answered with the original
-   offsets. A chunk whose idempotent batch turns out a duplicate or out of order at commit
-   is not inserted: its bytes stay unreferenced in the object until compaction drops them.
+3. `commit_produced` — one transaction assigns offsets and makes every chunk visible at
+   once, checking and advancing idempotent producers' sequence state with them; before it
+   commits, as step 2; after it, the records are visible even if the acks are lost. A
+   retrying non-idempotent producer then writes duplicates, as Kafka without idempotence
+   does; an idempotent producer's resend (to this agent or another) is answered with the
+   original offsets. A chunk whose idempotent batch turns out a duplicate or out of order at commit,
+   or whose topic or partition was deleted (by any agent) since it was buffered, is not
+   inserted: its bytes stay unreferenced in the object until compaction drops them, its
+   records fail (UnknownTopicError / UnknownPartitionError for a deleted one), the other
+   chunks commit. If no chunk is inserted the commit leaves the file `abandoned`.
 On an error (not a crash) the pending file is marked `abandoned` and every future of the
 flush fails with `FlushError`; if the commit's outcome is unknown the file is left as it
 is and the futures fail with `FlushOutcomeUnknownError`.
@@ -32,8 +39,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 
 from clock import SYSTEM_CLOCK, Clock
-from fileformat import BatchHeader, ChunkBuilder, FileWriter, KeyHasher, read_header, verify_batch
-from fileformat.batch import batch_offsets
+from fileformat import ChunkBuilder, FileWriter, KeyHasher
+from fileformat.batch import CheckedBatch, check_client_batch
+from fileformat.objectfile import MAX_OFFSET_SPAN
 from metadata import MetadataStore, ProducerBatch, RejectedChunk, TopicInfo
 from metadata.errors import CommitUnknownError, UnknownPartitionError, UnknownTopicError
 from metadata.models import SEQUENCE_WRAP
@@ -234,6 +242,12 @@ class Agent:
         rules = self._rules.get(name)
         return (rules or self._load_rules(name))[0]
 
+    def partition_topic(self, topic: str, partition: int) -> TopicInfo:
+        """The topic's metadata once `partition` is in range, reloaded once if it looks past
+        the end (partitions added through another agent since it was cached); raises
+        UnknownTopicError, or InvalidRecordError if the partition is still out of range."""
+        return self._check_partition(self.topic(topic), partition)
+
     def produce(
         self,
         topic: str,
@@ -273,8 +287,9 @@ class Agent:
             if self._in_flight_bytes + size > self._config.buffer_memory:
                 self._wait_for_room(size, None)
             pb = self._buffer.partitions.get((topic, partition))
-            if pb is None:
-                pb = self._partition_buffer(info, partition)
+            if pb is None:  # left empty if the append fails: a flush skips it
+                pb = self._buffer.partitions[(topic, partition)] = self._new_partition_buffer(
+                    info, partition)
             rel = pb.builder.append(ts, key, value, headers)
             done = self._buffer.done  # before _account, which may seal this buffer
             self._account(size)
@@ -287,8 +302,8 @@ class Agent:
 
     def _refresh_topics(self) -> None:
         """Forget the cached topics once they are `topic.refresh.ms` old (flusher thread,
-        which wakes at least every 0.5 s: no cost on the produce path), so other agents'
-        admin changes are seen."""
+        before every flush and at least every 0.5 s when idle: no cost on the produce path),
+        so other agents' admin changes are seen."""
         now = self._clock.monotonic()
         if (now - self._rules_at) * 1000 >= self._config.topic_refresh_ms:
             self._rules_at = now
@@ -309,9 +324,11 @@ class Agent:
         resolves at once to its original offset, and a sequence gap or an old epoch fails
         the future with OutOfOrderSequenceError / InvalidProducerEpochError (metadata
         errors) without buffering anything. The commit checks again (module docstring).
-        Raised at once, nothing buffered: RecordTooLargeError, NullKeyError (a compacted
-        topic), InvalidRecordError (partition out of range; a transactional batch:
-        transactions are not supported), FormatError (framing, CRC, codec).
+        Raised at once, nothing buffered and no buffer.memory kept: RecordTooLargeError,
+        NullKeyError (a compacted topic), InvalidRecordError (partition out of range after
+        one reload of the topic; a transactional batch: transactions are not supported),
+        FormatError (framing, CRC, codec, a batch without records; UnsupportedError: a
+        control batch or an old magic).
         """
         return self.produce_batches(topic, partition, [raw_batch])[0]
 
@@ -325,17 +342,15 @@ class Agent:
         buffered. The Kafka server passes 0 and waits on the event loop instead
         (`set_room_listener`), so that no thread blocks on a full buffer.
         """
-        info = self._check_partition(self.topic(topic), partition)
-        # One batch needs no CRC check here: the chunk builder checks it before storing it.
-        verify = len(raw_batches) > 1 or info.config.compacted
-        headers = [self._check_batch(info, raw, verify) for raw in raw_batches]
+        info = self.partition_topic(topic, partition)
+        checked = [self._check_batch(info, raw) for raw in raw_batches]
         hold = _Hold(sum(len(raw) for raw in raw_batches))
         with self._cond:
             self._wait_for_room(hold.left, block_s)
             self._in_flight_bytes += hold.left
         try:
-            return [self._produce_checked(info, partition, raw, header, hold)
-                    for raw, header in zip(raw_batches, headers, strict=True)]
+            return [self._produce_checked(info, partition, raw, batch, hold)
+                    for raw, batch in zip(raw_batches, checked, strict=True)]
         finally:  # room held for batches not buffered (resends, refusals) is given back
             if hold.left:
                 with self._cond:
@@ -353,30 +368,32 @@ class Agent:
         """Bytes of buffer.memory in use: buffered, being flushed, or held for an append."""
         return self._in_flight_bytes
 
-    def _check_batch(self, info: TopicInfo, raw_batch: bytes, verify: bool) -> BatchHeader:
-        """The batch's header once it passes the topic's rules (see `produce_batch`), its CRC
-        checked if `verify`. A compacted topic's batch is decoded here to find null keys."""
+    def _check_batch(self, info: TopicInfo, raw_batch: bytes) -> CheckedBatch:
+        """The batch checked (for the chunk builder to take without checking again) once it
+        passes the topic's rules (see `produce_batch`) and every check the chunk builder
+        makes, so that appending it cannot fail. A compacted topic's batch is decoded here
+        (null keys; the builder reuses the records for the key hashes)."""
         if len(raw_batch) > info.config.max_message_bytes:
             raise RecordTooLargeError(
                 f"batch of {len(raw_batch)} bytes exceeds max.message.bytes="
                 f"{info.config.max_message_bytes} of topic {info.name!r}"
             )
-        header = verify_batch(raw_batch) if verify else read_header(raw_batch)
+        header, decoded = checked = check_client_batch(raw_batch, info.config.compacted)
         if header.is_transactional:
             raise InvalidRecordError("transactional batches are not supported")
-        if info.config.compacted and any(
-                key is None for *_, key in batch_offsets(memoryview(raw_batch), header)):
+        if info.config.compacted and any(key is None for *_, key in decoded or ()):
             raise NullKeyError(
                 f"topic {info.name!r} is compacted: records must have a key"
                 " (Kafka rejects null keys)")
-        return header
+        return checked
 
     def _produce_checked(self, info: TopicInfo, partition: int, raw_batch: bytes,
-                         header: BatchHeader, hold: _Hold) -> ProduceFuture:
+                         checked: CheckedBatch, hold: _Hold) -> ProduceFuture:
         topic = info.name
+        header = checked[0]
         if header.producer_id < 0:
             with self._cond:
-                return self._append_batch(info, partition, raw_batch, None, hold)
+                return self._append_batch(info, partition, raw_batch, checked, None, hold)
         batch = ProducerBatch(header.producer_id, header.producer_epoch, header.base_sequence,
                               (header.base_sequence + header.last_offset_delta)
                               % SEQUENCE_WRAP, 0)
@@ -387,7 +404,8 @@ class Agent:
             with self._cond:  # check and append under one hold of the lock (room is held)
                 decision = self._producers.check(key, batch, reloaded)
                 if isinstance(decision, Admit):
-                    return self._append_batch(info, partition, raw_batch, (key, batch), hold)
+                    return self._append_batch(info, partition, raw_batch, checked,
+                                              (key, batch), hold)
                 if isinstance(decision, InFlight):
                     done, rel = decision.handle
                     return ProduceFuture(done, tp, rel)
@@ -402,13 +420,25 @@ class Agent:
             reloaded = True
 
     def _append_batch(self, info: TopicInfo, partition: int, raw_batch: bytes,
+                      checked: CheckedBatch,
                       idempotent: tuple[tuple[int, str, int], ProducerBatch] | None,
                       hold: _Hold) -> ProduceFuture:
         """Append a checked batch to the buffer (holding the condition), in room taken from
-        `hold` (so the idempotent path never waits between its check and this)."""
+        `hold` (so the idempotent path never waits between its check and this). The room is
+        taken, and a new partition's chunk added to the buffer, only once the batch is in."""
+        tp = (info.name, partition)
+        pb = self._buffer.partitions.get(tp)
+        if pb is not None and (pb.builder.next_offset + checked[0].last_offset_delta + 1
+                               > MAX_OFFSET_SPAN):
+            self._seal()  # the chunk's offsets are used up: the batch starts the next buffer
+            pb = None
+        fresh = pb is None
+        if pb is None:
+            pb = self._new_partition_buffer(info, partition)
+        first, _count = pb.builder.append_batch(raw_batch, checked)
+        if fresh:
+            self._buffer.partitions[tp] = pb
         hold.left -= len(raw_batch)
-        pb = self._partition_buffer(info, partition)
-        first, _count = pb.builder.append_batch(raw_batch)
         done = self._buffer.done  # before _account, which may seal this buffer
         if idempotent is not None:
             key, batch = idempotent
@@ -459,18 +489,15 @@ class Agent:
             )
         return info
 
-    def _partition_buffer(self, info: TopicInfo, partition: int) -> _PartitionBuffer:
-        tp = (info.name, partition)
-        pb = self._buffer.partitions.get(tp)
-        if pb is None:
-            builder = ChunkBuilder(
-                info.name,
-                partition,
-                hasher=self._hasher if info.config.compacted else None,
-                compression=self._config.compression,
-            )
-            pb = self._buffer.partitions[tp] = _PartitionBuffer(builder, info.config.compacted)
-        return pb
+    def _new_partition_buffer(self, info: TopicInfo, partition: int) -> _PartitionBuffer:
+        """A chunk for the partition (not in the buffer yet)."""
+        builder = ChunkBuilder(
+            info.name,
+            partition,
+            hasher=self._hasher if info.config.compacted else None,
+            compression=self._config.compression,
+        )
+        return _PartitionBuffer(builder, info.config.compacted)
 
     def _wait_for_room(self, size: int, block_s: float | None) -> None:
         """Wait (holding the condition) until `size` more bytes fit in buffer.memory, up to
@@ -520,6 +547,7 @@ class Agent:
     def _run(self) -> None:
         while True:
             with self._cond:
+                self._refresh_topics()  # also between back-to-back flushes (busy agents)
                 while not self._sealed:
                     if self._closed:
                         return
@@ -553,7 +581,8 @@ class Agent:
         return [partitions]
 
     def _flush(self, buf: _Buffer) -> None:
-        items = sorted(buf.partitions.items())
+        # A chunk without records (opened for a record whose append failed) is left out.
+        items = sorted((tp, pb) for tp, pb in buf.partitions.items() if pb.builder.record_count)
         outcome: FlushOutcome = {}
         objects_before = self.totals.objects
         try:
@@ -595,25 +624,16 @@ class Agent:
                 for _, pb in items:
                     writer.add(pb.builder.finish())
                 layout = writer.finish()
-            chunks = [chunk_meta(c) for c in layout.chunks]
-            batches = {tp: pb.batches for tp, pb in items if pb.batches}
-            if batches:
-                outcomes = self._metadata.commit_produced(
-                    file_id, size=layout.size, data_offset=layout.data_offset,
-                    data_length=layout.data_length, meta_offset=layout.meta_offset,
-                    meta_length=layout.meta_length, chunks=chunks, batches=batches)
-            else:
-                outcomes = dict(self._metadata.commit_file(
-                    file_id, size=layout.size, data_offset=layout.data_offset,
-                    data_length=layout.data_length, meta_offset=layout.meta_offset,
-                    meta_length=layout.meta_length, chunks=chunks))
+            outcomes = self._metadata.commit_produced(
+                file_id, size=layout.size, data_offset=layout.data_offset,
+                data_length=layout.data_length, meta_offset=layout.meta_offset,
+                meta_length=layout.meta_length, chunks=[chunk_meta(c) for c in layout.chunks],
+                batches={tp: pb.batches for tp, pb in items if pb.batches})
         except CommitUnknownError as exc:
             unknown = FlushOutcomeUnknownError(f"commit of {key} has unknown outcome: {exc}")
             self._fail(items, unknown, exc, outcome)
             return
         except Exception as exc:
-            if isinstance(exc, UnknownTopicError | UnknownPartitionError):
-                self.forget_topics()  # deleted meanwhile (by any agent): reload the rest
             try:
                 self._metadata.abandon_file(file_id)
             except Exception:  # the row stays pending; GC treats it the same way
@@ -627,6 +647,8 @@ class Agent:
                 outcome[tp] = PerBatch({b.offset_delta: a for b, a in
                                         zip(pb.batches, result.answers, strict=True)},
                                        result.other)
+                if isinstance(result.other, UnknownTopicError | UnknownPartitionError):
+                    self.forget_topics()  # deleted meanwhile (by any agent): reload the rest
             else:
                 outcome[tp] = result
         if all(isinstance(r, RejectedChunk) for r in outcomes.values()):

@@ -37,6 +37,25 @@ WIRE_COLUMNS = [
     ("load_mib_s", "load MiB/s"), ("ack_ms_p50", "ack p50 ms"), ("ack_ms_p99", "ack p99 ms"),
     ("puts_per_s", "PUTs/s"), ("agent_cpu_s", "agent CPU s"),
 ]
+GROUPS_REBALANCE_COLUMNS = [
+    ("measure", "run"), ("repeats", "repeats"), ("session_timeout_ms", "session.timeout.ms"),
+    ("heartbeat_interval_ms", "heartbeat.interval.ms"), ("ms_median", "ms median"),
+    ("ms_min", "ms min"), ("ms_max", "ms max"), ("notice_ms_median", "notice ms median"),
+    ("rejoin_ms_median", "rejoin ms median"), ("close_ms_median", "close() ms median"),
+]
+GROUPS_COMMIT_COLUMNS = [
+    ("metadata", "metadata"), ("clients", "clients"),
+    ("partitions_per_commit", "partitions per commit"), ("commits", "commits"),
+    ("commits_per_s_wall", "commits/s wall"),
+    ("commits_per_s_per_agent_core", "commits/s per agent core"),
+    ("agent_cpu_s", "agent CPU s"),
+]
+GROUPS_ROWS_COLUMNS = [
+    ("metadata", "metadata"), ("partitions_per_commit", "partitions per commit"),
+    ("first_commit_rows", "first commit: rows by table"), ("commits", "then commits"),
+    ("group_offsets_rows_per_commit", "group_offsets rows per commit"),
+    ("other_rows_per_commit", "other rows per commit"), ("other_rows", "other rows"),
+]
 MEMORY_COLUMNS = [
     ("distinct_keys", "distinct keys"), ("budget_mib", "budget MiB"),
     ("keys_in_map", "keys deduplicated"), ("partial_clean", "partial clean"),
@@ -52,15 +71,14 @@ def _table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> str:
     return "\n".join([head, sep, *body])
 
 
-def render(report: dict[str, Any]) -> str:
-    """The markdown page: machine, how to rerun, one table per benchmark."""
-    m = report["machine"]
-    def rows(kind: str) -> list[dict[str, Any]]:
-        return [r for r in report["results"] if r["benchmark"] == kind]
+def _rows(report: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [r for r in report["results"] if r["benchmark"] == kind]
 
-    ingest, compaction, memory = rows("ingest"), rows("compaction"), rows("dedupe_memory")
-    consume, codecs, wire = rows("consume"), rows("codecs"), rows("wire")
-    return f"""# Benchmarks
+
+def _header(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    return f"""\
+# Benchmarks
 
 Measured on {m['cpu']} ({m['cores']} cores), Python {m['python']}, {m['platform']}.
 "Per core" divides by the benchmark process's CPU seconds; the moto S3 server runs in its
@@ -68,11 +86,17 @@ own process and is not counted.
 
 Rerun: `make bench` (JSON on stdout and this page rewritten). One suite, JSON only:
 `.venv/bin/python -m bench.run --suite ingest` (also `compaction`, `consume`, `memory`, `codecs`,
-`wire`; `--quick` for tiny sizes). Figures vary with the machine: compare runs on one machine.
+`wire`, `groups`; `--quick` for tiny sizes); with `--write docs/benchmarks.md` too, only that
+suite's section of this page is rewritten. Figures vary with the machine: compare runs on one
+machine.
+"""
 
+
+def _ingest(report: dict[str, Any]) -> str:
+    return f"""\
 ## Agent ingest (1,000 partitions, defaults: flush every 250 ms or 8 MiB)
 
-{_table(ingest, INGEST_COLUMNS)}
+{_table(_rows(report, "ingest"), INGEST_COLUMNS)}
 
 Goal for `file://`: >= 100 MiB/s per core with 1 KiB values. `produce_batch` takes
 client-encoded RecordBatch v2 batches of 16 records (what a Kafka producer sends; built
@@ -84,10 +108,14 @@ entry), so 40 ms for 1,000 partitions, plus one metadata commit of 1,000 segment
 (~16 ms on SQLite) and the object write. Per 1 KiB record that is about 20 µs of CPU in
 all, which bounds `produce` below the goal; batches from clients skip the per-record work.
 Acks wait for the flush after the one in progress: latency is the linger plus flush time.
+"""
 
+
+def _compaction(report: dict[str, Any]) -> str:
+    return f"""\
 ## Compaction (one `--all` job; compacted topic, 100 partitions, 4 versions per key, random updates)
 
-{_table(compaction, COMPACTION_COLUMNS)}
+{_table(_rows(report, "compaction"), COMPACTION_COLUMNS)}
 
 Goals: >= 250 MB/s per core with 1 KiB values, >= 1 M records/s per core with 100 B values.
 Batches whose records all survive are copied byte for byte; the others ("re-encoded")
@@ -95,20 +123,32 @@ get a new header and the surviving records' bytes, copied without decoding: find
 record boundaries walks every record's length prefix and parses the survivors' timestamp
 and offset deltas, in Python (~0.25 µs per record, ~1 µs per survivor), which is what
 bounds the 100 B case. GETs are always 2 per input file.
+"""
 
+
+def _consume(report: dict[str, Any]) -> str:
+    return f"""\
 ## Consume (Reader, file://, one ranged GET per segment)
 
-{_table(consume, CONSUME_COLUMNS)}
+{_table(_rows(report, "consume"), CONSUME_COLUMNS)}
+"""
 
+
+def _codecs(report: dict[str, Any]) -> str:
+    return f"""\
 ## Kafka protocol codecs (CPU µs per 1 MiB message, 16 partitions of 64 KiB batches)
 
-{_table(codecs, CODECS_COLUMNS)}
+{_table(_rows(report, "codecs"), CODECS_COLUMNS)}
 
 The server decodes requests and encodes responses with kio (docs/architecture.md says why).
+"""
 
+
+def _wire(report: dict[str, Any]) -> str:
+    return f"""\
 ## Kafka wire protocol (one `silt agent` process, confluent-kafka, 100 partitions, 1 KiB values)
 
-{_table(wire, WIRE_COLUMNS)}
+{_table(_rows(report, "wire"), WIRE_COLUMNS)}
 
 The agent runs at its defaults (flush every 250 ms or 8 MiB; SQLite metadata) in its own
 process; "per agent core" divides the value bytes by that process's CPU seconds (all its
@@ -126,12 +166,113 @@ with the producer's defaults; a larger linger.ms on the client sends fewer, larg
 Fetch sends the records as views of the segment cache (segments patched once as they enter
 it) with writev(2), so no user-space copy; what bounds it now is one metadata query per
 partition per fetch (about a third of the agent's CPU in a profile).
+"""
 
+
+def _memory(report: dict[str, Any]) -> str:
+    return f"""\
 ## Pass-1 memory (one partition, distinct keys, default 128 MiB budget)
 
-{_table(memory, MEMORY_COLUMNS)}
+{_table(_rows(report, "dedupe_memory"), MEMORY_COLUMNS)}
 
 Goal: 5 M keys deduplicated in one job with <= 24 B per key of map memory. The figure is
 the peak that pass 1 allocates (sort order 8 B + flags) on top of the 16-byte key hashes it
 reads; the budget admits 128 MiB / 24 B = 5.59 M keys, like Kafka's SkimpyOffsetMap.
 """
+
+
+def _groups(report: dict[str, Any]) -> str:
+    rows = _rows(report, "groups")
+    def measure(prefix: str) -> list[dict[str, Any]]:
+        return [r for r in rows if r["measure"].startswith(prefix)]
+
+    return f"""\
+## Consumer groups (one `silt agent` process, confluent-kafka, a 12-partition topic, file://)
+
+{_table(measure("rebalance"), GROUPS_REBALANCE_COLUMNS)}
+
+{_table(measure("OffsetCommit"), GROUPS_COMMIT_COLUMNS)}
+
+{_table(measure("rows written"), GROUPS_ROWS_COLUMNS)}
+
+Rebalance: three confluent-kafka consumers (one process each, eager `range` assignment,
+the session.timeout.ms and heartbeat.interval.ms of the table) in a new group, SQLite
+metadata; 1 to 2 heartbeat intervals after they hold 4 partitions each, one calls close()
+(LeaveGroup) or is killed with SIGKILL. "ms": from close() returning (it took "close() ms")
+or from the kill until the other two hold all 12 partitions (the later of their on_assign
+callbacks); "notice": until the first on_revoke of the other two (a heartbeat answered
+REBALANCE_IN_PROGRESS); "rejoin": the rest (JoinGroup and SyncGroup). As in Kafka, the
+others learn of a leave at their next heartbeat (0 to heartbeat.interval.ms), and of a
+crash when the member's session expires (session.timeout.ms after its last heartbeat: 5 to
+6 s here) and they heartbeat next; the coordinator's own part, the rejoin, takes ~10 ms.
+The agent ran with group.initial.rebalance.delay.ms 0: that delay applies only to the first
+join of an Empty group (Kafka's default 3000 ms delays a group's setup, not these).
+
+OffsetCommit: simple consumers (no subscription), one client thread and one group each,
+`Consumer.commit(offsets=..., asynchronous=False)` in a loop for 10 s; "per agent core"
+divides the commits by the agent process's CPU seconds. A 1-partition commit costs the
+agent about 1.2 ms of CPU (1.5 on PostgreSQL), most of it the metadata transaction in
+SQLAlchemy (lease check, partition check, upsert: ~0.75 ms measured alone on SQLite), so one
+agent tops out near its one core (one interpreter) at a few hundred commits/s; more clients
+do not help on SQLite and the clients' threads share the two cores. One client on
+PostgreSQL waits for the transaction's round trips (~3.5 ms a commit); four overlap them. A
+12-partition commit costs ~2.3 ms: SQLAlchemy compiles its multi-row upsert anew at every
+commit (a multi-VALUES INSERT is not cached), about a third of that.
+
+Rows written: AFTER INSERT/UPDATE/DELETE row triggers on every table of the agent's
+database count the rows it writes, by table, over a new group's first commit and then 200
+commits (one simple consumer). A commit writes one group_offsets row per partition (an
+upsert: inserted the first time, then updated) and nothing else; the group's first request
+also takes its coordinator lease (one group_coordinators row). "Other rows" are the agent's
+registry heartbeats (an agents row every 2 s) that ran meanwhile.
+"""
+
+
+# The page's sections in order, by the suite (bench/run.py SUITES) that measures them.
+SECTIONS = {"ingest": _ingest, "compaction": _compaction, "consume": _consume,
+            "codecs": _codecs, "wire": _wire, "memory": _memory, "groups": _groups}
+
+
+def render(report: dict[str, Any]) -> str:
+    """The markdown page: machine, how to rerun, one section per suite."""
+    parts = [_header(report), *(section(report) for section in SECTIONS.values())]
+    return "\n\n".join(p.rstrip("\n") for p in parts) + "\n"
+
+
+def _split(page: str) -> list[str]:
+    """`page` cut before each "## " heading: the header, then one part per section."""
+    parts = [""]
+    for line in page.splitlines(keepends=True):
+        if line.startswith("## "):
+            parts.append("")
+        parts[-1] += line
+    return [p.rstrip("\n") for p in parts]
+
+
+def _first_line(text: str, prefix: str) -> str:
+    return next((line for line in text.splitlines() if line.startswith(prefix)), "")
+
+
+def update(page: str, report: dict[str, Any], suites: list[str]) -> str:
+    """`page` (as render() wrote it) with the sections of `suites` rendered from `report`,
+    the other sections left as they were. A section replaces the one under the same
+    heading, or goes where render() puts it if the page has none. The header is rendered
+    anew but keeps the page's machine; sections measured on another machine say which."""
+    parts = _split(page)
+    header = _header(report)
+    ours, theirs = _first_line(header, "Measured on"), _first_line(parts[0], "Measured on")
+    parts[0] = header.replace(ours, theirs).rstrip("\n") if theirs else header.rstrip("\n")
+    order = list(SECTIONS)
+    for suite in suites:
+        heading, _, body = SECTIONS[suite](report).rstrip("\n").partition("\n")
+        if theirs and ours != theirs:
+            body = f"\n{ours.removesuffix('.')} (this section only).\n{body}"
+        new = heading + "\n" + body
+        headings = [p.split("\n", 1)[0] for p in parts]
+        if heading in headings:
+            parts[headings.index(heading)] = new
+            continue
+        later = {SECTIONS[s](report).split("\n", 1)[0] for s in order[order.index(suite) + 1:]}
+        at = next((i for i, h in enumerate(headings) if h in later), len(parts))
+        parts.insert(at, new)
+    return "\n\n".join(parts) + "\n"

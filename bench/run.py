@@ -1,6 +1,7 @@
 """Benchmark entry point: `python -m bench.run [--quick] [--write docs/benchmarks.md]`.
 
-Prints one JSON document to stdout; with --write, also renders docs/benchmarks.md.
+Prints one JSON document to stdout; with --write, also renders docs/benchmarks.md (with
+--suite, only those suites' sections of an existing page).
 """
 
 from __future__ import annotations
@@ -60,6 +61,37 @@ def new_bucket(endpoint: str) -> str:
     bucket = f"bench-{uuid.uuid4().hex[:8]}"
     boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
     return bucket
+
+
+POSTGRES_ADMIN_URL = os.environ.get("SILT_TEST_POSTGRES_URL",
+                                    "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@contextlib.contextmanager
+def postgres_database() -> Iterator[str | None]:
+    """A new, empty database on the PostgreSQL server of POSTGRES_ADMIN_URL (the tests'),
+    dropped afterwards; None (and a note on stderr) if that server cannot be reached."""
+    import sqlalchemy as sa
+
+    from metadata.engine import engine_url
+
+    admin = sa.create_engine(engine_url(POSTGRES_ADMIN_URL), isolation_level="AUTOCOMMIT")
+    name = f"silt_bench_{uuid.uuid4().hex[:12]}"
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    except sa.exc.OperationalError as exc:
+        print(f"PostgreSQL at {POSTGRES_ADMIN_URL} not reachable, skipped: {exc.orig}",
+              file=sys.stderr)
+        admin.dispose()
+        yield None
+        return
+    try:
+        yield f"{POSTGRES_ADMIN_URL.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
 
 
 def machine() -> dict[str, Any]:
@@ -125,6 +157,20 @@ def run_wire_suite(quick: bool) -> list[dict[str, Any]]:
     return rows
 
 
+def run_groups_suite(quick: bool) -> list[dict[str, Any]]:
+    """Consumer groups against `silt agent` (confluent-kafka): rebalance times, OffsetCommit
+    throughput and rows written per commit on SQLite, the last two on PostgreSQL too (not
+    with --quick)."""
+    from .groups import GroupsParams, run_groups
+
+    if quick:
+        return run_groups(GroupsParams(repeats=1, session_ms=2_000, heartbeat_ms=500,
+                                       commit_seconds=0.5, commits_counted=20))
+    p = GroupsParams(repeats=5, session_ms=6_000, heartbeat_ms=1_000, commit_seconds=10.0)
+    with postgres_database() as pg_url:
+        return run_groups(p, pg_url)
+
+
 # The latency runs' steady load: just below saturation with librdkafka's defaults, which
 # send a request per linger.ms (5 ms) carrying the few records each partition gathered
 # meanwhile (~2,000 requests/s here: the request rate, not the bytes, loads the agent).
@@ -132,7 +178,7 @@ WIRE_LOAD_MIB_S = 2.0
 
 SUITES = {"ingest": run_ingest_suite, "compaction": run_compaction_suite,
           "consume": run_consume_suite, "memory": run_memory_suite, "codecs": run_codecs_suite,
-          "wire": run_wire_suite}
+          "wire": run_wire_suite, "groups": run_groups_suite}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,7 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes (for tests)")
     parser.add_argument("--suite", action="append", choices=sorted(SUITES),
                         help="which suites to run (default: all)")
-    parser.add_argument("--write", metavar="MD", help="also write this markdown report")
+    parser.add_argument("--write", metavar="MD",
+                        help="also write this markdown report (with --suite and an existing"
+                             " MD: only those suites' sections)")
     args = parser.parse_args(argv)
     suites = args.suite or list(SUITES)
     report: dict[str, Any] = {"machine": machine(), "quick": args.quick, "results": []}
@@ -148,9 +196,11 @@ def main(argv: list[str] | None = None) -> int:
         report["results"] += SUITES[name](args.quick)
     print(json.dumps(report, indent=2))
     if args.write:
-        from .report import render
+        from .report import render, update
 
-        Path(args.write).write_text(render(report))
+        page = Path(args.write)
+        page.write_text(update(page.read_text(), report, suites)
+                        if args.suite and page.exists() else render(report))
     return 0
 
 

@@ -626,3 +626,35 @@ def batch_offsets(
         (rec.offset - base, rec.timestamp, rec.value is None, rec.key)
         for rec in iter_records(view, header)
     ]
+
+
+# A client's batch that passed `check_client_batch`: its header, and its records'
+# (delta, timestamp, is_tombstone, key) if it was decoded.
+CheckedBatch = tuple[BatchHeader, list[tuple[int, int, bool, bytes | None]] | None]
+
+
+def check_client_batch(raw: Any, decode: bool) -> CheckedBatch:
+    """Every check a chunk makes of a client's batch before storing it
+    (`ChunkBuilder.append_batch`): magic 2 (else UnsupportedError), framing, CRC and codec,
+    a declared length of exactly `raw`, not a control batch, at least one record; and, when
+    `decode` or its offsets have gaps, its records decoded with their deltas checked.
+
+    A batch that passed cannot make `append_batch(raw, checked)` fail, so a caller checks
+    all of its batches first and refuses a bad one before anything is buffered.
+    """
+    if len(raw) > FRAME_SIZE - 1 and raw[FRAME_SIZE - 1] != MAGIC:
+        raise UnsupportedError(f"batch magic {raw[FRAME_SIZE - 1]}; only magic 2 is stored")
+    view = memoryview(raw)
+    header = verify_batch(view)
+    if header.length != len(view):
+        raise CorruptDataError(f"batch declares {header.length} bytes, got {len(view)}")
+    if header.is_control:
+        raise UnsupportedError("control batches cannot be produced")
+    if header.record_count == 0:
+        raise CorruptDataError("empty batch")
+    decoded = None
+    if decode or header.record_count != header.last_offset_delta + 1:
+        decoded = batch_offsets(view, header)
+        if decoded[0][0] < 0:
+            raise CorruptDataError("batch has a negative offset delta")
+    return header, decoded

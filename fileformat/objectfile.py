@@ -47,12 +47,12 @@ from pyroaring import BitMap
 
 from fileformat.batch import (
     FRAME_SIZE,
-    MAGIC,
     WRITABLE_COMPRESSIONS,
     BatchHeader,
+    CheckedBatch,
     Compression,
     Record,
-    batch_offsets,
+    check_client_batch,
     iter_records,
     new_builder,
     read_header,
@@ -424,42 +424,39 @@ class ChunkBuilder:
             self._seal_open()
         return rel
 
-    def append_batch(self, raw: bytes) -> tuple[int, int]:
+    def append_batch(self, raw: bytes, checked: CheckedBatch | None = None) -> tuple[int, int]:
         """Store a client-encoded batch byte-for-byte (baseOffset patched).
 
         Returns (first relative offset, record count). The batch is decoded only when
         the chunk is keyed (key hashes, tombstones) or its offsets are not contiguous.
+        `checked`: what `check_client_batch(raw, ...)` returned (its checks are not made
+        again). On an error the builder is unchanged.
         """
         self._check_open()
         hasher = self._need_hasher()
-        if len(raw) > FRAME_SIZE - 1 and raw[FRAME_SIZE - 1] != MAGIC:
-            raise UnsupportedError(f"batch magic {raw[FRAME_SIZE - 1]}; only magic 2 is stored")
         view = memoryview(raw)
-        header = verify_batch(view)
-        if header.length != len(view):
-            raise CorruptDataError(f"batch declares {header.length} bytes, got {len(view)}")
-        if header.is_control:
-            raise UnsupportedError("control batches cannot be produced")
-        if header.record_count == 0:
-            raise CorruptDataError("empty batch")
-        self._seal_open()
+        header, decoded = (checked if checked is not None
+                           else check_client_batch(view, hasher is not None))
         first = self._next
         span_end = first + header.last_offset_delta + 1
         if span_end > MAX_OFFSET_SPAN:
             raise ValueError("chunk offset span exceeds 2**32")
-        contiguous = header.record_count == header.last_offset_delta + 1
-        if hasher is None and contiguous:
+        fast = hasher is None and header.record_count == header.last_offset_delta + 1
+        if decoded is None and not fast:
+            decoded = check_client_batch(view, True)[1]  # `checked` made for an unkeyed chunk
+        hashes = b"" if hasher is None or decoded is None else hasher.hash_many(
+            k for _, _, _, k in decoded)
+        # Nothing below fails on the batch: the builder changes only now.
+        self._seal_open()
+        if fast or decoded is None:
             self._offsets.add_range(first, span_end)
             self._timestamps(header.first_timestamp, header.max_timestamp)
         else:
-            decoded = batch_offsets(view, header)
-            if decoded[0][0] < 0:
-                raise CorruptDataError("batch has a negative offset delta")
             self._offsets.update([first + d for d, _, _, _ in decoded])
             stamps = [ts for _, ts, _, _ in decoded]
             self._timestamps(min(stamps), max(stamps))
             if hasher is not None:
-                self._hashes += hasher.hash_many(k for _, _, _, k in decoded)
+                self._hashes += hashes
                 self._tombstones.update([first + d for d, _, tomb, _ in decoded if tomb])
         self._store(with_base_offset(view, first))
         self._next = span_end

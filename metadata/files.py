@@ -7,7 +7,8 @@ for a topic being deleted waits, then finds it gone), then the partition rows in
 (topic_id, partition) order, so committers touching overlapping partitions serialize per
 partition and cannot deadlock. Idempotent producers' state (producers.py) is checked and
 updated in the same transaction, after the partition locks: a chunk holding a duplicate or
-out-of-order batch is not inserted (`commit_produced`).
+out-of-order batch, or of a topic or partition deleted since the agent buffered it, is not
+inserted (`commit_produced`); the rest of the agent's object commits.
 
 Failure model of a commit: `Database.commit` (engine.py), read back through the files'
 states (a file id is its commit's stable identity).
@@ -28,6 +29,7 @@ from .errors import (
     BatchRejectedError,
     FileStateError,
     InvalidCommitError,
+    MetadataError,
     ObjectKeyExistsError,
     UnknownFileError,
     UnknownPartitionError,
@@ -155,10 +157,10 @@ def commit_file(
     failed COMMIT is read back (live: applied, the assigned bases are returned; pending:
     not applied, retried).
     """
-    # Without producer batches no chunk is rejected: every outcome is a base offset.
-    return cast(Bases, commit_produced(
-        db, file_id, size=size, data_offset=data_offset, data_length=data_length,
-        meta_offset=meta_offset, meta_length=meta_length, chunks=chunks, batches={}))
+    layout = {"size": size, "data_offset": data_offset, "data_length": data_length,
+              "meta_offset": meta_offset, "meta_length": meta_length}
+    # Not a produced file: no chunk is rejected, every outcome is a base offset.
+    return cast(Bases, _commit(db, f"commit of file {file_id}", [(file_id, layout, chunks)])[0])
 
 
 def commit_produced(
@@ -173,21 +175,25 @@ def commit_produced(
     chunks: Sequence[ChunkMeta],
     batches: ProducerBatches,
 ) -> Outcomes:
-    """`commit_file` for an agent's object holding idempotent producers' batches: in the
-    same transaction, after the partition locks, every chunk's `batches` are checked in
-    order against their producers' state (producers.py) and the state advanced.
+    """`commit_file` for an agent's object (its idempotent producers' batches per chunk,
+    possibly none), committing chunk by chunk: in the same transaction, after the partition
+    locks, every chunk's `batches` are checked in order against their producers' state
+    (producers.py) and the state advanced.
 
-    A chunk with a duplicate or out-of-order batch is not inserted (its bytes are dead space
-    in the object, dropped by the next compaction of the file) and does not consume offsets;
-    its outcome is a RejectedChunk (duplicates answered with their original offsets). Other
-    chunks commit normally. If no chunk is inserted the file goes pending → abandoned (GC
-    deletes it) instead of live.
+    A chunk that cannot be stored is not inserted (its bytes are dead space in the object,
+    dropped by the next compaction of the file) and does not consume offsets; its outcome
+    is a RejectedChunk: a chunk with a duplicate or out-of-order batch (duplicates answered
+    with their original offsets), or a chunk whose topic or partition is gone (deleted by
+    an admin since the agent buffered it: UnknownTopicError / UnknownPartitionError for all
+    of it). Other chunks commit normally. If no chunk is inserted the file goes pending →
+    abandoned (GC deletes it) instead of live.
 
     Crash before COMMIT: the file stays pending, no state changed. After: the chunks and the
     producers' states are visible together. A failed COMMIT is read back through the file's
     state: pending (retried), live or abandoned (applied; chunks without a segment are
     reported rejected with a retriable BatchRejectedError, since their exact verdicts are
-    not stored — a retry of a duplicate is then answered with its original offset).
+    not stored — a retry of a duplicate is then answered with its original offset, one of a
+    deleted topic with UNKNOWN_TOPIC_OR_PARTITION).
     """
     layout = {"size": size, "data_offset": data_offset, "data_length": data_length,
               "meta_offset": meta_offset, "meta_length": meta_length}
@@ -196,7 +202,8 @@ def commit_produced(
         if tp not in spans:
             raise InvalidCommitError(f"producer batches for {tp[0]}/{tp[1]}, not in the file")
         producers.validate_batches(spans[tp], bs, f"chunk {tp[0]}/{tp[1]}")
-    return _commit(db, f"commit of file {file_id}", [(file_id, layout, chunks)], batches)[0]
+    return _commit(db, f"commit of file {file_id}", [(file_id, layout, chunks)], batches,
+                   produced=True)[0]
 
 
 def commit_files(db: Database, files: Sequence[FileCommit]) -> list[dict[tuple[str, int], int]]:
@@ -212,12 +219,15 @@ def commit_files(db: Database, files: Sequence[FileCommit]) -> list[dict[tuple[s
 
 
 def _commit(db: Database, what: str, files: Sequence[FileCommit],
-            batches: ProducerBatches | None = None) -> list[Outcomes]:
+            batches: ProducerBatches | None = None, *, produced: bool = False
+            ) -> list[Outcomes]:
+    """Commit `files` at once; `produced` (one agent's file): chunk by chunk (see
+    `commit_produced`), else all or nothing."""
     for _, _, chunks in files:
         _validate_chunks(chunks)
     ids = [file_id for file_id, _, _ in files]
     # Applied states: live, or abandoned when a produced file had every chunk rejected.
-    applied = (s.FILE_LIVE, s.FILE_ABANDONED) if batches else (s.FILE_LIVE,)
+    applied = (s.FILE_LIVE, s.FILE_ABANDONED) if produced else (s.FILE_LIVE,)
 
     def read_back(conn: sa.Connection) -> list[Outcomes] | Unknown | None:
         f, sg = s.files.c, s.segments.c
@@ -242,11 +252,12 @@ def _commit(db: Database, what: str, files: Sequence[FileCommit],
                     found[file_id][tp] = RejectedChunk((retry,) * n, retry)
         return [found[i] for i in ids]
 
-    return db.commit(what, lambda conn: _commit_body(db, conn, files, batches), read_back)
+    return db.commit(what, lambda conn: _commit_body(db, conn, files, batches, produced),
+                     read_back)
 
 
 def _commit_body(db: Database, conn: sa.Connection, files: Sequence[FileCommit],
-                 batches: ProducerBatches | None) -> list[Outcomes]:
+                 batches: ProducerBatches | None, produced: bool) -> list[Outcomes]:
     f, t = s.files.c, s.topics.c
     now = db.clock.now_ms()
     # 1. pending → live, taking the file row locks (a concurrent abandon/GC waits).
@@ -268,21 +279,33 @@ def _commit_body(db: Database, conn: sa.Connection, files: Sequence[FileCommit],
     ids = {r.name: r.id for r in conn.execute(sa.select(t.id, t.name).where(t.name.in_(names))
                                               .order_by(t.id).with_for_update(read=True))}
     for name in names:
-        if name not in ids:
+        if name not in ids and not produced:
             raise UnknownTopicError(f"unknown topic {name!r}")
-    # 3. lock the partition rows in sorted (topic_id, partition) order.
-    wanted = sorted({(ids[c.topic], c.partition) for c in all_chunks})
+    # 3. lock the partition rows in sorted (topic_id, partition) order. A produced file's
+    #    chunks of topics or partitions gone since are rejected, the others committed.
+    wanted = sorted({(ids[c.topic], c.partition) for c in all_chunks if c.topic in ids})
     next_offset = _lock_partitions(db, conn, wanted)
+    gone: dict[tuple[str, int], RejectedChunk] = {}
     for c in all_chunks:
-        if (ids[c.topic], c.partition) not in next_offset:
-            raise UnknownPartitionError(f"topic {c.topic!r} has no partition {c.partition}")
+        error: MetadataError
+        if c.topic not in ids:
+            error = UnknownTopicError(f"unknown topic {c.topic!r}")
+        elif (ids[c.topic], c.partition) not in next_offset:
+            error = UnknownPartitionError(f"topic {c.topic!r} has no partition {c.partition}")
+        else:
+            continue
+        if not produced:
+            raise error
+        tp = (c.topic, c.partition)
+        n = len(batches.get(tp, ())) if batches else 0  # one answer per idempotent batch
+        gone[tp] = RejectedChunk((error,) * n, error)
     # 4. idempotent producers' state on these partitions (their rows are guarded by the
     #    partition locks just taken).
     states: dict[tuple[int, int], dict[int, ProducerState]] = {}  # partition -> pid -> state
     if batches:
         for (pid, *k), st in producers.load_states(db, conn, (
                 (b.producer_id, ids[tp[0]], tp[1]) for tp, bs in batches.items()
-                for b in bs)).items():
+                if tp not in gone for b in bs)).items():
             states.setdefault((k[0], k[1]), {})[pid] = st
     changed: dict[producers.StateKey, ProducerState] = {}
     expiration = db.config.producer_id_expiration_ms
@@ -294,6 +317,9 @@ def _commit_body(db: Database, conn: sa.Connection, files: Sequence[FileCommit],
         inserted = 0
         for c in chunks:
             tp = (c.topic, c.partition)
+            if tp in gone:
+                outcomes[tp] = gone[tp]  # no segment, no offsets consumed
+                continue
             key = (ids[c.topic], c.partition)
             base = next_offset[key]
             if batches and tp in batches:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -49,6 +50,7 @@ from .models import (
 )
 
 _BYTES_FIELDS = ("metadata", "assignment")
+OFFSET_KEY = ("group_id", "topic", "partition")
 
 
 # ------------------------------------------------------------------ leases
@@ -167,14 +169,20 @@ def load_group(db: Database, group_id: str) -> GroupRecord | None:
     return None if row is None else _record(row)
 
 
-def _upsert(db: Database, table: sa.Table, keys: Sequence[str],
-            rows: Sequence[Mapping[str, Any]]) -> Any:
-    """INSERT … ON CONFLICT (keys) DO UPDATE of every other column (both dialects)."""
-    insert = postgresql.insert if db.pg else sqlite.insert
-    stmt = insert(table).values(list(rows)) if len(rows) > 1 else insert(table).values(rows[0])
+@functools.cache
+def _upsert_statement(pg: bool, table: sa.Table, keys: tuple[str, ...]) -> Any:
+    """INSERT … ON CONFLICT (keys) DO UPDATE of every other column, built once per table
+    and dialect (a statement with its values inlined is compiled again on every call)."""
+    stmt = (postgresql.insert if pg else sqlite.insert)(table)
     return stmt.on_conflict_do_update(
         index_elements=list(keys),
         set_={c.name: stmt.excluded[c.name] for c in table.c if c.name not in keys})
+
+
+def _upsert(db: Database, conn: sa.Connection, table: sa.Table, keys: tuple[str, ...],
+            rows: Sequence[Mapping[str, Any]]) -> None:
+    """Insert or update `rows` (one executemany of the cached statement)."""
+    conn.execute(_upsert_statement(db.pg, table, keys), list(rows))
 
 
 def store_group(db: Database, lease: GroupLease, record: GroupRecord) -> None:
@@ -186,7 +194,7 @@ def store_group(db: Database, lease: GroupLease, record: GroupRecord) -> None:
            "members": _members_json(record.members), "state_at_ms": record.state_at_ms}
     with db.write() as conn:
         _fence(conn, lease)
-        conn.execute(_upsert(db, s.groups, ["group_id"], [row]))
+        _upsert(db, conn, s.groups, ("group_id",), [row])
 
 
 def list_groups(db: Database) -> list[GroupRecord]:
@@ -237,8 +245,7 @@ def commit_offsets(db: Database, group_id: str, offsets: Sequence[OffsetCommit],
                  "metadata": o.metadata, "committed_at_ms": now}
                 for o in offsets if (o.topic, o.partition) in known]
         if rows:
-            conn.execute(_upsert(db, s.group_offsets, ["group_id", "topic", "partition"],
-                                 rows))
+            _upsert(db, conn, s.group_offsets, OFFSET_KEY, rows)
     return {(o.topic, o.partition) for o in offsets} - known
 
 
@@ -295,6 +302,24 @@ def delete_offsets(db: Database, group_id: str, partitions: Iterable[tuple[str, 
             sa.tuple_(o.topic, o.partition).in_(keys))).rowcount)
 
 
+def _orphaned(db: Database, conn: sa.Connection, record: GroupRecord) -> bool:
+    """Whether no live agent coordinates the group and every member's session has
+    lapsed since its coordinator was last heard of (its last heartbeat, or the group's
+    last store if later)."""
+    gc, a = s.group_coordinators.c, s.agents.c
+    holder = conn.execute(
+        sa.select(gc.agent_id, a.heartbeat_at_ms, a.stopped)
+        .join(s.agents, a.agent_id == gc.agent_id, isouter=True)
+        .where(gc.group_id == record.group_id)).first()
+    now = db.clock.now_ms()
+    if holder is not None and holder.heartbeat_at_ms is not None and not holder.stopped \
+            and holder.heartbeat_at_ms > now - db.config.broker_session_timeout_ms:
+        return False  # coordinated by a live agent: it expires members itself
+    seen = max(record.state_at_ms, int(holder.heartbeat_at_ms or 0) if holder else 0)
+    session = max((m.session_timeout_ms for m in record.members), default=0)
+    return seen + session <= now
+
+
 def _lock_empty(db: Database, conn: sa.Connection, group_id: str) -> GroupRecord | None:
     """Lock the group's row (creating an Empty one if it has none, so a coordinator taking
     the group out of Empty waits for this transaction) and check it is Empty or Dead."""
@@ -307,6 +332,16 @@ def _lock_empty(db: Database, conn: sa.Connection, group_id: str) -> GroupRecord
     row = conn.execute(sa.select(s.groups).where(g.group_id == group_id)
                        .with_for_update()).one()
     record = _record(row)
+    if record.state not in (GROUP_EMPTY, GROUP_DEAD) and _orphaned(db, conn, record):
+        # Its coordinator is gone and its members' sessions have lapsed since: by Kafka's
+        # rules it is empty. Stored so, a coordinator taking it over makes them rejoin
+        # (and read the offsets this transaction writes).
+        now = db.clock.now_ms()
+        conn.execute(s.groups.update().where(g.group_id == group_id).values(
+            state=GROUP_EMPTY, members="[]", leader=None, protocol_name=None,
+            state_at_ms=now))
+        record = dataclasses.replace(record, state=GROUP_EMPTY, members=(), leader=None,
+                                     protocol_name=None, state_at_ms=now)
     if record.state not in (GROUP_EMPTY, GROUP_DEAD):
         raise GroupNotEmptyError(
             f"group {group_id!r} is {record.state} with {len(record.members)} member(s):"
@@ -336,8 +371,7 @@ def reset_offsets(db: Database, group_id: str, offsets: Sequence[OffsetCommit]) 
                  "committed_offset": o.offset, "leader_epoch": o.leader_epoch,
                  "metadata": o.metadata, "committed_at_ms": now} for o in offsets]
         if rows:
-            conn.execute(_upsert(db, s.group_offsets, ["group_id", "topic", "partition"],
-                                 rows))
+            _upsert(db, conn, s.group_offsets, OFFSET_KEY, rows)
 
 
 def delete_group(db: Database, group_id: str, lease: GroupLease | None = None) -> None:

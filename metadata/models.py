@@ -301,9 +301,10 @@ class ProducerState:
 @dataclass(frozen=True, slots=True)
 class RejectedChunk:
     """An agent commit did not insert this chunk: one of its idempotent batches was a
-    duplicate or out of order. `answers` holds, per idempotent batch in the order given,
-    the original base offset (a duplicate) or the error for that batch; every other record
-    of the chunk gets `other` (retriable: nothing of the chunk was stored)."""
+    duplicate or out of order, or its topic or partition no longer exists. `answers` holds,
+    per idempotent batch in the order given, the original base offset (a duplicate) or the
+    error for that batch; every other record of the chunk gets `other` (nothing of the
+    chunk was stored: retriable, or UnknownTopicError / UnknownPartitionError)."""
 
     answers: tuple[int | Exception, ...]
     other: Exception

@@ -52,7 +52,7 @@ Version 4 (consumer groups):
   text, state_at_ms)`: a group as its coordinator last stored it (groups.py).
 - `group_offsets(group_id, topic, partition, committed_offset, leader_epoch, metadata,
   committed_at_ms)`, PK (group_id, topic, partition): committed offsets, by topic NAME as
-  Kafka keeps them (a topic deleted and created again keeps its groups' offsets).
+  Kafka keeps them; deleting a topic deletes them (topics.py).
 
 A migration is a function of a connection inside the transaction that also records its
 version; `MIGRATIONS[i]` brings the schema from version i to i + 1. Migrations are frozen once

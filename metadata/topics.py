@@ -130,8 +130,9 @@ def _locked_topic(conn: sa.Connection, name: str) -> TopicInfo:
 def delete_topic(db: Database, name: str) -> TopicInfo:
     """Delete a topic; returns what it was. Its live segments leave the log and files left
     without a live segment retire (`files.retire_segments`: GC deletes their objects after
-    the grace period), then its segment rows, idempotent producers' state, partitions and
-    topic row go. A compaction job holding its files is refused at commit (its inputs'
+    the grace period), then its segment rows, idempotent producers' state, partitions,
+    consumer groups' committed offsets of it (as Kafka's handleDeletedPartitions) and topic
+    row go. A compaction job holding its files is refused at commit (its inputs'
     live segments changed); a later topic of the same name is a new topic (a new id).
 
     One transaction through `Database.commit` (read back: the topic id is gone). Crash
@@ -148,6 +149,7 @@ def delete_topic(db: Database, name: str) -> TopicInfo:
                         db.clock.now_ms())
         for table in (s.producer_state, s.segments, s.partitions):
             conn.execute(table.delete().where(table.c.topic_id == info.id))
+        conn.execute(s.group_offsets.delete().where(s.group_offsets.c.topic == info.name))
         conn.execute(s.topics.delete().where(t.id == info.id))
         notify.announce(db, conn)  # waiting fetches of the topic answer now
         return info

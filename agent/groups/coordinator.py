@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -35,7 +36,7 @@ from kio.schema.errors import ErrorCode
 
 from agent.config import AgentConfig
 from agent.placement import coordinator
-from metadata import AgentInfo, GroupRecord, MetadataStore, OffsetCommit
+from metadata import AgentInfo, GroupMember, GroupRecord, MetadataStore, OffsetCommit
 from metadata.errors import (
     GroupCoordinatedElsewhereError,
     GroupLeaseLostError,
@@ -64,19 +65,27 @@ E = ErrorCode
 
 @dataclass(frozen=True, slots=True)
 class JoinRequest:
-    """What a JoinGroup asks, whatever its version."""
+    """What a JoinGroup asks, whatever its version: the joining member as it says it is
+    (`who`; member id "" if new, no metadata or assignment) and its protocols."""
 
     group_id: str
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
+    who: GroupMember
     protocol_type: str
     protocols: list[tuple[str, bytes]]
     require_known_member_id: bool  # v4+: a new member first gets MEMBER_ID_REQUIRED
     supports_skip_assignment: bool = False  # v9+ (KIP-814)
+
+    @property
+    def member_id(self) -> str:
+        return self.who.member_id
+
+    @property
+    def group_instance_id(self) -> str | None:
+        return self.who.group_instance_id
+
+    def member(self, member_id: str, assignment: bytes = b"") -> GroupMember:
+        """The joining member as `member_id`, with `assignment` (kept across a rejoin)."""
+        return dataclasses.replace(self.who, member_id=member_id, assignment=assignment)
 
 
 class Unavailable(Exception):
@@ -126,6 +135,21 @@ class Coordinator:
             raise
         finally:
             del self._loading[group_id]
+
+    async def existing(self, group_id: str) -> Group | None:
+        """The group if it exists (coordinated here, stored, or with committed offsets),
+        loaded here; None for a group nobody ever used — answered as Kafka answers an
+        unknown group, without taking its lease. Unavailable(NOT_COORDINATOR) if another
+        live agent coordinates it."""
+        if (g := self.groups.get(group_id)) is not None:
+            return g
+        holder = await self.run(self.metadata.group_coordinator, group_id)
+        if holder is not None and holder.agent_id != self.me():
+            raise Unavailable(E.not_coordinator)
+        if await self.run(self.metadata.load_group, group_id) is None and \
+                not await self.run(self.metadata.fetch_offsets, group_id):
+            return None
+        return await self.group(group_id)
 
     async def _load(self, group_id: str) -> Group:
         me = self.me()
@@ -246,6 +270,10 @@ class Coordinator:
         if g.members.get(m.member_id) is not m or g.is_(GROUP_DEAD):
             return
         loop = asyncio.get_running_loop()
+        if m.join is not None or m.sync is not None:
+            # Waiting on a JoinGroup or SyncGroup answer counts as heartbeating (Kafka's
+            # MemberMetadata.hasSatisfiedHeartbeat): the rebalance and sync deadlines bound it.
+            m.deadline = loop.time() + m.session_timeout_ms / 1000
         if loop.time() < m.deadline:
             m.timer = loop.call_at(m.deadline, self._session_check, g, m)
             return
@@ -253,7 +281,7 @@ class Coordinator:
 
     async def _expire(self, g: Group, m: Member) -> None:
         async with g.lock:
-            if g.members.get(m.member_id) is m and \
+            if g.members.get(m.member_id) is m and m.join is None and m.sync is None and \
                     asyncio.get_running_loop().time() >= m.deadline:
                 log.info("group %r: member %s session timed out", g.group_id, m.member_id)
                 await self._remove_and_rebalance(g, m)
@@ -313,6 +341,7 @@ class Coordinator:
             g.initial_join = False
             g.rebalance_timer = loop.call_later(timeout_s, self._rebalance_over, g,
                                                 g.generation)
+            self._maybe_complete_join(g)  # e.g. the last member left: Empty at once
 
     def _initial_delay_over(self, g: Group, remaining_s: float) -> None:
         async def go() -> None:
@@ -406,7 +435,7 @@ class Coordinator:
         """Answer a JoinGroup (waits for the rebalance to complete)."""
         if not req.group_id:
             return JoinResult(E.invalid_group_id, req.member_id)
-        if not self.config.group_min_session_timeout_ms <= req.session_timeout_ms \
+        if not self.config.group_min_session_timeout_ms <= req.who.session_timeout_ms \
                 <= self.config.group_max_session_timeout_ms:
             return JoinResult(E.invalid_session_timeout, req.member_id)
         try:
@@ -433,12 +462,12 @@ class Coordinator:
 
     async def _join_new(self, g: Group, req: JoinRequest) -> JoinResult | \
             asyncio.Future[JoinResult]:
-        new_id = f"{req.client_id}-{uuid.uuid4()}"
+        new_id = f"{req.who.client_id}-{uuid.uuid4()}"
         if req.group_instance_id and req.group_instance_id in g.static:
             return await self._replace_static(g, req, new_id)
         if req.require_known_member_id and not req.group_instance_id:
             loop = asyncio.get_running_loop()
-            g.pending[new_id] = loop.call_later(req.session_timeout_ms / 1000,
+            g.pending[new_id] = loop.call_later(req.who.session_timeout_ms / 1000,
                                                 self._pending_over, g, new_id)
             return JoinResult(E.member_id_required, new_id)
         return await self._add_member(g, req, new_id)
@@ -454,9 +483,7 @@ class Coordinator:
                           member_id: str) -> asyncio.Future[JoinResult]:
         if (handle := g.pending.pop(member_id, None)) is not None:
             handle.cancel()
-        m = Member(member_id, req.group_instance_id, req.client_id, req.client_host,
-                   req.rebalance_timeout_ms, req.session_timeout_ms, req.protocol_type,
-                   req.protocols)
+        m = Member(req.member(member_id), req.protocol_type, req.protocols)
         fut = m.join = asyncio.get_running_loop().create_future()
         first = not g.members
         g.members[member_id] = m
@@ -489,9 +516,7 @@ class Coordinator:
         old.answer_sync(SyncResult(E.fenced_instance_id))
         self._cancel(old)
         old_leader = g.leader
-        m = Member(new_id, req.group_instance_id, req.client_id, req.client_host,
-                   req.rebalance_timeout_ms, req.session_timeout_ms, req.protocol_type,
-                   req.protocols, assignment=old.assignment)
+        m = Member(req.member(new_id, old.assignment), req.protocol_type, req.protocols)
 
         def swap(out: Member, into: Member) -> None:
             del g.members[out.member_id]
@@ -544,8 +569,7 @@ class Coordinator:
         if m.join is not None:  # a JoinGroup of its was already waiting: this one replaces it
             m.answer_join(JoinResult(E.rebalance_in_progress, m.member_id))
         m.protocols = req.protocols
-        m.rebalance_timeout_ms = req.rebalance_timeout_ms
-        m.session_timeout_ms = req.session_timeout_ms
+        m.info = req.member(m.member_id, m.assignment)
         fut = m.join = asyncio.get_running_loop().create_future()
         if g.state in (GROUP_STABLE, GROUP_COMPLETING_REBALANCE):
             await self._prepare_rebalance(g)
@@ -560,7 +584,9 @@ class Coordinator:
                    assignments: Sequence[tuple[str, bytes]]) -> SyncResult:
         """Answer a SyncGroup (a follower waits for the leader's assignment)."""
         try:
-            g = await self.group(group_id)
+            g = await self.existing(group_id)
+            if g is None:
+                return SyncResult(E.unknown_member_id)
             async with g.lock:
                 answer = await self._sync(g, generation, member_id, instance_id,
                                           protocol_type, protocol_name, assignments)
@@ -630,9 +656,11 @@ class Coordinator:
     async def heartbeat(self, group_id: str, generation: int, member_id: str,
                         instance_id: str | None) -> ErrorCode:
         try:
-            g = await self.group(group_id)
+            g = await self.existing(group_id)
         except Unavailable as exc:
             return exc.code
+        if g is None:
+            return E.unknown_member_id
         async with g.lock:
             if g.is_(GROUP_DEAD):
                 return E.coordinator_not_available
@@ -653,9 +681,11 @@ class Coordinator:
                                                                         list[ErrorCode]]:
         """LeaveGroup: (top-level error, one error per (member id, instance id))."""
         try:
-            g = await self.group(group_id)
+            g = await self.existing(group_id)
         except Unavailable as exc:
             return exc.code, []
+        if g is None:
+            return E.none, [E.unknown_member_id] * len(members)
         out: list[ErrorCode] = []
         try:
             async with g.lock:
@@ -692,7 +722,11 @@ class Coordinator:
             return dict.fromkeys(keys, code)
 
         try:  # an empty group id is valid here, as in Kafka (old clients commit under it)
-            g = await self.group(group_id)
+            g = await self.existing(group_id)
+            if g is None:
+                if generation >= 0:  # no such group: a commit of an older generation
+                    return every(E.illegal_generation)
+                g = await self.group(group_id)  # a "simple" consumer's group is created
         except Unavailable as exc:
             return every(exc.code)
         async with g.lock:
@@ -719,40 +753,45 @@ class Coordinator:
 
     def _commit_allowed(self, g: Group, generation: int, member_id: str,
                         instance_id: str | None) -> ErrorCode:
-        """Kafka's validateOffsetCommit and the state rule of doCommitOffsets."""
+        """Kafka's doCommitOffsets checks, in its order."""
         if g.is_(GROUP_DEAD):
             return E.coordinator_not_available
-        if generation >= 0 and g.is_(GROUP_EMPTY) and g.protocol_type is None:
-            return E.illegal_generation  # no such group: a commit of an older generation
-        if generation >= 0 or member_id or instance_id:
-            checked = self._check_member(g, member_id, instance_id)
-            if isinstance(checked, ErrorCode):
-                return checked
-            if generation != g.generation:
-                return E.illegal_generation
-            if g.is_(GROUP_COMPLETING_REBALANCE):
-                return E.rebalance_in_progress
-            self._heard_from(g, checked)
-            return E.none
-        if not g.is_(GROUP_EMPTY):  # a "simple" commit into a group that has members
+        if instance_id and g.static.get(instance_id, member_id) != member_id:
+            return E.fenced_instance_id
+        if generation < 0 and g.is_(GROUP_EMPTY):
+            return E.none  # the group only stores offsets ("simple" consumers)
+        m = g.members.get(member_id)
+        if m is None:
             return E.unknown_member_id
+        if generation != g.generation:
+            return E.illegal_generation
+        if g.is_(GROUP_COMPLETING_REBALANCE):
+            return E.rebalance_in_progress
+        self._heard_from(g, m)
         return E.none
 
     async def delete_offsets(self, group_id: str, partitions: Sequence[tuple[str, int]]
                              ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
-        """OffsetDelete: refused per partition of a topic the members subscribe to."""
+        """OffsetDelete (Kafka's handleDeleteOffsets): any partition of an empty group; of
+        a consumer group with members, those of topics it does not subscribe to (a
+        subscription that cannot be read counts as subscribed to everything); another
+        protocol's group with members: NON_EMPTY_GROUP."""
         try:
-            g = await self.group(group_id)
+            g = await self.existing(group_id)
         except Unavailable as exc:
             return exc.code, {}
+        if g is None:
+            return E.group_id_not_found, {}
         async with g.lock:
             if g.is_(GROUP_DEAD):
                 return E.group_id_not_found, {}
-            subscribed = set() if g.is_(GROUP_EMPTY) else g.subscribed_topics()
-            if subscribed is None:  # members of a non-consumer protocol
-                return E.non_empty_group, {}
+            out: dict[tuple[str, int], ErrorCode] = {}
+            if not g.is_(GROUP_EMPTY):
+                if g.protocol_type != "consumer":
+                    return E.non_empty_group, {}
+                out = {tp: E.group_subscribed_to_topic for tp in partitions
+                       if g.is_subscribed(tp[0])}
             lease = g.lease
-        out = {tp: E.group_subscribed_to_topic for tp in partitions if tp[0] in subscribed}
         rest = [tp for tp in partitions if tp not in out]
         try:
             await self.run(self.metadata.delete_offsets, group_id, rest, lease)
@@ -766,14 +805,19 @@ class Coordinator:
     async def delete_group(self, group_id: str) -> ErrorCode:
         """DeleteGroups for one group: only an empty one."""
         try:
-            g = await self.group(group_id)
+            g = await self.existing(group_id)
         except Unavailable as exc:
             return exc.code
+        if g is None:
+            return E.group_id_not_found
         async with g.lock:
             if g.is_(GROUP_DEAD):
                 return E.group_id_not_found
             if not g.is_(GROUP_EMPTY):
                 return E.non_empty_group
+            if g.last_store is not None:  # the store of its emptying lands first
+                with contextlib.suppress(Exception):
+                    await g.last_store
             try:
                 await self.run(self.metadata.delete_group, group_id, g.lease)
             except UnknownGroupError:

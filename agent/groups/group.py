@@ -10,6 +10,7 @@ coordinated here).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -63,22 +64,41 @@ class SyncResult:
 
 @dataclass(eq=False)
 class Member:
-    """A member: what it joined with, its pending JoinGroup/SyncGroup answers, and when its
-    session expires (loop time)."""
+    """A member: who it is, its timeouts and assignment (`info`, the stored record's
+    fields: one definition, metadata.GroupMember), the protocols it joined with, its
+    pending JoinGroup/SyncGroup answers, and when its session expires (loop time)."""
 
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    rebalance_timeout_ms: int
-    session_timeout_ms: int
+    info: GroupMember
     protocol_type: str
     protocols: list[tuple[str, bytes]]
-    assignment: bytes = b""
     join: asyncio.Future[JoinResult] | None = None
     sync: asyncio.Future[SyncResult] | None = None
     deadline: float = 0.0
     timer: asyncio.TimerHandle | None = None
+
+    @property
+    def member_id(self) -> str:
+        return self.info.member_id
+
+    @property
+    def group_instance_id(self) -> str | None:
+        return self.info.group_instance_id
+
+    @property
+    def session_timeout_ms(self) -> int:
+        return self.info.session_timeout_ms
+
+    @property
+    def rebalance_timeout_ms(self) -> int:
+        return self.info.rebalance_timeout_ms
+
+    @property
+    def assignment(self) -> bytes:
+        return self.info.assignment
+
+    @assignment.setter
+    def assignment(self, value: bytes) -> None:
+        self.info = dataclasses.replace(self.info, assignment=value)
 
     def metadata(self, protocol: str | None) -> bytes:
         """Its subscription metadata for `protocol` (empty if it has none)."""
@@ -99,17 +119,14 @@ class Member:
         self.sync = None
 
     def record(self, protocol: str | None) -> GroupMember:
-        return GroupMember(self.member_id, self.group_instance_id, self.client_id,
-                           self.client_host, self.rebalance_timeout_ms,
-                           self.session_timeout_ms, self.metadata(protocol), self.assignment)
+        """As stored: with its metadata for the group's protocol."""
+        return dataclasses.replace(self.info, metadata=self.metadata(protocol))
 
     @classmethod
     def restored(cls, m: GroupMember, protocol_type: str | None,
                  protocol: str | None) -> Member:
         """A member of a group loaded from the store (after a coordinator moved)."""
-        return cls(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                   m.rebalance_timeout_ms, m.session_timeout_ms, protocol_type or "",
-                   [(protocol or "", m.metadata)], m.assignment)
+        return cls(m, protocol_type or "", [(protocol or "", m.metadata)])
 
 
 @dataclass(eq=False)
@@ -184,12 +201,12 @@ class Group:
                            tuple(m.record(self.protocol_name) for m in self.members.values()),
                            now_ms if state != self.state else self.state_at_ms or now_ms)
 
-    def subscribed_topics(self) -> set[str] | None:
-        """The topics the members subscribe to (consumer protocol), or None if unknown."""
-        if self.protocol_type != "consumer":
-            return None
+    def is_subscribed(self, topic: str) -> bool:
+        """Whether a member of this consumer group subscribes to `topic` (Kafka's
+        isSubscribedToTopic: True when a subscription cannot be read)."""
         from .subscription import topics
-        out: set[str] = set()
         for m in self.members.values():
-            out |= topics(m.metadata(self.protocol_name))
-        return out
+            subscribed = topics(m.metadata(self.protocol_name))
+            if subscribed is None or topic in subscribed:
+                return True
+        return False

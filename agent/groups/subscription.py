@@ -37,10 +37,10 @@ def _read(classes: list[type[Any]], data: bytes) -> Any:
         return None
 
 
-def topics(metadata: bytes) -> set[str]:
-    """The topics a consumer-protocol subscription names (empty if unreadable)."""
+def topics(metadata: bytes) -> set[str] | None:
+    """The topics a consumer-protocol subscription names; None if unreadable."""
     sub = _read(_SUBSCRIPTIONS, metadata)
-    return set() if sub is None else set(sub.topics)
+    return None if sub is None else set(sub.topics)
 
 
 def partitions(assignment: bytes) -> list[tuple[str, int]] | None:

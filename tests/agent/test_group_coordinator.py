@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from agent.config import AgentConfig
 from agent.groups.coordinator import Coordinator, JoinRequest
 from clock import ManualClock
-from metadata import MetadataStore, OffsetCommit
+from metadata import GroupMember, MetadataStore, OffsetCommit
 from metadata.models import GROUP_STABLE
 
 T = TypeVar("T")
@@ -25,9 +25,9 @@ async def _run(fn: Callable[..., T], *args: Any) -> T:
 
 
 def _join(member_id: str = "", instance: str | None = None) -> JoinRequest:
-    return JoinRequest(group_id="g", member_id=member_id, group_instance_id=instance,
-                       client_id="c", client_host="/127.0.0.1", session_timeout_ms=10_000,
-                       rebalance_timeout_ms=10_000, protocol_type="consumer",
+    who = GroupMember(member_id, instance, "c", "/127.0.0.1", rebalance_timeout_ms=10_000,
+                      session_timeout_ms=10_000)
+    return JoinRequest(group_id="g", who=who, protocol_type="consumer",
                        protocols=[("range", b"meta")], require_known_member_id=False)
 
 

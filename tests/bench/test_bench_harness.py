@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,3 +59,58 @@ def test_wire_suite_measures_a_real_agent(tmp_path: Path) -> None:
     assert latency["puts_per_s"] > 0  # objects were written while it ran
     page = render({"machine": machine(), "results": rows})
     assert "## Kafka wire protocol" in page and "| file | latency |" in page
+
+
+def test_groups_suite_rewrites_only_its_section(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.report import render
+    from bench.run import machine
+
+    page = tmp_path / "benchmarks.md"
+    consume = {"benchmark": "consume", "value_bytes": 7, "records": 77, "partitions": 3}
+    page.write_text(render({"machine": machine(), "results": [consume]}))
+    assert main(["--quick", "--suite", "groups", "--write", str(page)]) == 0
+    rows = json.loads(capsys.readouterr().out)["results"]
+    assert {r["benchmark"] for r in rows} == {"groups"}
+    text = page.read_text()
+    assert "| 7 | 77 | 3 |" in text  # the consume section was left as it was
+    assert text.count("## Consumer groups") == 1 and "| rebalance after SIGKILL | 1 |" in text
+
+    rebalances = {r["measure"]: r for r in rows if r["measure"].startswith("rebalance")}
+    assert set(rebalances) == {"rebalance after close()", "rebalance after SIGKILL"}
+    for r in rebalances.values():  # the assignments came after the revocations
+        assert r["rejoin_ms_median"] >= 0 and r["ms_median"] >= r["notice_ms_median"]
+    commits = [r for r in rows if r["measure"] == "OffsetCommit"]
+    assert {(r["clients"], r["partitions_per_commit"]) for r in commits} == \
+        {(1, 1), (4, 1), (4, 12)}
+    assert all(r["commits"] > 0 and r["agent_cpu_s"] > 0 for r in commits)
+    _assert_one_row_per_partition(rows)
+
+
+def _assert_one_row_per_partition(rows: list[dict[str, Any]]) -> None:
+    """A commit writes one group_offsets row per partition and nothing else; the first
+    commit of a group also takes its coordinator lease (one row)."""
+    def by_table(text: str) -> dict[str, int]:  # "agents 1, group_offsets 12"
+        return {t: int(n) for t, n in (item.split() for item in text.split(", ") if item)}
+
+    written = {r["partitions_per_commit"]: r for r in rows if r["measure"] == "rows written"}
+    assert set(written) == {1, 12}
+    for n, r in written.items():
+        assert r["group_offsets_rows_per_commit"] == n
+        first = by_table(r["first_commit_rows"])
+        assert (first["group_offsets"], first["group_coordinators"]) == (n, 1)
+        # besides, only the agent's registry heartbeats (one every 2 s)
+        assert set(first) | set(by_table(r["other_rows"])) <= \
+            {"group_offsets", "group_coordinators", "agents"}
+        assert "group_offsets" not in by_table(r["other_rows"])
+
+
+def test_groups_commits_on_postgres(postgres_url: str, tmp_path: Path) -> None:
+    from bench.groups import GroupsParams, run_groups_on
+
+    p = GroupsParams(repeats=0, session_ms=2_000, heartbeat_ms=500, commit_seconds=0.3,
+                     commit_clients=(2,), commits_counted=10)
+    rows = run_groups_on(postgres_url, tmp_path, p, rebalance=False)
+    assert {r["metadata"] for r in rows} == {"postgresql"}
+    assert all(r["commits"] > 0 for r in rows if r["measure"] == "OffsetCommit")
+    _assert_one_row_per_partition(rows)

@@ -287,13 +287,15 @@ def test_group_lag(agents: MetadataStore) -> None:
     assert store.group_lag("nobody") == []
 
 
-def test_group_lag_of_a_deleted_topic(agents: MetadataStore) -> None:
+def test_deleting_a_topic_deletes_its_committed_offsets(agents: MetadataStore) -> None:
+    """As Kafka's handleDeletedPartitions: a topic created again under the name starts
+    its groups from their reset policy, not from the old topic's offsets."""
     store = agents
-    store.commit_offsets("g", [OffsetCommit("t", 1, 4)])
+    store.create_topic("u", 1)
+    store.commit_offsets("g", [OffsetCommit("t", 1, 4), OffsetCommit("u", 0, 0)])
     store.delete_topic("t")
-    [row] = store.group_lag("g")
-    assert (row.topic, row.partition, row.committed_offset, row.log_end_offset, row.lag) == \
-        ("t", 1, 4, None, None)
+    assert [(o.topic, o.partition) for o in store.fetch_offsets("g")] == [("u", 0)]
+    assert [(x.topic, x.lag) for x in store.group_lag("g")] == [("u", 0)]
 
 
 # ------------------------------------------------------------------ reset and delete
@@ -313,6 +315,25 @@ def test_reset_offsets_refused_while_the_group_has_members(agents: MetadataStore
     # The stored group is left as its coordinator stored it.
     loaded = store.load_group("g")
     assert loaded is not None and loaded.protocol_type == "consumer"
+
+
+def test_reset_offsets_of_a_group_whose_coordinator_died(agents: MetadataStore,
+                                                        clock: ManualClock) -> None:
+    """A group stored Stable by an agent that died: refused while its members' sessions
+    may still run (another agent could take it over with them), then, as Kafka would have
+    expired them, reset, and stored Empty (a takeover makes the members rejoin)."""
+    store = agents
+    lease = store.acquire_group("g", "a1")
+    store.store_group(lease, _record(store, "g"))
+    _session_lapses(store, clock, "a2")  # a1 is dead; the member's session is not over
+    assert store.group_coordinator("g") is None
+    with pytest.raises(GroupNotEmptyError, match="Stable"):
+        store.reset_offsets("g", [OffsetCommit("t", 0, 1)])
+    clock.advance(MEMBER.session_timeout_ms)
+    store.reset_offsets("g", [OffsetCommit("t", 0, 1)])
+    assert _offsets(store, "g") == {("t", 0): 1}
+    loaded = store.load_group("g")
+    assert loaded is not None and loaded.state == GROUP_EMPTY and loaded.members == ()
 
 
 def test_reset_offsets_of_an_absent_group(agents: MetadataStore) -> None:

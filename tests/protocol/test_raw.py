@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder as AioBuilder
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewPartitions
 from kio.schema.api_versions.v3 import request as av3
 from kio.schema.api_versions.v4 import request as av4
 from kio.schema.errors import ErrorCode
@@ -23,7 +25,7 @@ from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 from agent.protocol.apis import TABLE
 from fileformat import build_batch, read_header
 
-from .server import AgentProcess, RawClient
+from .server import AgentProcess, Backend, RawClient
 
 Batch = list[tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]]
 
@@ -177,6 +179,33 @@ def test_a_transactional_batch_fails_the_whole_produce(agent_proc: AgentProcess,
         ("t", 0): refused, ("t", 1): refused}
     assert [list_offset(client, "t", p, -1)[:2] for p in (0, 1)] == [(ErrorCode.none, 0)] * 2
     assert produce(client, {("t", 1): batch(1)}) == {("t", 1): (ErrorCode.none, 0)}
+
+
+def test_partitions_added_through_another_agent_take_records_at_once(backend: Backend) -> None:
+    """CreatePartitions through agent A; agent B, which cached the topic with one partition
+    (topic.refresh.ms far off), reloads it once when a produce names a partition past its
+    count and stores the records, instead of answering UNKNOWN_TOPIC_OR_PARTITION until the
+    refresh; a partition still past the end after the reload is refused, nothing stored.
+    Before the fix B answered UNKNOWN_TOPIC_OR_PARTITION from its cache."""
+    slow_refresh = {"SILT_AGENT_TOPIC_REFRESH_MS": "600000"}
+    a = backend.agent("a", slow_refresh).start()
+    b = backend.agent("b", slow_refresh).start()
+    md = backend.metadata()
+    client = RawClient(b.port)
+    try:
+        md.create_topic("grow", 1)
+        assert produce(client, {("grow", 0): batch(1)}) == {("grow", 0): (ErrorCode.none, 0)}
+        admin = AdminClient({"bootstrap.servers": a.bootstrap})
+        admin.create_partitions([NewPartitions("grow", 3)])["grow"].result(60)
+        assert produce(client, {("grow", 2): batch(2), ("grow", 3): batch(1)}) == {
+            ("grow", 2): (ErrorCode.none, 0),
+            ("grow", 3): (ErrorCode.unknown_topic_or_partition, -1)}
+        assert list_offset(client, "grow", 2, -1)[:2] == (ErrorCode.none, 2)
+    finally:
+        client.close()
+        md.close()
+        a.terminate()
+        b.terminate()
 
 
 def test_fetch_limits_offsets_and_range(agent_proc: AgentProcess, client: RawClient) -> None:

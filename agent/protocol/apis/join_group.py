@@ -11,11 +11,13 @@ from typing import Any
 from kio.static.primitive import i32
 
 from agent.groups.coordinator import JoinRequest
+from metadata import GroupMember
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import PEER, ServerContext
 
 REQUIRE_KNOWN_MEMBER_ID = 4  # the first version with the MEMBER_ID_REQUIRED handshake
+NULLABLE_PROTOCOL = 7  # the first version whose protocol name may be null
 SKIP_ASSIGNMENT = 9  # the first version whose leader can be told to skip assigning
 
 
@@ -27,18 +29,19 @@ async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> A
     session_ms = _ms(request.session_timeout)
     rebalance = getattr(request, "rebalance_timeout", None)
     result = await ctx.groups.join(JoinRequest(
-        group_id=request.group_id, member_id=request.member_id,
-        group_instance_id=getattr(request, "group_instance_id", None),
-        client_id=header.client_id or "", client_host=PEER.get(),
-        session_timeout_ms=session_ms,
-        rebalance_timeout_ms=session_ms if rebalance is None else _ms(rebalance),
+        group_id=request.group_id,
+        who=GroupMember(request.member_id, getattr(request, "group_instance_id", None),
+                        header.client_id or "", PEER.get(),
+                        session_ms if rebalance is None else _ms(rebalance), session_ms),
         protocol_type=request.protocol_type,
         protocols=[(p.name, p.metadata) for p in request.protocols],
         require_known_member_id=b.version >= REQUIRE_KNOWN_MEMBER_ID,
         supports_skip_assignment=b.version >= SKIP_ASSIGNMENT))
     return b("JoinGroupResponse", throttle_time=NO_THROTTLE, error_code=result.error,
              generation_id=i32(result.generation), protocol_type=result.protocol_type,
-             protocol_name=result.protocol_name or "", leader=result.leader,
+             # nullable from v7 (null in error answers, as Kafka), a string before
+             protocol_name=result.protocol_name if b.version >= NULLABLE_PROTOCOL
+             else result.protocol_name or "", leader=result.leader,
              skip_assignment=result.skip_assignment, member_id=result.member_id,
              members=tuple(b("JoinGroupResponseMember", member_id=member_id,
                              group_instance_id=instance_id, metadata=metadata)

@@ -4,7 +4,10 @@ Each partition's records field is split into batches by their length prefixes
 (`fileformat.batch.split_frames`); each batch is
 CRC-checked and stored byte for byte by `Agent.produce_batches` (baseOffset patched there,
 null keys of compacted topics refused there), which checks all of a partition's batches
-before buffering any, so a bad one stores none of that partition. Idempotent producers'
+before buffering any, so a bad one stores none of that partition and holds no memory. A
+partition past the agent's cached count reloads the topic once (CreatePartitions through
+another agent) before UNKNOWN_TOPIC_OR_PARTITION; a topic deleted before the flush commits
+fails only its own partitions, with UNKNOWN_TOPIC_OR_PARTITION. Idempotent producers'
 batches are checked by the agent and again at commit: a resend is answered with its original
 offset, a gap with OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch with INVALID_PRODUCER_EPOCH.
 The response is written only after the agent's flush has PUT the object and committed it
@@ -58,6 +61,7 @@ from metadata.errors import (
     InvalidProducerEpochError,
     MetadataError,
     OutOfOrderSequenceError,
+    UnknownPartitionError,
     UnknownTopicError,
 )
 
@@ -73,7 +77,7 @@ _TRANSACTIONAL_BYTE = ATTRIBUTES_POS + 1
 def error_code(exc: BaseException) -> ErrorCode:
     """The Kafka error a produce failure is reported as (retriable ones make clients retry)."""
     match exc:
-        case UnknownTopicError():
+        case UnknownTopicError() | UnknownPartitionError():  # also: gone by the commit
             return ErrorCode.unknown_topic_or_partition
         case RecordTooLargeError():
             return ErrorCode.message_too_large
@@ -110,9 +114,9 @@ def _admit(ctx: ServerContext, topic: str, partition: int,
     on metadata reads: runs in the pool)."""
     agent = ctx.agent
     try:
-        info = agent.topic(topic)
-        if not 0 <= partition < info.partitions:
-            return ErrorCode.unknown_topic_or_partition
+        # Reloads the cached topic once if the partition looks past its end (added through
+        # another agent); out of range after that: UNKNOWN_TOPIC_OR_PARTITION.
+        agent.partition_topic(topic, partition)
         batches = [bytes(batch) for batch in split_frames(records or b"")]
         if not batches:
             return ErrorCode.corrupt_message
