@@ -3,6 +3,7 @@ writes one object. Declared once here; loaded by `settings.load`."""
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -37,6 +38,15 @@ def _parse_bool(value: str) -> bool:
     if lowered not in ("true", "false"):
         raise ValueError(value)
     return lowered == "true"
+
+
+def is_wildcard(host: str) -> bool:
+    """Whether `host` is the unspecified address (0.0.0.0, ::): one to listen on, never one
+    a client can connect to."""
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:  # a host name
+        return False
 
 
 def parse_host_port(value: str) -> tuple[str, int] | None:
@@ -98,3 +108,11 @@ class AgentConfig(Section):
         if self.buffer_memory < self.flush_bytes:
             raise self.invalid(BUFFER_MEMORY, self.buffer_memory,
                                f"an integer >= {FLUSH_BYTES} ({self.flush_bytes})")
+        # What Metadata tells clients, and the agent's id in the registry: a wildcard would
+        # be unreachable, and agents on different hosts would register as one broker.
+        advertised = parse_host_port(self.advertised_listeners or self.listeners)
+        if advertised is not None and is_wildcard(advertised[0]):
+            raise self.invalid(
+                ADVERTISED_LISTENERS, self.advertised_listeners,
+                "HOST:PORT clients can reach: not a wildcard address, and set when"
+                f" {LISTENERS} is one ({self.listeners})")

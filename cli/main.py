@@ -789,7 +789,8 @@ def costs(partitions: str, files_per_round: int, rounds: int, records_per_partit
               help="Where to accept Kafka clients (agent.listeners).")
 @click.option("--advertise", default=None, metavar="HOST:PORT",
               help="Where Metadata tells clients to connect (agent.advertised.listeners;"
-                   " default: the listen address).")
+                   " default: the listen address, which must then not be a wildcard such"
+                   " as 0.0.0.0).")
 @pass_ctx
 @one_line_errors
 def agent_command(ctx: Context, listen: str | None, advertise: str | None) -> None:

@@ -44,6 +44,11 @@ class UnknownPartitionError(MetadataError):
     """The topic exists but has no partition with this number."""
 
 
+class PolicyViolationError(MetadataError):
+    """The topic's cleanup.policy forbids the change (DeleteRecords on a topic without the
+    delete policy: Kafka's POLICY_VIOLATION)."""
+
+
 class OffsetOutOfRangeError(MetadataError):
     """The requested offset is below the partition's log start offset."""
 

@@ -1,12 +1,14 @@
 """Objects' rows: register before upload, the agent commits that make chunks visible
 (assigning offsets), abandon, and GC's state transitions.
 
-Lock order of an agent commit (PostgreSQL): the file rows (id order), then the partition
-rows in sorted (topic_id, partition) order, so committers touching overlapping partitions
-serialize per partition and cannot deadlock. Idempotent producers' state (producers.py) is
-checked and updated in the same transaction, after the partition locks: a chunk holding a
-duplicate or out-of-order batch, or of a topic or partition deleted since the agent buffered
-it, is not inserted (`commit_produced`); the rest of the agent's object commits.
+Lock order of an agent commit (PostgreSQL): the file rows (id order), the topic rows FOR
+SHARE (id order: a topic change's FOR UPDATE waits for the commits in progress, and a commit
+for a topic being deleted waits, then finds it gone), then the partition rows in sorted
+(topic_id, partition) order, so committers touching overlapping partitions serialize per
+partition and cannot deadlock. Idempotent producers' state (producers.py) is checked and
+updated in the same transaction, after the partition locks: a chunk holding a duplicate or
+out-of-order batch, or of a topic or partition deleted since the agent buffered it, is not
+inserted (`commit_produced`); the rest of the agent's object commits.
 
 Failure model of a commit: `Database.commit` (engine.py), read back through the files'
 states (a file id is its commit's stable identity).
@@ -271,9 +273,11 @@ def _commit_body(db: Database, conn: sa.Connection, files: Sequence[FileCommit],
                 raise UnknownFileError(f"no file with id {file_id}")
             raise FileStateError(f"file {file_id} is {state}, not pending: cannot commit")
     all_chunks = [c for _, _, chunks in files for c in chunks]
-    # 2. resolve topic names.
+    # 2. resolve topic names, their rows locked FOR SHARE (in id order): a topic is not
+    #    deleted under a commit (delete_topic's FOR UPDATE waits, then retires what it added).
     names = sorted({c.topic for c in all_chunks})
-    ids = {r.name: r.id for r in conn.execute(sa.select(t.id, t.name).where(t.name.in_(names)))}
+    ids = {r.name: r.id for r in conn.execute(sa.select(t.id, t.name).where(t.name.in_(names))
+                                              .order_by(t.id).with_for_update(read=True))}
     for name in names:
         if name not in ids and not produced:
             raise UnknownTopicError(f"unknown topic {name!r}")

@@ -16,6 +16,7 @@ from .engine import Database
 from .errors import (
     MetadataError,
     OffsetOutOfRangeError,
+    PolicyViolationError,
     UnknownPartitionError,
     UnknownTopicError,
 )
@@ -130,12 +131,14 @@ def delete_records(db: Database, offsets: Mapping[tuple[str, int], int]
     (-1: the high watermark); returns, per partition, the new low watermark or its error.
 
     An offset above the high watermark (or below -1) is OffsetOutOfRangeError, an unknown
-    topic or partition UnknownTopicError / UnknownPartitionError: that partition is left
-    as it is. An offset at or below the log start changes nothing (the answer is the log
-    start). Segments wholly below the new start stop being live and emptied files retire
-    (`advance_log_start`, retention's path), also in files a compaction job holds (the job
-    is then refused at commit and planned again). One transaction for all partitions
-    through `Database.commit` (read back: every log start moved).
+    topic or partition UnknownTopicError / UnknownPartitionError, a topic whose
+    cleanup.policy lacks `delete` PolicyViolationError (as Kafka refuses it): that
+    partition is left as it is. An offset at or below the log start changes nothing (the
+    answer is the log start). Segments wholly below the new start stop being live and
+    emptied files retire (`advance_log_start`, retention's path), also in files a
+    compaction job holds (the job is then refused at commit and planned again). One
+    transaction for all partitions through `Database.commit` (read back: every log start
+    moved).
     """
     t, p, sg = s.topics.c, s.partitions.c, s.segments.c
     results: dict[tuple[str, int], int | MetadataError] = {}
@@ -145,8 +148,9 @@ def delete_records(db: Database, offsets: Mapping[tuple[str, int], int]
         results.clear()
         targets.clear()
         names = sorted({name for name, _ in offsets})
-        ids = {r.name: int(r.id) for r in conn.execute(
-            sa.select(t.id, t.name).where(t.name.in_(names)))}
+        topics = {r.name: topic_info(r) for r in conn.execute(
+            sa.select(s.topics).where(t.name.in_(names)))}
+        ids = {name: info.id for name, info in topics.items()}
         rows = {(int(r.topic_id), int(r.partition)): (int(r.log_start_offset),
                                                       int(r.next_offset))
                 for r in conn.execute(sa.select(p.topic_id, p.partition, p.log_start_offset,
@@ -155,6 +159,11 @@ def delete_records(db: Database, offsets: Mapping[tuple[str, int], int]
         for (name, part), offset in sorted(offsets.items()):
             if name not in ids:
                 results[(name, part)] = UnknownTopicError(f"unknown topic {name!r}")
+                continue
+            if not topics[name].config.deletes:
+                results[(name, part)] = PolicyViolationError(
+                    f"records of {name}/{part} cannot be deleted: its cleanup.policy"
+                    f" {topics[name].config.cleanup_policy!r} does not include 'delete'")
                 continue
             key = (ids[name], part)
             if key not in rows:

@@ -1,8 +1,10 @@
 """Topics and their partitions: create, look up, list, delete, add partitions, alter configs.
 
 Lock order of the changes (PostgreSQL): the topic row (FOR UPDATE), then files, then
-partition rows, so they never deadlock with agent or compaction commits (files, then
-partitions). Each is one transaction through `Database.commit`.
+partition rows, so they never deadlock with compaction commits (files, then partitions) or
+agent commits (their own pending files, which no change locks, then topic rows FOR SHARE,
+then partitions: a change waits for the commits in progress on its topic). Each is one
+transaction through `Database.commit`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ import sqlalchemy as sa
 from . import notify
 from . import schema as s
 from .engine import Database, Unknown
-from .errors import InvalidPartitionsError, InvalidTopicError, TopicExistsError, UnknownTopicError
+from .errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidTopicError,
+    TopicExistsError,
+    UnknownTopicError,
+)
 from .files import lock_live_segments, retire_segments
 from .models import PartitionInfo, TopicInfo
 from .topicconfig import ConfigChange, TopicConfig, apply_changes, validate_configs
@@ -199,6 +207,11 @@ def alter_topic_configs(db: Database, name: str, changes: Sequence[ConfigChange]
     The new map is validated as `create_topic` validates one (`topicconfig.apply_changes`),
     computed from the overrides read under the topic's row lock, so concurrent alters
     compose. InvalidConfigError commits nothing; `validate_only` changes nothing.
+
+    Adding `compact` to the cleanup.policy of a topic with live records written without
+    key hashes (under the delete policy) is InvalidConfigError: the compactor deduplicates
+    by the hashes stored with each chunk, so those records would never be compacted (and
+    no merge holding them would be). Once they are gone (retention, DeleteRecords), it may.
     """
     t = s.topics.c
     after: list[TopicInfo] = []
@@ -207,8 +220,14 @@ def alter_topic_configs(db: Database, name: str, changes: Sequence[ConfigChange]
         after.clear()
         info = _locked_topic(conn, name)
         stored = apply_changes(info.configs, changes)
-        after.append(dataclasses.replace(info, config=TopicConfig.from_map(stored),
-                                         configs=stored))
+        config = TopicConfig.from_map(stored)
+        if config.compacted and not info.config.compacted and _holds_unhashed(conn, info):
+            raise InvalidConfigError(
+                f"cannot add 'compact' to the cleanup.policy of topic {name!r}: it holds"
+                " records written under the delete policy, without the key hashes"
+                " compaction needs; create a compacted topic and copy them there, or"
+                " delete them first (DeleteRecords)")
+        after.append(dataclasses.replace(info, config=config, configs=stored))
         if not validate_only:
             conn.execute(s.topics.update().where(t.id == info.id)
                          .values(configs=json.dumps(stored, sort_keys=True)))
@@ -222,3 +241,12 @@ def alter_topic_configs(db: Database, name: str, changes: Sequence[ConfigChange]
         return after[0] if json.loads(row.configs) == dict(after[0].configs) else None
 
     return db.commit(f"configs of topic {name!r}", body, read_back)
+
+
+def _holds_unhashed(conn: sa.Connection, info: TopicInfo) -> bool:
+    """Whether a live segment of the topic has records without key hashes (delete-policy
+    chunks store none; a compacted topic's store one per record)."""
+    sg = s.segments.c
+    found = conn.execute(sa.select(sg.id).where(
+        sg.topic_id == info.id, s.LIVE, sg.hash_count < sg.record_count).limit(1)).first()
+    return found is not None

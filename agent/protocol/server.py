@@ -7,7 +7,10 @@ gets the v0 error response UNSUPPORTED_VERSION with the supported list, so the c
 retry with one it has. Requests on one connection are read and dispatched one after the
 other and answered in order; a Produce's reply waits for its flush while the next requests
 are read (up to MAX_IN_FLIGHT replies), and nothing here blocks other connections (blocking
-work runs in the thread pool).
+work runs in the thread pool). Handlers answer the failures they meet (a store outage, a
+topic deleted meanwhile) with their API's error codes; one that escapes a handler closes
+that connection, as does a reply that cannot be written (the replies behind it are dropped,
+and the connection ends even if its reply queue is full).
 
 Shutdown (SIGTERM/SIGINT): stop accepting, stop reading new requests (connections waiting
 for a request are dropped at once, the others after the request they are reading), flush the
@@ -22,7 +25,7 @@ import contextlib
 import functools
 import logging
 import signal
-from inspect import isawaitable
+from inspect import isawaitable, iscoroutine
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -125,7 +128,9 @@ class Server:
         peer = writer.get_extra_info("peername")
         PEER.set(f"/{peer[0]}" if isinstance(peer, tuple) else "")
         try:
-            while not self._stopping:
+            # A connection whose replies can no longer be written (the sender aborted it)
+            # reads no further: what it already received is not dispatched.
+            while not self._stopping and not writer.transport.is_closing():
                 conn.idle = True
                 head = await reader.readexactly(FRAME.size)
                 conn.idle = False
@@ -145,7 +150,8 @@ class Server:
         except Exception:
             log.exception("connection %s: handler failed, closing", peer)
         finally:
-            await replies.put(None)
+            if not sender.done():  # it drains the queue to this end, failed or not
+                await replies.put(None)
             with contextlib.suppress(Exception):
                 await sender
             writer.close()
@@ -169,19 +175,39 @@ class Server:
     @staticmethod
     async def _send(replies: asyncio.Queue[tuple[int, Any] | None],
                     writer: asyncio.StreamWriter) -> None:
-        """Write replies in request order (awaiting the pending ones). If one cannot be
-        written the connection is aborted, so its reader stops too (the client reconnects)."""
-        try:
-            while (item := await replies.get()) is not None:
-                correlation_id, reply = item
+        """Write replies in request order (awaiting the pending ones) until the reader's
+        end (None). If one cannot be written the connection is aborted, so its reader stops
+        too (the client reconnects), and the replies still coming are dropped: taken off
+        the queue all the same, so a reader waiting for room in a full one is never left
+        waiting (it would hang, and its connection with it)."""
+        failed = False
+        while (item := await replies.get()) is not None:
+            correlation_id, reply = item
+            if failed:
+                _drop(reply)
+                continue
+            try:
                 if isawaitable(reply):
                     reply = await reply
                 if reply is None:  # acks=0
                     continue
                 await send_buffers(writer, encode_response(correlation_id, reply))
-        except BaseException:
-            writer.transport.abort()
-            raise
+            except asyncio.CancelledError:
+                writer.transport.abort()
+                raise
+            except Exception as exc:
+                failed = True
+                writer.transport.abort()
+                log.info("connection %s: reply not sent (%s), closing",
+                         writer.get_extra_info("peername"), exc)
+
+
+def _drop(reply: Any) -> None:
+    """Let go of a reply that will not be sent (a pending Produce's stops waiting)."""
+    if asyncio.isfuture(reply):
+        reply.cancel()
+    elif iscoroutine(reply):
+        reply.close()
 
 
 async def _check_group_leases(ctx: ServerContext) -> None:

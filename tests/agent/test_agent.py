@@ -248,10 +248,10 @@ def test_topics_changed_elsewhere_are_seen(tmp_path: object, clock: ManualClock)
         assert agent.produce("t", 0, None, b"v").result(timeout=10) == 0
         other.add_partitions("t", 3)
         assert agent.produce("t", 2, None, b"v").result(timeout=10) == 0
-        other.alter_topic_configs("t", [ConfigChange("cleanup.policy", AlterOp.SET, "compact")])
-        assert agent.produce("t", 0, None, b"v").result(timeout=10) == 1  # cached: delete
+        other.alter_topic_configs("t", [ConfigChange("max.message.bytes", AlterOp.SET, "10")])
+        assert agent.produce("t", 0, None, b"v").result(timeout=10) == 1  # cached: 1 MiB
         clock.advance(1000)
-        with pytest.raises(InvalidRecordError, match="must have a key"):
+        with pytest.raises(InvalidRecordError, match=r"exceeds max\.message\.bytes=10"):
             for _ in range(1000):  # until the flusher has woken and dropped the cache
                 agent.produce("t", 0, None, b"v").result(timeout=10)
                 threading.Event().wait(0.01)

@@ -140,9 +140,11 @@ def test_topics_alter_grow_delete_records_and_delete(local_env: dict[str, str]) 
     run(["topics", "create", "t", "--partitions", "1", "--config", "retention.ms=5"], local_env)
     lines = "".join(f'{{"partition": 0, "key": "k{i}", "value": "v"}}\n' for i in range(4))
     run(["produce", "t"], local_env, input=lines)
-    assert run(["topics", "alter", "t", "--set", "cleanup.policy=compact",
+    code, _, err = run(["topics", "alter", "t", "--set", "cleanup.policy=compact"], local_env)
+    assert code == 1 and "without the key hashes compaction needs" in err  # t holds records
+    assert run(["topics", "alter", "t", "--set", "max.message.bytes=2048",
                 "--delete", "retention.ms"], local_env)[:2] == (
-        0, "topic t configs: cleanup.policy=compact\n")
+        0, "topic t configs: max.message.bytes=2048\n")
     code, _, err = run(["topics", "alter", "t", "--set", "retention.ms=soon"], local_env)
     assert code == 1 and "retention.ms" in err
     assert run(["topics", "add-partitions", "t", "--partitions", "3"], local_env)[0] == 0
@@ -153,7 +155,7 @@ def test_topics_alter_grow_delete_records_and_delete(local_env: dict[str, str]) 
                        local_env)
     assert code == 1 and "high watermark is 4" in err
     desc = json.loads(run(["topics", "describe", "t", "--json"], local_env)[1])
-    assert (desc["partitions"], desc["configs"]) == (3, {"cleanup.policy": "compact"})
+    assert (desc["partitions"], desc["configs"]) == (3, {"max.message.bytes": "2048"})
     assert desc["partition_detail"][0]["log_start_offset"] == 2
     assert run(["topics", "delete", "t"], local_env)[:2] == (0, "deleted topic t\n")
     assert json.loads(run(["topics", "list", "--json"], local_env)[1]) == []

@@ -4,22 +4,27 @@ delete records; each one transaction, bad input commits nothing."""
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 from clock import ManualClock
-from metadata import CompactionOutput, MetadataStore, OutputSegment
+from metadata import CompactionOutput, MetadataStore, OutputSegment, engine, files
 from metadata import schema as s
 from metadata.errors import (
     CommitConflictError,
     InvalidConfigError,
     InvalidPartitionsError,
     OffsetOutOfRangeError,
+    PolicyViolationError,
     UnknownPartitionError,
     UnknownTopicError,
 )
 from metadata.models import Lease, ProducerBatch
+from metadata.segments import insert_segments
 from metadata.topicconfig import AlterOp, ConfigChange
 from tests.metadata.metadata_helpers import chunk, commit, lose_next_commit
 
@@ -110,6 +115,64 @@ def test_delete_topic_lost_commit_reply_is_read_back(store: MetadataStore,
         store.get_topic("t")
 
 
+def test_delete_topic_waits_for_a_commit_in_progress(store: MetadataStore,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent commit that locked a partition of the topic before delete_topic started
+    finishes first; the delete then retires what it committed (PostgreSQL: the commit holds
+    the topic row FOR SHARE; without it the delete removed the segments, waited for the
+    partition row, then hit the new segment's foreign key)."""
+    store.create_topic("t", 1)
+    commit(store, "old", [chunk("t", 0, 5)])
+    monkeypatch.setattr(engine, "COMMIT_ATTEMPTS", 1)  # the one interleaving decides
+    locked, go = threading.Event(), threading.Event()
+
+    def paused_insert(*args: Any) -> None:  # the commit holds its locks here
+        locked.set()
+        go.wait(60)
+        insert_segments(*args)
+
+    monkeypatch.setattr(files, "insert_segments", paused_insert)
+    outcomes: dict[str, Any] = {}
+
+    def run(name: str, fn: Any) -> threading.Thread:
+        def target() -> None:
+            try:
+                outcomes[name] = fn()
+            except Exception as exc:
+                outcomes[name] = exc
+        th = threading.Thread(target=target)
+        th.start()
+        return th
+
+    committer = run("commit", lambda: commit(store, "new", [chunk("t", 0, 3)]))
+    assert locked.wait(60)
+    deleter = run("delete", lambda: store.delete_topic("t"))
+    if store.dialect == "postgresql":  # (SQLite: the delete waits for the write lock)
+        deadline = time.monotonic() + 60
+        while not _waiting_on_a_lock(store):
+            assert time.monotonic() < deadline, "the delete never waited for the commit"
+            time.sleep(0.01)
+    go.set()
+    committer.join(60)
+    deleter.join(60)
+    assert outcomes["commit"] == {("t", 0): 5}
+    assert not isinstance(outcomes["delete"], Exception), outcomes["delete"]
+    assert outcomes["delete"].name == "t"
+    with pytest.raises(UnknownTopicError):
+        store.get_topic("t")
+    assert {store.get_file(i).object_key: store.get_file(i).state for i in (1, 2)} == {
+        "old": s.FILE_RETIRED, "new": s.FILE_RETIRED}
+    assert rows(store, s.segments) == 0
+
+
+def _waiting_on_a_lock(store: MetadataStore) -> bool:
+    """Whether a session of this PostgreSQL database waits for a lock."""
+    with store.read() as conn:
+        return bool(conn.execute(sa.text(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock'")).scalar())
+
+
 # ---------------------------------------------------------------- partitions and configs
 
 
@@ -147,6 +210,41 @@ def test_alter_configs_as_kafka(store: MetadataStore) -> None:
     dry = store.alter_topic_configs("t", [ConfigChange("retention.ms", AlterOp.SET, "5")],
                                     validate_only=True)
     assert dry.config.retention_ms == 5 and store.get_topic("t") == after
+
+
+@pytest.mark.parametrize("change", [
+    ConfigChange("cleanup.policy", AlterOp.SET, "compact"),
+    ConfigChange("cleanup.policy", AlterOp.APPEND, "compact"),
+    ConfigChange("cleanup.policy", AlterOp.SET, "delete,compact"),
+])
+def test_compact_is_not_added_to_a_topic_holding_unhashed_records(
+        store: MetadataStore, change: ConfigChange) -> None:
+    """Records written under the delete policy carry no key hashes, and a merge holding
+    them cannot deduplicate: such a topic is refused compaction while any is live."""
+    store.create_topic("t", 2)
+    commit(store, "plain", [dataclasses.replace(chunk("t", 1, 3), hash_count=0)])
+    before = store.get_topic("t")
+    for validate_only in (True, False):
+        with pytest.raises(InvalidConfigError, match=r"'compact'.*cleanup\.policy of topic 't'"):
+            store.alter_topic_configs("t", [change], validate_only=validate_only)
+    assert store.get_topic("t") == before
+    assert store.alter_topic_configs("t", [  # other changes go through
+        ConfigChange("retention.ms", AlterOp.SET, "5")]).config.retention_ms == 5
+    store.create_topic("empty", 1)
+    assert store.alter_topic_configs("empty", [change]).config.compacted
+    # Once no unhashed record is live (retention, DeleteRecords), compaction may start.
+    assert store.delete_records({("t", 1): -1}) == {("t", 1): 3}
+    assert store.alter_topic_configs("t", [change]).config.compacted
+
+
+def test_a_compacted_topic_may_go_back_to_compaction(store: MetadataStore) -> None:
+    """Key hashes stay with a compacted topic's records: compact -> delete -> compact is
+    allowed while every live record has its hash."""
+    store.create_topic("k", 1, {"cleanup.policy": "compact"})
+    commit(store, "keyed", [chunk("k", 0, 4)])  # hash_count == record_count
+    store.alter_topic_configs("k", [ConfigChange("cleanup.policy", AlterOp.SET, "delete")])
+    assert store.alter_topic_configs("k", [
+        ConfigChange("cleanup.policy", AlterOp.APPEND, "compact")]).config.compacted
 
 
 @pytest.mark.parametrize("change", [
@@ -197,6 +295,20 @@ def test_delete_records_past_the_high_watermark_commits_nothing(store: MetadataS
         assert isinstance(got[("t", 0)], OffsetOutOfRangeError)
     assert store.partitions("t")[0].log_start_offset == 0
     assert len(store.find_segments("t", 0, 0)) == 1
+
+
+def test_delete_records_needs_the_delete_policy(store: MetadataStore) -> None:
+    """As Kafka: a topic whose cleanup.policy lacks `delete` keeps its records
+    (PolicyViolationError, that partition unchanged); compact,delete allows it."""
+    store.create_topic("c", 1, {"cleanup.policy": "compact"})
+    store.create_topic("cd", 1, {"cleanup.policy": "compact,delete"})
+    commit(store, "a", [chunk("c", 0, 5), chunk("cd", 0, 5)])
+    got = store.delete_records({("c", 0): 3, ("cd", 0): 3})
+    assert isinstance(got[("c", 0)], PolicyViolationError)
+    assert "policy" in str(got[("c", 0)])
+    assert got[("cd", 0)] == 3
+    assert [p.log_start_offset for t in ("c", "cd") for p in store.partitions(t)] == [0, 3]
+    assert len(store.find_segments("c", 0, 0)) == 1
 
 
 def test_delete_records_refuses_a_compaction_of_what_it_dropped(store: MetadataStore) -> None:

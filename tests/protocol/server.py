@@ -1,11 +1,15 @@
-"""`silt agent` as a real subprocess for the protocol tests, and a raw kio client."""
+"""`silt agent` as a real subprocess for the protocol tests, a `Server` in process (for tests
+that hold a gate or inject a failure), and a raw kio client."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import socket
 import struct
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -14,11 +18,15 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
+from agent.protocol.context import ServerContext
+from agent.protocol.server import Server
 from cli import agent_process
 from cli.agent_process import REPO
 from metadata import MetadataStore
 
-__all__ = ["REPO", "AgentProcess", "Backend", "RawClient"]
+__all__ = ["REPO", "AgentProcess", "Backend", "RawClient", "serve_in_process"]
+
+IN_PROCESS_WAIT_S = 60.0
 
 
 class AgentProcess(agent_process.AgentProcess):
@@ -49,6 +57,39 @@ class Backend:
 
     def metadata(self) -> MetadataStore:
         return MetadataStore.open(self.metadata_url)
+
+
+@contextmanager
+def serve_in_process(ctx: ServerContext) -> Iterator[Server]:
+    """A `Server` for `ctx` on 127.0.0.1 (a free port: `server.port`), run by an event loop
+    on its own thread; at exit stopped (it flushes ctx's agent), every task left reaped, the
+    loop and ctx's thread pool closed. Closing the agent and the metadata store is the
+    caller's."""
+    server = Server(ctx, "127.0.0.1", 0)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="test-server-loop", daemon=True)
+    thread.start()
+    try:
+        asyncio.run_coroutine_threadsafe(server.start(), loop).result(IN_PROCESS_WAIT_S)
+        yield server
+    finally:
+        try:
+            asyncio.run_coroutine_threadsafe(server.stop(), loop).result(IN_PROCESS_WAIT_S)
+            asyncio.run_coroutine_threadsafe(_reap(), loop).result(IN_PROCESS_WAIT_S)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+            loop.close()
+            ctx.pool.shutdown()
+
+
+async def _reap() -> None:
+    """Cancel and finish what is left on the loop (as `asyncio.run` does before it closes
+    one), so no connection's socket is left to the garbage collector."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class RawClient:

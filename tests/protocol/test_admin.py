@@ -124,14 +124,26 @@ def test_confluent_admin_configs_partitions_records_and_delete(any_agent: AgentP
     assert unknown.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
 
     # IncrementalAlterConfigs: APPEND to a list config, DELETE an override; bad input.
-    alter = ConfigResource(ResourceType.TOPIC, "t", incremental_configs=[
-        ConfigEntry("cleanup.policy", "compact",
-                    incremental_operation=AlterConfigOpType.APPEND),
-        ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)])
+    # t holds records written without key hashes: compaction is refused (INVALID_CONFIG).
+    md.create_topic("fresh", 1, {"retention.ms": "600000"})
+    changes = [ConfigEntry("cleanup.policy", "compact",
+                           incremental_operation=AlterConfigOpType.APPEND),
+               ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)]
+    unhashed = ConfigResource(ResourceType.TOPIC, "t", incremental_configs=changes)
+    with pytest.raises(KafkaException) as refused:
+        admin.incremental_alter_configs([unhashed])[unhashed].result(60)
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert "'compact'" in refused.value.args[0].str()
+    assert md.get_topic("t").configs == {"retention.ms": "600000"}
+    alter = ConfigResource(ResourceType.TOPIC, "fresh", incremental_configs=changes)
+    admin.incremental_alter_configs([alter])[alter].result(60)
+    fresh = md.get_topic("fresh")
+    assert dict(fresh.configs) == {"cleanup.policy": "compact,delete"}
+    assert fresh.config.compacted  # what the compactor plans from
+    alter = ConfigResource(ResourceType.TOPIC, "t", incremental_configs=changes[1:])
     admin.incremental_alter_configs([alter])[alter].result(60)
     topic = md.get_topic("t")
-    assert dict(topic.configs) == {"cleanup.policy": "compact,delete"}
-    assert topic.config.compacted  # what the compactor plans from
+    assert dict(topic.configs) == {}
     for bad in (ConfigEntry("retention.ms", "soon", incremental_operation=AlterConfigOpType.SET),
                 ConfigEntry("segment.bytes", "1", incremental_operation=AlterConfigOpType.APPEND)):
         res_bad = ConfigResource(ResourceType.TOPIC, "t", incremental_configs=[bad])
@@ -182,6 +194,11 @@ def test_confluent_admin_configs_partitions_records_and_delete(any_agent: AgentP
         past[TopicPartition("t", 0)].result(60)
     assert out_of_range.value.args[0].code() == KafkaError.OFFSET_OUT_OF_RANGE
     assert md.partitions("t")[0].log_start_offset == 4
+    md.create_topic("keyed", 1, {"cleanup.policy": "compact"})  # without delete: refused
+    kept = admin.delete_records([TopicPartition("keyed", 0, 0)])
+    with pytest.raises(KafkaException) as policy:
+        kept[TopicPartition("keyed", 0)].result(60)
+    assert policy.value.args[0].code() == KafkaError.POLICY_VIOLATION
 
     # DeleteTopics: gone; a produce then gets UNKNOWN_TOPIC_OR_PARTITION.
     admin.delete_topics(["t"])["t"].result(60)
@@ -203,10 +220,10 @@ def test_kafka_python_admin_describe_alter_grow_delete(agent_proc: AgentProcess)
     md.create_topic("other", 1)
     _produce(agent_proc.bootstrap, "k", 0, 6)
     admin = KafkaAdminClient(bootstrap_servers=agent_proc.bootstrap)
-    admin.alter_configs([KConfigResource(
-        "TOPIC", "k", configs={"cleanup.policy": ("APPEND", "compact")})])
-    assert md.get_topic("k").configs == {"cleanup.policy": "compact,delete"}
-    described = admin.describe_configs([KConfigResource("TOPIC", "k")],
+    admin.alter_configs([KConfigResource(  # (k holds records without key hashes)
+        "TOPIC", "other", configs={"cleanup.policy": ("APPEND", "compact")})])
+    assert md.get_topic("other").configs == {"cleanup.policy": "compact,delete"}
+    described = admin.describe_configs([KConfigResource("TOPIC", "other")],
                                        include_synonyms=True, config_filter="all")
     text = str(described)
     assert "cleanup.policy" in text and "compact,delete" in text and "retention.ms" in text

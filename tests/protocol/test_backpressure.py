@@ -9,8 +9,6 @@ buffer.memory use."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -34,7 +32,7 @@ from fileformat import build_batch
 from metadata import MetadataStore
 from objectstore import open_backend
 
-from .server import RawClient
+from .server import RawClient, serve_in_process
 from .test_raw import fetch
 
 WAIT_S = 30.0
@@ -79,32 +77,15 @@ def gated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InProcess
     monkeypatch.setattr(agent, "produce_batches", counting)
     ctx = ServerContext(agent=agent, metadata=md, store=store, advertised=("127.0.0.1", 0),
                         cache=SegmentCache(store, 1 << 20))
-    server = Server(ctx, "127.0.0.1", 0)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="test-server-loop", daemon=True)
-    thread.start()
-    asyncio.run_coroutine_threadsafe(server.start(), loop).result(WAIT_S)
     try:
-        yield InProcessAgent(server, agent, store, md, full)
+        with serve_in_process(ctx) as server:
+            try:
+                yield InProcessAgent(server, agent, store, md, full)
+            finally:
+                store.gate.set()  # the server's stop flushes the agent
     finally:
-        store.gate.set()
-        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(WAIT_S * 2)
-        asyncio.run_coroutine_threadsafe(_reap(), loop).result(WAIT_S)
         agent.close()
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join()
-        loop.close()
-        ctx.pool.shutdown()
         md.close()
-
-
-async def _reap() -> None:
-    """Cancel and finish what is left on the test's loop (as `asyncio.run` does before it
-    closes one), so no connection's socket is left to the garbage collector."""
-    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _send_produce(port: int, partition: int, tag: bytes, timeout_ms: int = 30_000,

@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from aiokafka.record.default_records import DefaultRecordBatchBuilder as AioBuilder
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewPartitions
 from kio.schema.api_versions.v3 import request as av3
@@ -158,6 +159,26 @@ def test_produce_errors_are_per_partition_and_store_nothing(agent_proc: AgentPro
     assert list_offset(client, "plain", 0, -1)[:2] == (ErrorCode.none, 5)
     assert list_offset(client, "plain", 1, -1)[:2] == (ErrorCode.none, 0)
     assert produce(client, {("compact", 0): batch(2)}) == {("compact", 0): (ErrorCode.none, 0)}
+
+
+def test_a_transactional_batch_fails_the_whole_produce(agent_proc: AgentProcess,
+                                                     client: RawClient) -> None:
+    """As KafkaApis: a Produce holding a transactional batch without a transactional id
+    (transactions are not served here, so with one too) is answered
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition, fatal for clients rather than
+    a retriable UNKNOWN_TOPIC_OR_PARTITION; nothing of it is stored."""
+    md = agent_proc.metadata()
+    md.create_topic("t", 2)
+    md.close()
+    txn = AioBuilder(magic=2, compression_type=0, is_transactional=1, producer_id=7,
+                     producer_epoch=0, base_sequence=0, batch_size=1 << 30)
+    txn.append(0, timestamp=1_000, key=b"k", value=b"v", headers=[])
+    assert read_header(bytes(txn.build())).is_transactional
+    refused = (ErrorCode.transactional_id_authorization_failed.value, -1)
+    assert produce(client, {("t", 0): bytes(txn.build()), ("t", 1): batch(1)}) == {
+        ("t", 0): refused, ("t", 1): refused}
+    assert [list_offset(client, "t", p, -1)[:2] for p in (0, 1)] == [(ErrorCode.none, 0)] * 2
+    assert produce(client, {("t", 1): batch(1)}) == {("t", 1): (ErrorCode.none, 0)}
 
 
 def test_partitions_added_through_another_agent_take_records_at_once(backend: Backend) -> None:

@@ -133,3 +133,22 @@ def test_core_and_planner_import_no_io_packages() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(("listeners", "advertised"), [
+    ("0.0.0.0:9092", ""), ("[::]:9092", ""), ("127.0.0.1:9092", "0.0.0.0:9092"),
+    ("0.0.0.0:9092", "[::]:19092"),
+])
+def test_a_wildcard_address_is_never_advertised(listeners: str, advertised: str) -> None:
+    """Metadata would send clients to 0.0.0.0, and agents on different hosts would all
+    register as "0.0.0.0:9092" (one broker id): as Kafka, advertised.listeners must name a
+    reachable host when the agent listens on every interface."""
+    with pytest.raises(SettingError, match=r"^invalid setting agent\.advertised\.listeners=.*"
+                                           r"not a wildcard address"):
+        AgentConfig(listeners=listeners, advertised_listeners=advertised)
+
+
+def test_listening_on_every_interface_with_an_advertised_host() -> None:
+    config = AgentConfig(listeners="0.0.0.0:9092", advertised_listeners="agent-1.internal:9092")
+    assert (config.listeners, config.advertised_listeners) == (
+        "0.0.0.0:9092", "agent-1.internal:9092")

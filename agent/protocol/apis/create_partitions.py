@@ -1,7 +1,9 @@
 """CreatePartitions (key 37): grow a topic's partition count (`MetadataStore.add_partitions`;
 only growing: INVALID_PARTITIONS otherwise). validate_only checks and changes nothing.
 Explicit assignments are refused with INVALID_REQUEST, as CreateTopics refuses them: any
-agent serves any partition. A topic named twice gets INVALID_REQUEST.
+agent serves any partition. A topic named twice gets INVALID_REQUEST. A change the metadata
+store did not make is that topic's REQUEST_TIMED_OUT (not applied: retry) or
+UNKNOWN_SERVER_ERROR (`errors.change_failed`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from metadata.errors import InvalidPartitionsError, UnknownTopicError
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
+from ..errors import change_failed
 
 Outcome = tuple[str, ErrorCode, str | None]
 
@@ -38,6 +41,8 @@ def grow_all(ctx: ServerContext, request: Any) -> list[Outcome]:
                 out.append((t.name, ErrorCode.unknown_topic_or_partition, str(exc)))
             except InvalidPartitionsError as exc:
                 out.append((t.name, ErrorCode.invalid_partitions, str(exc)))
+            except Exception as exc:
+                out.append((t.name, *change_failed(f"growing topic {t.name!r}", exc)))
             else:
                 ctx.agent.forget_topics()
                 out.append((t.name, ErrorCode.none, None))

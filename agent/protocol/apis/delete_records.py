@@ -1,49 +1,65 @@
 """DeleteRecords (key 21): move partitions' log start offsets up
 (`MetadataStore.delete_records`, retention's path: segments wholly below stop being live);
 -1 means the high watermark. Per partition: the new low watermark, or
-OFFSET_OUT_OF_RANGE (above the high watermark), UNKNOWN_TOPIC_OR_PARTITION.
+OFFSET_OUT_OF_RANGE (above the high watermark), UNKNOWN_TOPIC_OR_PARTITION, or
+POLICY_VIOLATION (the topic's cleanup.policy lacks `delete`, as Kafka refuses it). A
+commit the metadata store did not make is every partition's REQUEST_TIMED_OUT (not applied:
+retry) or UNKNOWN_SERVER_ERROR (`errors.change_failed`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
 from metadata.errors import (
-    MetadataError,
     OffsetOutOfRangeError,
+    PolicyViolationError,
     UnknownPartitionError,
     UnknownTopicError,
 )
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
+from ..errors import change_failed
+
+# Per partition: its new low watermark, or its error (the response carries no message).
+Results = Mapping[tuple[str, int], "int | ErrorCode"]
 
 
-def _code(result: int | MetadataError) -> tuple[ErrorCode, int]:
+def _code(result: int | Exception) -> int | ErrorCode:
     match result:
         case int():
-            return ErrorCode.none, result
+            return result
         case OffsetOutOfRangeError():
-            return ErrorCode.offset_out_of_range, -1
+            return ErrorCode.offset_out_of_range
         case UnknownTopicError() | UnknownPartitionError():
-            return ErrorCode.unknown_topic_or_partition, -1
-    return ErrorCode.kafka_storage_error, -1
+            return ErrorCode.unknown_topic_or_partition
+        case PolicyViolationError():
+            return ErrorCode.policy_violation
+    return change_failed("deleting records", result)[0]
 
 
-def delete_all(ctx: ServerContext, request: Any) -> dict[tuple[str, int], int | MetadataError]:
+def delete_all(ctx: ServerContext, request: Any) -> Results:
     """Move every partition's log start in one transaction (blocking: runs in the pool)."""
-    return ctx.metadata.delete_records({(t.name, int(p.partition_index)): int(p.offset)
-                                        for t in request.topics for p in t.partitions})
+    offsets = {(t.name, int(p.partition_index)): int(p.offset)
+               for t in request.topics for p in t.partitions}
+    try:
+        results = ctx.metadata.delete_records(offsets)
+    except Exception as exc:
+        return dict.fromkeys(offsets, change_failed("deleting records", exc)[0])
+    return {tp: _code(result) for tp, result in results.items()}
 
 
 async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
     results = await ctx.run(delete_all, ctx, request)
 
     def partition(name: str, index: int) -> Any:
-        error, low = _code(results[(name, index)])
+        result = results[(name, index)]
+        error, low = (result, -1) if isinstance(result, ErrorCode) else (ErrorCode.none, result)
         return b("DeleteRecordsPartitionResult", partition_index=i32(index),
                  low_watermark=i64(low), error_code=error)
 

@@ -2,7 +2,9 @@
 their objects are retired for GC, their partitions and producer state go), by name, or by
 topic id in v6 (UNKNOWN_TOPIC_ID if no topic has it). A topic named twice in one request
 gets INVALID_REQUEST, as Kafka answers duplicates. The deleting agent forgets the topic at
-once (its produces then get UNKNOWN_TOPIC_OR_PARTITION).
+once (its produces then get UNKNOWN_TOPIC_OR_PARTITION). A deletion the metadata store did
+not make is that topic's REQUEST_TIMED_OUT (not applied: retry) or UNKNOWN_SERVER_ERROR
+(`errors.change_failed`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from metadata.errors import UnknownTopicError
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
+from ..errors import change_failed
 
 # (name, topic id, error, message) of one topic of the request.
 Outcome = tuple[str | None, uuid.UUID | None, ErrorCode, str | None]
@@ -32,8 +35,12 @@ def delete_all(ctx: ServerContext, request: Any) -> list[Outcome]:
     """Delete each topic asked for (blocking: runs in the pool)."""
     wanted = _wanted(request)
     counts = Counter(name or topic_id for name, topic_id in wanted)
-    by_id = {ctx.topic_id(t): t.name for t in ctx.metadata.list_topics()} if any(
-        name is None for name, _ in wanted) else {}
+    try:
+        by_id = {ctx.topic_id(t): t.name for t in ctx.metadata.list_topics()} if any(
+            name is None for name, _ in wanted) else {}
+    except Exception as exc:
+        code, message = change_failed("listing topics to delete", exc)
+        return [(name, topic_id, code, message) for name, topic_id in wanted]
     out: list[Outcome] = []
     for name, topic_id in wanted:
         if counts[name or topic_id] > 1:
@@ -50,6 +57,9 @@ def delete_all(ctx: ServerContext, request: Any) -> list[Outcome]:
             info = ctx.metadata.delete_topic(name)
         except UnknownTopicError as exc:
             out.append((name, topic_id, ErrorCode.unknown_topic_or_partition, str(exc)))
+            continue
+        except Exception as exc:
+            out.append((name, topic_id, *change_failed(f"deleting topic {name!r}", exc)))
             continue
         ctx.agent.forget_topics()
         out.append((name, ctx.topic_id(info), ErrorCode.none, None))

@@ -15,6 +15,11 @@ watermark: OFFSET_OUT_OF_RANGE. With fewer than min_bytes, the fetch waits up to
 for the next data commit of any agent on the metadata store (an asyncio event set by this
 agent's flushes and by the metadata store's commit watcher, metadata/notify.py; not a sleep
 loop).
+
+A partition that cannot be read answers, as Kafka's fetch path does, with an error and no
+records, the others unaffected: UNKNOWN_TOPIC_OR_PARTITION when its topic was deleted
+meanwhile, KAFKA_STORAGE_ERROR when the object store fails (retriable: the client fetches
+again), UNKNOWN_SERVER_ERROR for anything else (the metadata store unreachable).
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ from kio.schema.errors import ErrorCode
 from fileformat.batch import LAST_OFFSET_DELTA_POS, LENGTH_POS, LOG_OVERHEAD
 from metadata import PartitionInfo
 from metadata.errors import OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError
+from objectstore.errors import ObjectStoreError
 
 from ..codec import Buffer, Builder, Encoded, write_array_length, write_topic_head, write_uvarint
 from ..context import ServerContext
+from ..errors import log_failure
 
 SEGMENTS_PER_QUERY = 32
 READ_UNCOMMITTED = 0  # isolation_level: Kafka then sends aborted_transactions null
@@ -78,7 +85,23 @@ def span(data: bytearray, from_offset: int, room: int, take_first: bool) -> tupl
 
 def read_partition(ctx: ServerContext, topic: str, p: Any, offsets: dict[int, PartitionInfo],
                    budget: int, first: bool) -> PartitionRead:
-    """Read one partition from its fetch offset (blocking: runs in the pool)."""
+    """Read one partition from its fetch offset, or its error without records (blocking:
+    runs in the pool)."""
+    try:
+        return _read_partition(ctx, topic, p, offsets, budget, first)
+    except (UnknownTopicError, UnknownPartitionError):  # deleted since `offsets` was read
+        return PartitionRead(int(p.partition), ErrorCode.unknown_topic_or_partition)
+    except (ObjectStoreError, OSError) as exc:  # OSError: a missing object, access denied
+        log_failure(f"reading {topic}/{p.partition} from the object store", exc)
+        return PartitionRead(int(p.partition), ErrorCode.kafka_storage_error)
+    except Exception as exc:
+        log_failure(f"reading {topic}/{p.partition}", exc)
+        return PartitionRead(int(p.partition), ErrorCode.unknown_server_error)
+
+
+def _read_partition(ctx: ServerContext, topic: str, p: Any,
+                    offsets: dict[int, PartitionInfo], budget: int,
+                    first: bool) -> PartitionRead:
     index, offset = int(p.partition), int(p.fetch_offset)
     info = offsets.get(index)
     if info is None:
@@ -123,6 +146,12 @@ def read_all(ctx: ServerContext, request: Any) -> list[tuple[str, list[Partition
             offsets = {pi.partition: pi for pi in ctx.metadata.partitions(t.topic)}
         except (UnknownTopicError, UnknownPartitionError):
             offsets = {}
+        except Exception as exc:
+            log_failure(f"listing the partitions of {t.topic!r}", exc)
+            results.append((t.topic, [PartitionRead(int(p.partition),
+                                                    ErrorCode.unknown_server_error)
+                                      for p in t.partitions]))
+            continue
         reads = []
         for p in t.partitions:
             read = read_partition(ctx, t.topic, p, offsets, max(budget, 0), first)

@@ -1,11 +1,14 @@
 """IncrementalAlterConfigs (key 44): SET, DELETE, APPEND and SUBTRACT on a topic's configs
 (`MetadataStore.alter_topic_configs`: Kafka's semantics, APPEND/SUBTRACT for list-typed
 configs such as cleanup.policy, the result validated as CreateTopics validates configs);
-validate_only changes nothing. A bad value or key gets INVALID_CONFIG with a message, an
-unknown topic UNKNOWN_TOPIC_OR_PARTITION, an unknown operation or a key named twice
-INVALID_REQUEST. BROKER resources: the agent's settings are static (file, environment,
-flags), so every change gets what Kafka answers for configs it cannot update dynamically
-(INVALID_REQUEST, "Cannot update these configs dynamically").
+validate_only changes nothing. A bad value or key gets INVALID_CONFIG with a message (so does
+adding `compact` to a topic holding records without key hashes: see
+`MetadataStore.alter_topic_configs`), an unknown topic UNKNOWN_TOPIC_OR_PARTITION, an
+unknown operation or a key named twice INVALID_REQUEST; a change the metadata store did not
+make REQUEST_TIMED_OUT (not applied: retry) or UNKNOWN_SERVER_ERROR
+(`errors.change_failed`). BROKER resources: the agent's settings are static (file,
+environment, flags), so every change gets what Kafka answers for configs it cannot update
+dynamically (INVALID_REQUEST, "Cannot update these configs dynamically").
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from metadata.topicconfig import AlterOp, ConfigChange
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
+from ..errors import change_failed
 from .configs import ResourceType, broker_error
 
 Outcome = tuple[ErrorCode, str | None]
@@ -40,6 +44,8 @@ def _topic(ctx: ServerContext, resource: Any, validate_only: bool) -> Outcome:
         return ErrorCode.unknown_topic_or_partition, str(exc)
     except InvalidConfigError as exc:
         return ErrorCode.invalid_config, str(exc)
+    except Exception as exc:
+        return change_failed(f"altering the configs of topic {resource.resource_name!r}", exc)
     if not validate_only:
         ctx.agent.forget_topics()
     return ErrorCode.none, None

@@ -5,7 +5,9 @@ agents. As Kafka does for a request without a transactional id, every call alloc
 id (a producer re-initialising after an error gets a new id, not a bumped epoch). A
 transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED: transactions are not served, and
 that is the error clients treat as fatal with a clear message (Kafka's answer to a principal
-that may not use transactional ids), where a retriable code would make them wait.
+that may not use transactional ids), where a retriable code would make them wait. When the
+metadata store cannot allocate an id (the database unreachable), COORDINATOR_NOT_AVAILABLE:
+retriable, the client asks again.
 """
 
 from __future__ import annotations
@@ -15,10 +17,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i64
 
-from metadata.errors import MetadataError
-
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
+from ..errors import log_failure
 
 
 async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
@@ -26,7 +27,8 @@ async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> A
         return _response(b, ErrorCode.transactional_id_authorization_failed)
     try:
         producer_id = await ctx.run(ctx.metadata.allocate_producer_id)
-    except MetadataError:  # retriable for the client: it asks again
+    except Exception as exc:
+        log_failure("allocating a producer id", exc)
         return _response(b, ErrorCode.coordinator_not_available)
     return _response(b, ErrorCode.none, producer_id)
 

@@ -13,6 +13,12 @@ is true and the request allows auto-creation (always before v4): then, as KafkaA
 they are created (num.partitions partitions, default configs) and answered
 LEADER_NOT_AVAILABLE without partitions, so clients ask again and find them; an invalid
 name gets INVALID_TOPIC_EXCEPTION.
+
+When the metadata store fails (the database unreachable), a topic asked for by name gets
+LEADER_NOT_AVAILABLE (retriable: the client asks again; never "unknown", which would be
+untrue), and the broker list is empty if the registry cannot be read. A request for every
+topic has no honest answer then (an empty list would tell clients each topic is gone): its
+connection is closed, as for any handler failure, and the client reconnects and retries.
 """
 
 from __future__ import annotations
@@ -25,10 +31,11 @@ from kio.static.primitive import i32
 
 from agent.placement import leader
 from metadata import AgentInfo, MetadataStore, TopicInfo
-from metadata.errors import InvalidTopicError, MetadataError, TopicExistsError, UnknownTopicError
+from metadata.errors import InvalidTopicError, TopicExistsError, UnknownTopicError
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
+from ..errors import log_failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,9 +55,13 @@ def _topics(md: MetadataStore, names: list[str] | None,
     found: list[TopicInfo | Missing] = []
     for name in names:
         try:
-            found.append(md.get_topic(name))
-        except (UnknownTopicError, MetadataError):
-            found.append(_missing(md, name, create_partitions))
+            try:
+                found.append(md.get_topic(name))
+            except UnknownTopicError:
+                found.append(_missing(md, name, create_partitions))
+        except Exception as exc:  # the store failed: the topic may well exist
+            log_failure(f"looking up topic {name!r}", exc)
+            found.append(Missing(name, ErrorCode.leader_not_available))
     return found
 
 
@@ -73,7 +84,11 @@ async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> A
         request, "allow_auto_topic_creation", True)
     topics = await ctx.run(_topics, ctx.metadata, names,
                            ctx.config.num_partitions if auto else None)
-    brokers = await ctx.run(ctx.live_brokers)
+    try:
+        brokers = await ctx.run(ctx.live_brokers)
+    except Exception as exc:
+        log_failure("listing the live agents", exc)
+        brokers = []
     ids = tuple(i32(br.node_id) for br in brokers)
     return b(
         "MetadataResponse", throttle_time=NO_THROTTLE, cluster_id=ctx.cluster_id(),

@@ -11,7 +11,10 @@ fails only its own partitions, with UNKNOWN_TOPIC_OR_PARTITION. Idempotent produ
 batches are checked by the agent and again at commit: a resend is answered with its original
 offset, a gap with OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch with INVALID_PRODUCER_EPOCH.
 The response is written only after the agent's flush has PUT the object and committed it
-(acks=1 and acks=-1 alike); acks=0 gets no response.
+(acks=1 and acks=-1 alike); acks=0 gets no response. Transactions are not served: a request
+with a transactional id or a transactional batch is answered, as KafkaApis answers one
+without the transactional id, TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition
+(fatal for clients) with nothing stored.
 
 Backpressure: when buffer.memory has no room for a partition's batches, that partition
 waits, up to the request's timeout_ms, for the agent to free room (an asyncio event set by
@@ -45,7 +48,13 @@ from agent.errors import (
 )
 from agent.producer import ProduceFuture
 from fileformat import FormatError
-from fileformat.batch import split_frames
+from fileformat.batch import (
+    ATTRIBUTES_POS,
+    LENGTH_POS,
+    LOG_OVERHEAD,
+    TRANSACTIONAL_MASK,
+    split_frames,
+)
 from fileformat.errors import UnsupportedError
 from metadata.errors import (
     BatchRejectedError,
@@ -61,6 +70,8 @@ from ..context import ServerContext
 
 # `_admit`'s answer when buffer.memory has no room now: try again when room is freed.
 FULL = object()
+# The attributes' low byte (big-endian int16), which holds the transactional bit.
+_TRANSACTIONAL_BYTE = ATTRIBUTES_POS + 1
 
 
 def error_code(exc: BaseException) -> ErrorCode:
@@ -191,8 +202,26 @@ def _outcome(futures: list[ProduceFuture] | ErrorCode) -> int | ErrorCode:
     return futures[0].result()
 
 
+def _transactional(request: Any) -> bool:
+    """Whether a batch of the request is transactional: one byte read per batch (framing
+    is left to each partition's own checks, which answer a malformed one)."""
+    for t in request.topic_data:
+        for p in t.partition_data:
+            records = p.records or b""
+            pos, end = 0, len(records)
+            while pos + _TRANSACTIONAL_BYTE < end:
+                if records[pos + _TRANSACTIONAL_BYTE] & TRANSACTIONAL_MASK:
+                    return True
+                size = _INT32.unpack_from(records, pos + LENGTH_POS)[0]
+                if size <= 0:
+                    break
+                pos += size + LOG_OVERHEAD
+    return False
+
+
 async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
-    if request.transactional_id is not None:
+    # Transactions are not served: KafkaApis' answer to a transactional batch without one.
+    if request.transactional_id is not None or _transactional(request):
         return _response(b, [(t.name, [(p.index, ErrorCode.transactional_id_authorization_failed)
                                        for p in t.partition_data])
                              for t in request.topic_data])
