@@ -643,6 +643,7 @@ def compact(ctx: Context, once: bool, everything: bool, as_json: bool, memory_mi
             engine: str, master: str | None) -> None:
     """Run compaction jobs (`--once`); without --once, same as `silt compactor`."""
     from compactor import Compactor
+    from compactor.health import metrics_server
 
     ignored = [flag for flag, given in (("--all", everything), ("--json", as_json)) if given]
     if not once and ignored:
@@ -673,7 +674,8 @@ def compact(ctx: Context, once: bool, everything: bool, as_json: bool, memory_mi
 
     comp = Compactor(ctx.store, ctx.metadata, config)
     if not once:
-        _run_forever(comp)
+        with metrics_server(comp):  # compactor.metrics.listeners
+            _run_forever(comp)
         return
     reports = comp.run_once(everything=everything)
     _print_reports(reports, as_json)
@@ -705,9 +707,12 @@ def _run_forever(comp: Any) -> None:
 def compactor(ctx: Context, poll_interval: float | None) -> None:
     """Run a compaction worker loop until interrupted (any number may run at once)."""
     from compactor import Compactor
+    from compactor.health import metrics_server
 
     config = ctx.load({f"compactor.{POLL_INTERVAL_S}": poll_interval}).compactor
-    _run_forever(Compactor(ctx.store, ctx.metadata, config))
+    comp = Compactor(ctx.store, ctx.metadata, config)
+    with metrics_server(comp):  # compactor.metrics.listeners: /metrics, /healthz, /readyz
+        _run_forever(comp)
 
 
 @cli.command()

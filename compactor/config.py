@@ -9,6 +9,7 @@ from typing import ClassVar
 from fileformat import PRODUCER, TOPIC_COMPRESSIONS, Compression
 from planner import PlannerConfig
 from settings import Section, choice, integer, number
+from telemetry import config as metrics
 
 from .dedupe import DEFAULT_MEMORY_BUDGET
 
@@ -37,6 +38,9 @@ class CompactorConfig(Section):
     grace_ms: int = integer(FILE_DELETE_DELAY_MS, 60_000, lo=0)
     poll_interval_s: float = number(POLL_INTERVAL_S, 5.0, above=0)
     compression: str = choice(COMPRESSION_TYPE, PRODUCER, COMPRESSION_CHOICES)
+    # `silt compactor`'s metrics port (telemetry/: /metrics, /healthz, /readyz; "" = none).
+    # Its gauges are computed once per round, from the round's own plan.
+    metrics_listeners: str = metrics.listeners()
     planner: PlannerConfig = field(default_factory=PlannerConfig)
 
     @property

@@ -31,6 +31,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
+import telemetry
 from clock import SYSTEM_CLOCK, Clock
 from fileformat import FileWriter
 from metadata import MetadataStore
@@ -49,6 +50,7 @@ from objectstore import ObjectStore, ObjectWriter
 from planner import JobSpec, Plan, propose, propose_all, validate
 
 from .config import CompactorConfig
+from .health import observe_round
 from .merge import (
     InputFile,
     InputOpener,
@@ -154,8 +156,11 @@ class Compactor:
         return snap, planner_snapshot(snap, self.clock.now_ms())
 
     def plan(self, *, everything: bool = False) -> Plan:
-        """What the planner proposes now (`everything`: ignore triggers, compact fully)."""
+        """What the planner proposes now (`everything`: ignore triggers, compact fully).
+        With a metrics port open, the round's gauges come from this snapshot."""
         _, snap = self.snapshot()
+        if telemetry.serving():
+            observe_round(self.metadata, snap, self.clock.now_ms(), self.config.planner)
         fn = propose_all if everything else propose
         return fn(snap, self.clock.now_ms(), self.config.planner)
 
@@ -180,7 +185,16 @@ class Compactor:
     # ----------------------------------------------------------------- one job
 
     def run_job(self, spec: JobSpec) -> JobReport:
-        """Lease, merge and commit one job; never raises for the job's own failures."""
+        """Lease, merge and commit one job; never raises for the job's own failures. Its
+        report is counted in the compaction metrics."""
+        report = self._run_job(spec)
+        telemetry.compaction_job(
+            report.outcome, report.duration_s, report.input_bytes, report.output_bytes,
+            report.stats.get("duplicates_dropped", 0), report.stats.get("tombstones_dropped", 0),
+            [(p.topic, p.partition) for p in spec.partitions])
+        return report
+
+    def _run_job(self, spec: JobSpec) -> JobReport:
         report = JobReport(spec.spec_id, "skipped", spec.trigger.value, spec.reason,
                            input_files=len(spec.input_file_ids))
         started = self.clock.monotonic()
