@@ -21,7 +21,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 # No `_created` series per counter and histogram: Prometheus ignores them in the text format,
 # and they double what a scrape carries.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]  # (unannotated upstream)
 
 # Histogram buckets: object sizes (1 KiB .. 256 MiB by 4x), commit and flush latencies, and
 # compaction job durations (up to an hour).
