@@ -44,6 +44,7 @@ from .errors import InvalidRangeError, ObjectStoreError, RetriableStoreError, Un
 from .local import _bad_range, _empty_stream, _FileRangeStream
 
 DELETE_BATCH = 1000
+GLOB_CHARS = "*?["  # what fsspec's rm would expand
 S3FS_PROTOCOLS = ("s3", "s3a")  # served by S3fsStore: streaming reads, per-request counts
 
 T = TypeVar("T")
@@ -82,8 +83,9 @@ class _FsspecWriter(ObjectWriter):
         self._s = store
         self._key = key
         self._path = store._path(key)
+        self._what = f"upload {store.what(key)}"
         self._buf = bytearray()
-        self._file: Any = None
+        self._file: Any = None  # the streaming file, once past the threshold
         self._n = 0
         self._done = False
 
@@ -102,10 +104,9 @@ class _FsspecWriter(ObjectWriter):
             data, self._buf = bytes(self._buf), bytearray()
         try:
             if self._file is None:
-                self._file = self._s.call(f"upload {self._s.what(self._key)}", lambda: self._s.fs
-                                          .open(self._path, "wb", block_size=self._s.part_size,
-                                                autocommit=False))
-            self._s.call(f"upload {self._s.what(self._key)}", lambda: self._file.write(data))
+                self._file = self._s.call(self._what, lambda: self._s.fs.open(
+                    self._path, "wb", block_size=self._s.part_size, autocommit=False))
+            self._s.call(self._what, lambda: self._file.write(data))
         except BaseException:
             self.abort()
             raise
@@ -114,13 +115,13 @@ class _FsspecWriter(ObjectWriter):
     def close(self) -> None:
         if self._done:
             return
-        what = f"upload {self._s.what(self._key)}"
         try:
             if self._file is None:
-                self._s.call(what, lambda: self._s.fs.pipe_file(self._path, bytes(self._buf)))
+                self._s.call(self._what, lambda: self._s.fs.pipe_file(self._path,
+                                                                      bytes(self._buf)))
             else:
-                self._s.call(what, self._file.close)
-                self._s.call(what, self._file.commit)
+                self._s.call(self._what, self._file.close)
+                self._s.call(self._what, self._file.commit)
         except BaseException:
             self.abort()
             raise
@@ -237,13 +238,17 @@ class FsspecStore(Backend):
 
     def _rm(self, paths: list[str]) -> None:
         """Remove `paths`; missing ones are no error (object stores ignore them in a batch,
-        a real filesystem raises on the first: then it goes path by path)."""
+        a real filesystem raises on the first: then it goes path by path). `rm` expands
+        glob patterns, so a key that looks like one is removed by itself."""
+        globs = [p for p in paths if any(c in p for c in GLOB_CHARS)]
         try:
-            self.fs.rm(paths)
+            if len(globs) < len(paths):
+                self.fs.rm([p for p in paths if p not in globs])
         except FileNotFoundError:
-            for p in paths:
-                with contextlib.suppress(FileNotFoundError):
-                    self.fs.rm_file(p)
+            globs = paths
+        for p in globs:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm_file(p)
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         base = f"{self.root}/"

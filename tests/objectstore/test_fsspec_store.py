@@ -228,3 +228,13 @@ def test_many_open_streams_do_not_wait_for_a_pooled_connection(s3_url: str) -> N
     worker.join(120)  # a liveness bound: with a bounded pool the 11th open waits forever
     assert not worker.is_alive(), "opening streams blocked on the connection pool"
     assert done == [bytes([i]) * size for i in range(40)]
+
+
+@pytest.mark.parametrize("scheme", ["fsspec+memory", "fsspec+file"])
+def test_deleting_a_key_that_looks_like_a_glob_deletes_only_it(scheme: str,
+                                                              tmp_path: Path) -> None:
+    store = open_store(f"{scheme}://{tmp_path}/g")
+    for k in ["a*", "ab", "a[b]", "c?"]:
+        store.put(k, b"x")
+    store.delete_many(["a*", "a[b]", "missing*"])
+    assert [o.key for o in store.list()] == ["ab", "c?"]
