@@ -585,6 +585,32 @@ def retention(ctx: Context, as_json: bool) -> None:
 
 
 @cli.command()
+@click.option("--deep", is_flag=True,
+              help="Also read every live object: every batch CRC, the index (two GETs each).")
+@click.option("--fix", is_flag=True,
+              help="Delete orphan objects older than compactor.file.delete.delay.ms.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+@one_line_errors
+def doctor(ctx: Context, deep: bool, fix: bool, as_json: bool) -> None:
+    """Check the object store against the metadata; exit 1 if anything is wrong.
+
+    Live objects missing or of the wrong size, orphan objects, pending uploads older than
+    compactor.lease.ms, live segments in files that are not live; --deep: corrupt objects.
+    """
+    from compactor.doctor import doctor as check
+
+    report = check(ctx.store, ctx.metadata, ctx.settings.compactor, deep=deep, fix=fix)
+    if as_json:
+        click.echo(json.dumps(report.as_dict()))
+    else:
+        for line in report.lines():
+            click.echo(line)
+    if not report.ok:
+        sys.exit(1)
+
+
+@cli.command()
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--all", "everything", is_flag=True, help="Ignore triggers: compact everything.")
 @pass_ctx

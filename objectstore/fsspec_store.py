@@ -28,6 +28,7 @@ import contextlib
 import functools
 import io
 from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
 from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -73,6 +74,26 @@ def translate(exc: Exception, what: str) -> Exception:
                    if isinstance(getattr(exc, a, None), int)), None)
     cls = s3.ERROR_TABLE.get(str(status), ObjectStoreError)
     return cls(f"{what}: {exc}")
+
+
+# Where filesystems put an object's last write time in their listings: s3fs, adlfs,
+# gcsfs and the local filesystem; fsspec's memory filesystem has only the creation time,
+# which is the last write's (every write makes a new file).
+MODIFIED_FIELDS = ("LastModified", "last_modified", "updated", "mtime", "created")
+
+
+def modified_ms(info: dict[str, Any]) -> int | None:
+    """A listed object's last write time (epoch ms), None if the filesystem gives none."""
+    for name in MODIFIED_FIELDS:
+        value = info.get(name)
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = datetime.fromisoformat(value)
+        if isinstance(value, datetime):
+            return int(value.timestamp() * 1000)
+        if isinstance(value, int | float):
+            return int(value * 1000)
+    return None
 
 
 class _FsspecWriter(ObjectWriter):
@@ -263,7 +284,7 @@ class FsspecStore(Backend):
             key = str(name)[len(base):]
             if str(name).startswith(base) and key.startswith(prefix) and key \
                     and info.get("type") == "file":
-                out.append(ObjectInfo(key, int(info["size"])))
+                out.append(ObjectInfo(key, int(info["size"]), modified_ms(info)))
         yield from sorted(out, key=lambda o: o.key)
 
 

@@ -374,7 +374,10 @@ class S3Store(Backend):
                 kwargs["ContinuationToken"] = token
             resp = _call(f"list s3://{self.bucket}/{full}", self.client.list_objects_v2, **kwargs)
             for obj in resp.get("Contents", []):
-                yield ObjectInfo(str(obj["Key"])[strip:], int(obj["Size"]))
+                modified = obj.get("LastModified")
+                yield ObjectInfo(str(obj["Key"])[strip:], int(obj["Size"]),
+                                 None if modified is None
+                                 else int(modified.timestamp() * 1000))
             if not resp.get("IsTruncated"):
                 return
             token = str(resp["NextContinuationToken"])
