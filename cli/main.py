@@ -155,7 +155,8 @@ def _default(section: type[Section], key: str, scale: int = 1, unit: str = "") -
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Settings file (TOML): tables store, metadata, agent, compactor, planner.")
 @click.option("--store", default=None, metavar="URL", show_default=_default(StoreConfig, URL),
-              help=f"Object store URL (file://, memory://, s3://bucket/prefix). Env: {STORE_ENV}.")
+              help=f"Object store URL (file://, memory://, s3://bucket/prefix, any fsspec"
+                   f" URL). Env: {STORE_ENV}.")
 @click.option("--metadata", default=None, metavar="URL",
               show_default=_default(MetadataConfig, URL),
               help=f"Metadata URL (sqlite:///path, postgresql://...). Env: {METADATA_ENV}.")
