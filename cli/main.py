@@ -36,7 +36,6 @@ from agent.config import (
 from agent.partitioner import DefaultPartitioner
 from agent.producer import ProduceFuture
 from compactor.config import MEMORY_BUDGET, POLL_INTERVAL_S, CompactorConfig
-from compactor.service import CompactorService
 from fileformat.errors import FormatError
 from metadata import MetadataStore
 from metadata.config import ENV_URL as METADATA_ENV
@@ -768,6 +767,7 @@ def compact(ctx: Context, once: bool, everything: bool, as_json: bool, memory_mi
         return
 
     if not once:
+        configure_logging("text", logging.INFO)
         _serve_compactor(ctx, config)
         return
     comp = Compactor(ctx.store, ctx.metadata, config)
@@ -781,7 +781,7 @@ def _serve_compactor(ctx: Context, config: CompactorConfig) -> None:
     """Run the compaction service until SIGTERM/SIGINT, then let it finish or abandon its
     job (compactor.shutdown.timeout.ms) and exit 0. The service runs on its own thread:
     signal handlers (main thread) then never interrupt it while it holds a lock."""
-    from compactor import Compactor
+    from compactor import Compactor, CompactorService
 
     service = CompactorService(Compactor(ctx.store, ctx.metadata, config))
     failed: list[BaseException] = []
