@@ -141,9 +141,11 @@ def parse_host_port(value: str) -> tuple[str, int] | None:
 
 
 def show(value: object) -> str:
-    """A setting value as written in files and messages (`zstd`, `250`, `never`)."""
+    """A setting value as written in files and messages (`zstd`, `250`, `never`, `false`)."""
     if value is None:
         return NEVER
+    if isinstance(value, bool):
+        return str(value).lower()
     if isinstance(value, enum.Enum):
         return value.name.lower()
     return str(value)

@@ -32,7 +32,7 @@ JOB_BUCKETS: Final = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
 
 # Outcomes of a compaction job (compactor.worker.JobReport.outcome), listed so every series
 # exists from the start (Prometheus: initialise the label values you know).
-JOB_OUTCOMES: Final = ("committed", "skipped", "lost", "failed", "unknown")
+JOB_OUTCOMES: Final = ("committed", "skipped", "lost", "failed", "unknown", "abandoned")
 
 
 class LatestGauges:

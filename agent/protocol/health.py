@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Self
 
 import telemetry
+from clock import Periodic
 
 from .context import ServerContext
-from .timers import Periodic
 
 
 def ready(ctx: ServerContext) -> str | None:
