@@ -28,8 +28,9 @@ START_MS = 1_700_000_000_000
 TOPIC = "bench"
 # Layouts: what the planner finds each round.
 STEADY = "steady"  # every level below its trigger: nothing to do
-L0_JOB = "l0-job"  # L0 at its trigger: one job merging every L0 file
+L0_JOB = "l0-job"  # L0 past l0.max.age.ms: one job merging every L0 file
 CLEAN = "clean"  # a compacted topic, all dirty: one whole-log job of every file
+LAYOUTS = (STEADY, L0_JOB, CLEAN)
 
 
 @dataclass(frozen=True)
@@ -42,10 +43,11 @@ class PlanningParams:
     rounds: int = 6
 
 
-def _levels(files: int, layout: str, config: PlannerConfig) -> list[int]:
-    """The level of each initial file, highest first (as offsets age down the levels)."""
-    l0 = config.l0_trigger_files if layout == L0_JOB else config.l0_trigger_files // 2
-    l0 = min(files, l0)
+def _levels(files: int, config: PlannerConfig) -> list[int]:
+    """The level of each initial file, highest first (as offsets age down the levels):
+    half the L0 trigger in L0, one file short of the trigger in L1 to L3, the rest at the
+    top level (which no size-tiered merge takes further)."""
+    l0 = min(files, config.l0_trigger_files // 2)
     upper = [min(config.level_trigger_files - 1, max(0, files - l0)) for _ in range(3)]
     out: list[int] = []
     rest = files - l0
@@ -80,10 +82,11 @@ def run_planning(p: PlanningParams, metadata_url: str | None = None) -> dict[str
                            meta_length=100, chunks=chunks)
 
         setup = time.perf_counter()
-        for level in _levels(files - p.rounds, p.layout, config):
+        for level in _levels(files - p.rounds, config):
             flush(level)
         setup = time.perf_counter() - setup
-        clock.advance(1_000)  # the files are 1 s old: no age trigger (l0.max.age.ms 30 s)
+        # The files are 1 s old (no age trigger: l0.max.age.ms is 30 s), or past it.
+        clock.advance(config.l0_max_age_ms if p.layout == L0_JOB else 1_000)
         comp = Compactor(open_store(f"memory://bench-{n}"), md, clock=clock)
         snaps, plans, jobs, job_segments = [], [], 0, 0
         for _ in range(p.rounds):
