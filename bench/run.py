@@ -195,8 +195,9 @@ def run_groups_suite(quick: bool) -> list[dict[str, Any]]:
 WIRE_LOAD_MIB_S = 2.0
 
 SUITES = {"ingest": run_ingest_suite, "compaction": run_compaction_suite,
-          "planning": run_planning_suite, "consume": run_consume_suite, "memory": run_memory_suite, "codecs": run_codecs_suite,
-          "wire": run_wire_suite, "groups": run_groups_suite}
+          "planning": run_planning_suite, "consume": run_consume_suite,
+          "memory": run_memory_suite, "codecs": run_codecs_suite, "wire": run_wire_suite,
+          "groups": run_groups_suite}
 
 
 def main(argv: list[str] | None = None) -> int:
