@@ -155,7 +155,8 @@ def _default(section: type[Section], key: str, scale: int = 1, unit: str = "") -
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Settings file (TOML): tables store, metadata, agent, compactor, planner.")
 @click.option("--store", default=None, metavar="URL", show_default=_default(StoreConfig, URL),
-              help=f"Object store URL (file://, memory://, s3://bucket/prefix). Env: {STORE_ENV}.")
+              help=f"Object store URL (file://, memory://, s3://bucket/prefix, any fsspec"
+                   f" URL). Env: {STORE_ENV}.")
 @click.option("--metadata", default=None, metavar="URL",
               show_default=_default(MetadataConfig, URL),
               help=f"Metadata URL (sqlite:///path, postgresql://...). Env: {METADATA_ENV}.")
@@ -581,6 +582,32 @@ def retention(ctx: Context, as_json: bool) -> None:
                    f"({r['segments']} segments, {r['records']} records, {r['bytes']} bytes)")
     if result.retired_file_ids:
         click.echo(f"{len(result.retired_file_ids)} files retired (deleted after the GC grace)")
+
+
+@cli.command()
+@click.option("--deep", is_flag=True,
+              help="Also read every live object: every batch CRC, the index (two GETs each).")
+@click.option("--fix", is_flag=True,
+              help="Delete orphan objects older than compactor.file.delete.delay.ms.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+@one_line_errors
+def doctor(ctx: Context, deep: bool, fix: bool, as_json: bool) -> None:
+    """Check the object store against the metadata; exit 1 if anything is wrong.
+
+    Live objects missing or of the wrong size, orphan objects, pending uploads older than
+    compactor.lease.ms, live segments in files that are not live; --deep: corrupt objects.
+    """
+    from compactor.doctor import doctor as check
+
+    report = check(ctx.store, ctx.metadata, ctx.settings.compactor, deep=deep, fix=fix)
+    if as_json:
+        click.echo(json.dumps(report.as_dict()))
+    else:
+        for line in report.lines():
+            click.echo(line)
+    if not report.ok:
+        sys.exit(1)
 
 
 @cli.command()

@@ -127,29 +127,23 @@ def snapshot(db: Database) -> Snapshot:
     """
     t, f = s.topics, s.files
     known = db.segment_cache
-    with db.engine.connect() as conn:
-        if db.pg:
-            conn.execution_options(isolation_level="REPEATABLE READ")
-        with conn.begin():
-            now = db.clock.now_ms()
-            topic_rows = conn.execute(sa.select(t).order_by(t.c.name)).all()
-            names = {r.id: r.name for r in topic_rows}
-            part_rows = conn.execute(
-                sa.select(s.partitions).order_by(s.partitions.c.topic_id,
-                                                 s.partitions.c.partition)
-            ).all()
-            file_rows = conn.execute(
-                sa.select(f).where(f.c.state == s.FILE_LIVE).order_by(f.c.id)
-            ).all()
-            held = held_jobs(conn, [r.job_id for r in file_rows if r.job_id is not None], now)
-            stale = [int(r.id) for r in file_rows
-                     if known.get(r.id, (None,))[0] != r.segments_version]
-            if len(stale) == len(file_rows):  # the first snapshot: one scan, no id list
-                rows = _driver_rows(conn, _snapshot_query(None))
-            else:
-                rows = []
-                for i in range(0, len(stale), _IDS_PER_QUERY):
-                    rows += _driver_rows(conn, _snapshot_query(stale[i:i + _IDS_PER_QUERY]))
+    with db.read(consistent=True) as conn:
+        now = db.clock.now_ms()
+        topic_rows = conn.execute(sa.select(t).order_by(t.c.name)).all()
+        names = {r.id: r.name for r in topic_rows}
+        part_rows = conn.execute(sa.select(s.partitions).order_by(
+            s.partitions.c.topic_id, s.partitions.c.partition)).all()
+        file_rows = conn.execute(
+            sa.select(f).where(f.c.state == s.FILE_LIVE).order_by(f.c.id)).all()
+        held = held_jobs(conn, [r.job_id for r in file_rows if r.job_id is not None], now)
+        stale = [int(r.id) for r in file_rows
+                 if known.get(r.id, (None,))[0] != r.segments_version]
+        if len(stale) == len(file_rows):  # the first snapshot: one scan, no id list
+            rows = _driver_rows(conn, _snapshot_query(None))
+        else:
+            rows = []
+            for i in range(0, len(stale), _IDS_PER_QUERY):
+                rows += _driver_rows(conn, _snapshot_query(stale[i:i + _IDS_PER_QUERY]))
     by_id = {int(r.id): r for r in file_rows}
     file_col = _SNAPSHOT_FILE_ID
     read = {}

@@ -26,7 +26,8 @@ from .errors import InvalidCommitError
 from .models import ChunkMeta, OutputSegment, Segment, SegmentInfo, segment_columns
 
 # A Segment's fields, in order, read off anything that has them (a ChunkIndex, a Segment).
-_segment_of = attrgetter(*(f.name for f in dataclasses.fields(Segment)))
+_SEGMENT_FIELDS = tuple(f.name for f in dataclasses.fields(Segment))
+_segment_of = attrgetter(*_SEGMENT_FIELDS)
 # Those a ChunkIndex is constructed with (not its derived properties).
 _INDEX_ARGS = tuple(f.name for f in dataclasses.fields(Segment)
                     if f.name in {g.name for g in dataclasses.fields(ChunkIndex)})
@@ -48,6 +49,10 @@ if tuple(name for name, _ in ROW_COLUMNS) != (*_HEAD, *_RECORDED, *_TAIL):
 _INFO_FIELDS = tuple(f.name for f in dataclasses.fields(SegmentInfo))
 # What a SegmentInfo is read from, in its fields' order (`SegmentInfo(*row)`): a segment
 # row's columns, its topic's name, its file's key and size.
+# What a SegmentInfo is read from by name (`segment_info`): a segment row, its topic's name,
+# its file's key and size.
+INFO_COLUMNS = (*s.segments.c, s.topics.c.name.label("topic"), s.files.c.object_key,
+                s.files.c.size.label("file_size"))
 # What a snapshot reads of a live segment (`SNAPSHOT_COLUMNS`, `segments` columns only): the
 # SegmentInfo fields from `partition` to `topic_id`, then created_at_ms. `live_segment_info`
 # adds the rest: its topic's name, live, its file's key and size.
@@ -76,6 +81,14 @@ def expected_index(seg: SegmentInfo) -> ChunkIndex:
     return ChunkIndex(**dict(zip(_INDEX_ARGS, _index_args(seg), strict=True)),
                       base_offset=seg.base_offset, offset_span=seg.offset_span,
                       offsets=BitMap(), tombstones=BitMap())
+
+
+def index_mismatch(seg: Segment, index: ChunkIndex) -> list[str]:
+    """The Segment fields on which a stored segment and its chunk's index in the object
+    disagree (none: the row describes the chunk the object holds)."""
+    return [name for name, ours, theirs in zip(_SEGMENT_FIELDS, _segment_of(seg),
+                                               _segment_of(index), strict=True)
+            if ours != theirs]
 
 
 def check_segment(seg: Segment, where: str) -> None:
@@ -121,8 +134,8 @@ def live_segment_info(row: Sequence[Any], topic: str, object_key: str,
 
 
 def segment_info(row: sa.Row[Any]) -> SegmentInfo:
-    """A SegmentInfo from a row holding (at least) a segment's columns, `topic`,
-    `object_key` and `file_size` by name. A plain dict, not the row's mapping: reads build
-    thousands of these, and name lookups on a row mapping cost several times more."""
+    """A SegmentInfo from a row holding (at least) `INFO_COLUMNS` by name. A plain dict, not
+    the row's mapping: reads build thousands of these, and name lookups on a row mapping
+    cost several times more."""
     d = dict(zip(row._fields, row, strict=True))
     return SegmentInfo(*[d[name] for name in _INFO_FIELDS])

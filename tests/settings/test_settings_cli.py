@@ -55,8 +55,8 @@ def test_bad_setting_is_one_line_exit_1(tmp_path: Path) -> None:
     assert code == 1 and out == ""
     assert err == (f"silt: invalid setting agent.linger.ms=-1 (from file {config}):"
                    " must be an integer >= 0\n")
-    code, _, err = run(["topics", "list"], {"SILT_STORE": "ftp://x", "SILT_METADATA": md})
-    assert code == 1 and err.startswith("silt: invalid setting store.url=ftp://x (from env")
+    code, _, err = run(["topics", "list"], {"SILT_STORE": "nosuch://x", "SILT_METADATA": md})
+    assert code == 1 and err.startswith("silt: invalid setting store.url=nosuch://x (from env")
     assert len(err.splitlines()) == 1
     code, _, err = run(["--config", str(tmp_path / "missing.toml"), "topics", "list"], {})
     assert code == 2 and "missing.toml" in err
