@@ -60,4 +60,3 @@ def segment_view(s: SegmentInfo) -> SegmentView:
         max_timestamp=s.max_timestamp, created_at_ms=s.created_at_ms,
         cleaned_at_ms=s.cleaned_at_ms, min_timestamp=s.min_timestamp,
     )
-
