@@ -43,19 +43,18 @@ class PlanningParams:
     rounds: int = 6
 
 
-def _levels(files: int, config: PlannerConfig) -> list[int]:
-    """The level of each initial file, highest first (as offsets age down the levels):
-    half the L0 trigger in L0, one file short of the trigger in L1 to L3, the rest at the
-    top level (which no size-tiered merge takes further)."""
-    l0 = min(files, config.l0_trigger_files // 2)
-    upper = [min(config.level_trigger_files - 1, max(0, files - l0)) for _ in range(3)]
+def _levels(files: int, rounds: int, config: PlannerConfig) -> list[int]:
+    """The level of each file, highest first (as offsets age down the levels): half the L0
+    trigger in L0 (at least the `rounds` flushes the rounds add last), one file short of
+    the trigger in L1 to L3, the rest at the top level (no size-tiered merge takes it on)."""
+    l0 = min(files, max(config.l0_trigger_files // 2, rounds))
     out: list[int] = []
     rest = files - l0
-    for level, n in zip((1, 2, 3), upper, strict=True):
-        n = min(n, rest)
-        out += [level] * n
+    for level in (1, 2, 3):
+        n = min(config.level_trigger_files - 1, rest)
+        out = [level] * n + out
         rest -= n
-    return [config.max_level] * rest + sorted(out, reverse=True) + [0] * l0
+    return [config.max_level] * rest + out + [0] * l0
 
 
 def run_planning(p: PlanningParams, metadata_url: str | None = None) -> dict[str, Any]:
@@ -82,7 +81,7 @@ def run_planning(p: PlanningParams, metadata_url: str | None = None) -> dict[str
                            meta_length=100, chunks=chunks)
 
         setup = time.perf_counter()
-        for level in _levels(files - p.rounds, config):
+        for level in _levels(files, p.rounds, config)[:files - p.rounds]:
             flush(level)
         setup = time.perf_counter() - setup
         # The files are 1 s old (no age trigger: l0.max.age.ms is 30 s), or past it.

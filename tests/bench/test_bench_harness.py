@@ -117,7 +117,7 @@ def test_groups_commits_on_postgres(postgres_url: str, tmp_path: Path) -> None:
 
 
 def test_planning_suite_times_rounds_of_each_layout(tmp_path: Path) -> None:
-    from bench.report import render
+    from bench.report import PLANNING_COLUMNS, render
     from bench.run import machine, run_planning_suite
 
     rows = run_planning_suite(quick=True)
@@ -125,7 +125,8 @@ def test_planning_suite_times_rounds_of_each_layout(tmp_path: Path) -> None:
         (layout, n) for n in (2_000, 5_000) for layout in ("steady", "l0-job", "clean")]
     for r in rows:
         assert r["jobs"] == (0 if r["layout"] == "steady" else 1), r
-        assert r["snapshot_s"] > 0 and r["plan_s"] > 0 and r["cold_round_s"] > 0
+        assert all(k in r for k, _ in PLANNING_COLUMNS), r  # every column is measured
+        assert r["live_files"] * 100 == r["live_segments"]
     clean = [r for r in rows if r["layout"] == "clean"]
     assert all(r["job_segments"] == r["live_segments"] for r in clean)  # every file
     page = render({"machine": machine(), "results": rows})
