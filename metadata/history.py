@@ -56,36 +56,48 @@ def prune(db: Database) -> PruneResult:
 
 
 def _prune_files(db: Database, before: int) -> tuple[int, int]:
-    """One batch of deleted files' rows and their segments' rows: (files, segments)."""
+    """One batch of deleted files' rows and their segments' rows: (files, segments). A read
+    finds them first, so a pass with nothing to prune takes no write lock."""
+    with db.read() as conn:
+        if not _deleted_files(conn, before):
+            return 0, 0
     f, sg = s.files.c, s.segments.c
-    gone = sa.and_(f.state == s.FILE_DELETED, f.state_changed_at_ms <= before)
     with db.write() as conn:
-        keep = {conn.execute(sa.select(sa.func.max(f.id))).scalar(),
-                conn.execute(sa.select(sg.file_id).where(
-                    sg.id == sa.select(sa.func.max(sg.id)).scalar_subquery())).scalar()}
-        ids = [int(i) for i in conn.execute(
-            sa.select(f.id).where(gone, f.id.not_in([k for k in keep if k is not None]))
-            .order_by(f.id).limit(FILES_PER_BATCH)).scalars()]
+        ids = _deleted_files(conn, before)
         if not ids:
             return 0, 0
         segments = conn.execute(s.segments.delete().where(sg.file_id.in_(ids))).rowcount
-        files = conn.execute(s.files.delete().where(f.id.in_(ids), gone)).rowcount
+        files = conn.execute(s.files.delete().where(f.id.in_(ids), _gone(before))).rowcount
     return int(files), int(segments)
+
+
+def _gone(before: int) -> sa.ColumnElement[bool]:
+    f = s.files.c
+    return sa.and_(f.state == s.FILE_DELETED, f.state_changed_at_ms <= before)
+
+
+def _deleted_files(conn: sa.Connection, before: int) -> list[int]:
+    """The first batch of files deleted at or before `before`, but the file with the highest
+    id and the one holding the highest segment id."""
+    f, sg = s.files.c, s.segments.c
+    keep = {conn.execute(sa.select(sa.func.max(f.id))).scalar(),
+            conn.execute(sa.select(sg.file_id).where(
+                sg.id == sa.select(sa.func.max(sg.id)).scalar_subquery())).scalar()}
+    return [int(i) for i in conn.execute(
+        sa.select(f.id).where(_gone(before), f.id.not_in([k for k in keep if k is not None]))
+        .order_by(f.id).limit(FILES_PER_BATCH)).scalars()]
 
 
 def _prune_jobs(db: Database, before: int) -> int:
     """One batch of finished jobs' rows; files still naming one of them (a job whose lease
-    expired) are cleared first, locked in id order (the lock order of jobs.py)."""
-    j, f = s.jobs.c, s.files.c
-    done = sa.or_(sa.and_(j.state.in_(_FINISHED), j.updated_at_ms <= before),
-                  sa.and_(j.state == s.JOB_LEASED, j.lease_expires_ms <= before))
-    with db.write() as conn:
-        top = conn.execute(sa.select(sa.func.max(j.id))).scalar()
-        if top is None:
+    expired) are cleared first, locked in id order (the lock order of jobs.py). A read
+    finds them first, so a pass with nothing to prune takes no write lock."""
+    with db.read() as conn:
+        if not _finished_jobs(conn, before):
             return 0
-        ids = [int(i) for i in conn.execute(
-            sa.select(j.id).where(done, j.id < top).order_by(j.id).limit(JOBS_PER_BATCH))
-            .scalars()]
+    j, f = s.jobs.c, s.files.c
+    with db.write() as conn:
+        ids = _finished_jobs(conn, before)
         if not ids:
             return 0
         held = [int(i) for i in conn.execute(
@@ -93,4 +105,22 @@ def _prune_jobs(db: Database, before: int) -> int:
         lock_files(conn, held)
         conn.execute(s.files.update().where(f.id.in_(held), f.job_id.in_(ids))
                      .values(job_id=None))
-        return int(conn.execute(s.jobs.delete().where(j.id.in_(ids), done)).rowcount)
+        return int(conn.execute(s.jobs.delete().where(j.id.in_(ids), _done(before))).rowcount)
+
+
+def _done(before: int) -> sa.ColumnElement[bool]:
+    j = s.jobs.c
+    return sa.or_(sa.and_(j.state.in_(_FINISHED), j.updated_at_ms <= before),
+                  sa.and_(j.state == s.JOB_LEASED, j.lease_expires_ms <= before))
+
+
+def _finished_jobs(conn: sa.Connection, before: int) -> list[int]:
+    """The first batch of jobs finished (or whose lease expired) at or before `before`,
+    but the job with the highest id."""
+    j = s.jobs.c
+    top = conn.execute(sa.select(sa.func.max(j.id))).scalar()
+    if top is None:
+        return []
+    return [int(i) for i in conn.execute(
+        sa.select(j.id).where(_done(before), j.id < top).order_by(j.id)
+        .limit(JOBS_PER_BATCH)).scalars()]
