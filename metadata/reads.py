@@ -145,13 +145,12 @@ def snapshot(db: Database) -> Snapshot:
             for i in range(0, len(stale), _IDS_PER_QUERY):
                 rows += _driver_rows(conn, _snapshot_query(stale[i:i + _IDS_PER_QUERY]))
     by_id = {int(r.id): r for r in file_rows}
-    file_col = _SNAPSHOT_FILE_ID
     read = {}
-    for fid, group in itertools.groupby(rows, key=lambda r: int(r[file_col])):
+    for fid, group in itertools.groupby(rows, key=lambda r: int(r[_FILE_ID])):
         row = by_id.get(fid)
         if row is not None:
-            read[fid] = tuple(live_segment_info(x, names[x[_SNAPSHOT_TOPIC_ID]],
-                                                row.object_key, row.size) for x in group)
+            read[fid] = tuple(live_segment_info(x, names[x[_TOPIC_ID]], row.object_key,
+                                                row.size) for x in group)
     reread = set(stale)
     segments = {fid: read.get(fid, ()) if fid in reread else known[fid][1] for fid in by_id}
     db.segment_cache = {fid: (int(r.segments_version), segments[fid])
@@ -168,8 +167,9 @@ def snapshot(db: Database) -> Snapshot:
 
 # Files whose segments one snapshot query reads by id (a bounded IN list).
 _IDS_PER_QUERY = 500
-_SNAPSHOT_FILE_ID = SNAPSHOT_COLUMNS.index(s.segments.c.file_id)
-_SNAPSHOT_TOPIC_ID = SNAPSHOT_COLUMNS.index(s.segments.c.topic_id)
+# Where a snapshot row (SNAPSHOT_COLUMNS) holds its file id and topic id.
+_FILE_ID, _TOPIC_ID = ([c.name for c in SNAPSHOT_COLUMNS].index(name)
+                       for name in ("file_id", "topic_id"))
 
 
 def _snapshot_query(file_ids: Sequence[int] | None) -> sa.Select[Any]:
