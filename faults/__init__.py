@@ -10,9 +10,10 @@ from .metadata import (
     BEFORE_COMMIT,
     CrashOnce,
     CrashOnceMetadata,
+    UnreachableInTasks,
     kill_after_produce_commit,
 )
 from .objectstore import GatedStore
 
 __all__ = ["AFTER_COMMIT", "BEFORE_COMMIT", "CrashOnce", "CrashOnceMetadata", "GatedStore",
-           "InjectedCrash", "kill_after_produce_commit"]
+           "InjectedCrash", "UnreachableInTasks", "kill_after_produce_commit"]

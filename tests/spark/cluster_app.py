@@ -3,7 +3,7 @@ process holds a local SparkContext already, and a process has one): against a st
 master, it writes a compacted topic with format("silt"), compacts it with run_on_spark
 and reads it back with format("silt"), then prints what it saw as one JSON object.
 
-Usage: python -m tests.spark.cluster_app MASTER STORE_URL METADATA_URL TOPIC
+Usage: python -m tests.spark.cluster_app MASTER STORE_URL METADATA_URL TOPIC SPARK_CONF_JSON
 The executors get AWS credentials only as the user would give them explicitly
 (`spark.executorEnv.*`); the endpoint and region only through the driver's StoreSpec.
 """
@@ -18,8 +18,6 @@ from typing import Any
 from spark.compaction import run_on_spark
 from spark.session import get_session
 
-# Small enough for a 512 MiB worker (Spark's default executor memory is 1 GiB).
-EXECUTOR_MEMORY = "512m"
 CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 KEYS = 20
 ROUNDS = 2
@@ -30,11 +28,10 @@ def _aws_variables(_: object) -> list[str]:
     return sorted(k for k in os.environ if k.startswith("AWS_"))
 
 
-def main(master: str, store_url: str, metadata_url: str, topic: str) -> dict[str, Any]:
+def main(master: str, store_url: str, metadata_url: str, topic: str,
+         spark_conf: dict[str, str]) -> dict[str, Any]:
     conf = {f"spark.executorEnv.{k}": os.environ[k] for k in CREDENTIALS}
-    spark = get_session(master, "silt-cluster-test", **conf,
-                        **{"spark.executor.memory": EXECUTOR_MEMORY,
-                           "spark.sql.shuffle.partitions": "1"})
+    spark = get_session(master, "silt-cluster-test", **spark_conf, **conf)
     spark.sparkContext.setLogLevel("ERROR")
     try:
         seen_env = spark.sparkContext.parallelize([0], 1).map(_aws_variables).collect()[0]
@@ -43,12 +40,10 @@ def main(master: str, store_url: str, metadata_url: str, topic: str) -> dict[str
             rows = [(f"k{i}", f"r{rnd}-{i}") for i in range(KEYS)]
             spark.createDataFrame(rows, "key string, value string").coalesce(1) \
                 .write.format("silt").options(**opts).mode("append").save()
-        before = spark.read.format("silt").options(**opts).load().count()
         reports = run_on_spark(store_url, metadata_url, everything=True, session=spark)
         after = spark.read.format("silt").options(**opts).load().collect()
         return {
             "executor_aws_variables": seen_env,
-            "records_before": before,
             "reports": [r.as_dict() for r in reports],
             "records_after": sorted((r.partition, r.offset, bytes(r.key).decode(),
                                      bytes(r.value).decode()) for r in after),
@@ -58,4 +53,5 @@ def main(master: str, store_url: str, metadata_url: str, topic: str) -> dict[str
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(*sys.argv[1:5])))
+    master, store_url, metadata_url, topic, conf = sys.argv[1:6]
+    print(json.dumps(main(master, store_url, metadata_url, topic, json.loads(conf))))
