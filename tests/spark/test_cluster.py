@@ -153,7 +153,7 @@ def test_compact_without_executor_credentials_fails_in_one_line(
          "spark", "--master", cluster.master_url,
          *(arg for kv in SPARK_CONF.items() for arg in ("--spark-conf", "=".join(kv)))],
         env=driver_env, capture_output=True, text=True, timeout=APP_TIMEOUT_S, cwd=ROOT)
-    assert res.returncode == 1, res.stdout + res.stderr[-3000:]
+    assert res.returncode == 1, f"{res.stdout}{res.stderr[-3000:]}\nlogs: {cluster.logs}"
     (line,) = [x for x in res.stderr.splitlines() if x.startswith("silt:")]
     assert line.startswith("silt: 1 of 1 compaction jobs failed; first: job ")
     assert "PermissionError" in line and "Unable to locate credentials" in line
@@ -175,7 +175,7 @@ def test_compaction_and_format_silt_on_the_cluster(
         ["nice", sys.executable, "-m", "tests.spark.cluster_app", cluster.master_url, s3_url,
          postgres_url, "c", json.dumps(SPARK_CONF)],
         env=driver_env, capture_output=True, text=True, timeout=APP_TIMEOUT_S, cwd=ROOT)
-    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+    assert res.returncode == 0, f"{res.stdout}{res.stderr[-3000:]}\nlogs: {cluster.logs}"
     out = json.loads(res.stdout.splitlines()[-1])
     # Executors saw only the credentials the user gave: no endpoint, no region.
     assert out["executor_aws_variables"] == ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]
