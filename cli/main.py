@@ -7,16 +7,21 @@ would ignore) exit 2 (click's convention). Every command a script may read has `
 
 from __future__ import annotations
 
+import enum
 import functools
 import json
+import logging
 import os
+import signal
 import sys
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, ParamSpec, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import click
 
@@ -42,13 +47,16 @@ from objectstore.config import ENV_URL as STORE_ENV
 from objectstore.config import URL, StoreConfig
 from objectstore.errors import ObjectStoreError
 from settings import Section, declared, show
-from settings.load import Settings, Source, load_settings
+from settings.load import Origin, Settings, Source, load_settings
 
 from . import groups as cg
 from .errors import CommandFailed
 from .jsonlines import LineError, consumed_to_json, parse_produce_line
+from .logs import configure as configure_logging
+from .logs import log_format_option
 
 MIB = 1024 * 1024
+log = logging.getLogger(__name__)
 
 KNOWN_ERRORS: tuple[type[BaseException], ...] = (
     CommandFailed,
@@ -124,6 +132,15 @@ class Context:
     def close(self) -> None:
         if self._metadata is not None:
             self._metadata.close()
+            self._metadata = None
+
+    def global_args(self) -> list[str]:
+        """The global options this command was given, for a child `silt` (`silt up`)."""
+        args = ["--config", str(self.config_path)] if self.config_path is not None else []
+        for flag, key in (("--store", f"store.{URL}"), ("--metadata", f"metadata.{URL}")):
+            if self.flags.get(key) is not None:
+                args += [flag, str(self.flags[key])]
+        return args
 
 
 pass_ctx = click.make_pass_decorator(Context)
@@ -157,7 +174,8 @@ def _default(section: type[Section], key: str, scale: int = 1, unit: str = "") -
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Settings file (TOML): tables store, metadata, agent, compactor, planner.")
 @click.option("--store", default=None, metavar="URL", show_default=_default(StoreConfig, URL),
-              help=f"Object store URL (file://, memory://, s3://bucket/prefix). Env: {STORE_ENV}.")
+              help=f"Object store URL (file://, memory://, s3://bucket/prefix, any fsspec"
+                   f" URL). Env: {STORE_ENV}.")
 @click.option("--metadata", default=None, metavar="URL",
               show_default=_default(MetadataConfig, URL),
               help=f"Metadata URL (sqlite:///path, postgresql://...). Env: {METADATA_ENV}.")
@@ -168,6 +186,57 @@ def cli(ctx: click.Context, config_path: Path | None, store: str | None,
     obj = Context(config_path, {f"store.{URL}": store, f"metadata.{URL}": metadata})
     ctx.obj = obj
     ctx.call_on_close(obj.close)
+
+
+# ---------------------------------------------------------------------------- config
+
+
+@cli.group()
+def config() -> None:
+    """The effective settings."""
+
+
+def _hide_password(value: str) -> str:
+    """A URL with its password (if any) shown as ***: metadata URLs may carry one."""
+    try:
+        parts = urlsplit(value)
+        if parts.password is None:
+            return value
+    except ValueError:
+        return value
+    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}"
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, enum.Enum):
+        return show(value)
+    return _hide_password(value) if isinstance(value, str) else value
+
+
+def _origin_json(origin: Origin) -> dict[str, str | None]:
+    return {"source": str(origin.source), "from": origin.name or None}
+
+
+@config.command("show")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+@one_line_errors
+def config_show(ctx: Context, as_json: bool) -> None:
+    """Print every setting's effective value and where it came from (default, file, env
+    variable, flag), lowest precedence first: defaults < --config FILE < SILT_* < flags.
+    Passwords in URLs are shown as ***."""
+    values = ctx.settings.values()
+    if as_json:
+        click.echo(json.dumps({v.key: {"value": _json_value(v.value), **_origin_json(v.origin)}
+                               for v in values}))
+        return
+    rows = [["key", "value", "from"]]
+    rows += [[v.key, _hide_password(show(v.value)), str(v.origin)] for v in values]
+    for line in cg.columns(rows, indent=""):
+        click.echo(line)
 
 
 # ---------------------------------------------------------------------------- topics
@@ -586,6 +655,32 @@ def retention(ctx: Context, as_json: bool) -> None:
 
 
 @cli.command()
+@click.option("--deep", is_flag=True,
+              help="Also read every live object: every batch CRC, the index (two GETs each).")
+@click.option("--fix", is_flag=True,
+              help="Delete orphan objects older than compactor.file.delete.delay.ms.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+@one_line_errors
+def doctor(ctx: Context, deep: bool, fix: bool, as_json: bool) -> None:
+    """Check the object store against the metadata; exit 1 if anything is wrong.
+
+    Live objects missing or of the wrong size, orphan objects, pending uploads older than
+    compactor.lease.ms, live segments in files that are not live; --deep: corrupt objects.
+    """
+    from compactor.doctor import doctor as check
+
+    report = check(ctx.store, ctx.metadata, ctx.settings.compactor, deep=deep, fix=fix)
+    if as_json:
+        click.echo(json.dumps(report.as_dict()))
+    else:
+        for line in report.lines():
+            click.echo(line)
+    if not report.ok:
+        sys.exit(1)
+
+
+@cli.command()
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--all", "everything", is_flag=True, help="Ignore triggers: compact everything.")
 @pass_ctx
@@ -683,12 +778,12 @@ def compact(ctx: Context, once: bool, everything: bool, as_json: bool, memory_mi
         if not as_json and reports:
             click.echo("summary: " + ", ".join(
                 f"{k} {v:,}" for k, v in summarize(reports).items()))
+    elif not once:
+        configure_logging("text", logging.INFO)
+        _serve_compactor(ctx, config)
+        return
     else:
-        comp = Compactor(ctx.store, ctx.metadata, config)
-        if not once:
-            _run_forever(comp)
-            return
-        reports = comp.run_once(everything=everything)
+        reports = Compactor(ctx.store, ctx.metadata, config).run_once(everything=everything)
         _print_reports(reports, as_json)
     failed = [r for r in reports if r.outcome == "failed"]
     if failed:
@@ -697,33 +792,56 @@ def compact(ctx: Context, once: bool, everything: bool, as_json: bool, memory_mi
                             f" job {failed[0].spec_id}: {first}")
 
 
-def _run_forever(comp: Any) -> None:
-    import logging
-    import signal
-    import threading
+def _serve_compactor(ctx: Context, config: CompactorConfig) -> None:
+    """Run the compaction service until SIGTERM/SIGINT, then let it finish or abandon its
+    job (compactor.shutdown.timeout.ms) and exit 0. The service runs on its own thread:
+    signal handlers (main thread) then never interrupt it while it holds a lock."""
+    from compactor import Compactor, CompactorService
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    click.echo(f"compactor {comp.owner} polling every {comp.config.poll_interval_s}s", err=True)
-    try:
-        comp.run_forever(stop)
-    except KeyboardInterrupt:
-        stop.set()
+    service = CompactorService(Compactor(ctx.store, ctx.metadata, config))
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            service.run()
+        except BaseException as exc:  # reported below: exit 1
+            log.exception("silt compactor failed")
+            failed.append(exc)
+
+    def on_signal(signum: int, frame: object) -> None:
+        if not service.stopping:
+            log.warning("silt compactor stopping (%s): no new job; the current one has %d ms"
+                        " to finish", signal.Signals(signum).name, config.shutdown_timeout_ms)
+        service.stop()  # a repeated signal changes nothing
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    thread = threading.Thread(target=run, name="silt-compactor")
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.5)
+    if failed:
+        sys.exit(1)
 
 
 @cli.command()
 @click.option("--poll-interval", type=click.FloatRange(min=0.1), default=None,
               show_default=_default(CompactorConfig, POLL_INTERVAL_S),
               help="Seconds between rounds.")
+@log_format_option
 @pass_ctx
 @one_line_errors
-def compactor(ctx: Context, poll_interval: float | None) -> None:
-    """Run a compaction worker loop until interrupted (any number may run at once)."""
-    from compactor import Compactor
+def compactor(ctx: Context, poll_interval: float | None, log_format: str) -> None:
+    """Run a compaction worker until SIGTERM or SIGINT (any number may run at once).
 
+    Rounds of jobs every compactor.poll.interval.s; retention and garbage collection on
+    timers of their own (retention.check.interval.ms, gc.interval.ms). Stopped, it starts
+    no new job, gives the current one compactor.shutdown.timeout.ms to finish, else
+    abandons it and releases its lease, and exits 0.
+    """
     config = ctx.load({f"compactor.{POLL_INTERVAL_S}": poll_interval}).compactor
-    _run_forever(Compactor(ctx.store, ctx.metadata, config))
+    configure_logging(log_format, logging.INFO)
+    _serve_compactor(ctx, config)
 
 
 @cli.command()
@@ -807,9 +925,11 @@ def costs(partitions: str, files_per_round: int, rounds: int, records_per_partit
               help="Where Metadata tells clients to connect (agent.advertised.listeners;"
                    " default: the listen address, which must then not be a wildcard such"
                    " as 0.0.0.0).")
+@log_format_option
 @pass_ctx
 @one_line_errors
-def agent_command(ctx: Context, listen: str | None, advertise: str | None) -> None:
+def agent_command(ctx: Context, listen: str | None, advertise: str | None,
+                  log_format: str) -> None:
     """Serve the Kafka protocol: stock Kafka clients produce, fetch and list offsets.
 
     Runs until SIGTERM or SIGINT, then stops accepting, flushes, answers the requests it
@@ -817,25 +937,69 @@ def agent_command(ctx: Context, listen: str | None, advertise: str | None) -> No
     """
     import asyncio
     import gc
-    import logging
 
     from agent.protocol import serve
 
+    settings = ctx.load({f"agent.{LISTENERS}": listen,
+                         f"agent.{ADVERTISED_LISTENERS}": advertise})  # bad: one line, exit 1
     # kio's schemas (thousands of classes) are most of the heap and never freed: moved out of
     # the collector's generations, every full collection stops walking them (measured at a
     # steady 2 MiB/s of small produces: ack p99 295-331 ms instead of 359-528, p50 194-198
     # instead of 203-224, agent CPU 3.2-3.4 s instead of 3.3-3.9).
     gc.collect()
     gc.freeze()
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
-    settings = ctx.load({f"agent.{LISTENERS}": listen,
-                         f"agent.{ADVERTISED_LISTENERS}": advertise})
+    configure_logging(log_format, logging.WARNING)
     config = settings.agent
     try:
         asyncio.run(serve(ctx.store, ctx.metadata, config, settings))
     except OSError as exc:  # the listen address is taken or not ours
         click.echo(f"silt: cannot serve on {config.listeners}: {exc.strerror or exc}", err=True)
         sys.exit(1)
+
+
+@cli.command()
+@click.option("--listen", default=None, metavar="HOST:PORT",
+              show_default=_default(AgentConfig, LISTENERS),
+              help="Where the agent accepts Kafka clients (agent.listeners).")
+@click.option("--advertise", default=None, metavar="HOST:PORT",
+              help="What Metadata tells clients to connect to (agent.advertised.listeners).")
+@log_format_option
+@pass_ctx
+@one_line_errors
+def up(ctx: Context, listen: str | None, advertise: str | None, log_format: str) -> None:
+    """Run an agent and a compactor together: a Kafka endpoint with compaction running.
+
+    On the configured store and metadata (by default ./silt-data: SQLite and files), as
+    `silt agent` and `silt compactor` child processes with the same settings. Ctrl-C or
+    SIGTERM stops both cleanly (a second one kills them); exits 0 when both stopped cleanly,
+    1 if either exited on its own.
+    """
+    from agent.config import is_wildcard, parse_host_port
+
+    from .up import listening, run_up
+
+    settings = ctx.load({f"agent.{LISTENERS}": listen,
+                         f"agent.{ADVERTISED_LISTENERS}": advertise})  # bad: one line, exit 1
+    listen_at = parse_host_port(settings.agent.listeners)
+    assert listen_at is not None  # checked by the settings
+    host, port = listen_at
+    endpoint = ("127.0.0.1" if is_wildcard(host) else host, port)
+    if listening(*endpoint):  # else the compactor would start beside another's agent
+        raise ValueError(f"cannot serve on {settings.agent.listeners}: something listens"
+                         " there already")
+    configure_logging(log_format, logging.INFO)
+    ctx.metadata  # noqa: B018 - opened (migrated) here, so the children never race to
+    ctx.close()   # create a fresh database
+    agent_args = [*ctx.global_args(), "agent", "--log-format", log_format]
+    agent_args += ["--listen", listen] if listen is not None else []
+    agent_args += ["--advertise", advertise] if advertise is not None else []
+    advertised = settings.agent.advertised_listeners or settings.agent.listeners
+    ready = (f"silt up: Kafka endpoint {advertised} with compaction running; store"
+             f" {settings.store.url}, metadata"
+             f" {_hide_password(settings.metadata.url)}; Ctrl-C stops both")
+    code = run_up(agent_args, [*ctx.global_args(), "compactor", "--log-format", log_format],
+                  endpoint, ready)
+    sys.exit(code)
 
 
 @cli.command()

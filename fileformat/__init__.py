@@ -39,6 +39,7 @@ from fileformat.objectfile import (
     parse_footer,
     read_object,
     verify_chunk,
+    verify_streams,
 )
 
 __all__ = [
@@ -78,5 +79,6 @@ __all__ = [
     "read_object",
     "verify_batch",
     "verify_chunk",
+    "verify_streams",
     "with_base_offset",
 ]

@@ -3,6 +3,7 @@ on SQLite (embedded default) or PostgreSQL, behind one API (`MetadataStore`)."""
 
 from .models import (
     AgentInfo,
+    AuditSnapshot,
     BatchRecord,
     ChunkMeta,
     CommittedOffset,
@@ -37,6 +38,7 @@ from .topicconfig import TopicConfig
 __all__ = [
     "DEFAULT_URL",
     "AgentInfo",
+    "AuditSnapshot",
     "BatchRecord",
     "ChunkMeta",
     "CommittedOffset",

@@ -203,10 +203,15 @@ class Database:
                 log.info("metadata schema migrated to version %d", version + 1)
 
     @contextmanager
-    def read(self) -> Iterator[sa.Connection]:
-        """A read transaction (SQLite: deferred, a consistent snapshot once it reads)."""
-        with self.engine.connect() as conn, conn.begin():
-            yield conn
+    def read(self, *, consistent: bool = False) -> Iterator[sa.Connection]:
+        """A read transaction (SQLite: deferred, a consistent snapshot once it reads);
+        `consistent`: every statement sees the same snapshot on PostgreSQL too (REPEATABLE
+        READ instead of READ COMMITTED), for reads that relate several tables' rows."""
+        with self.engine.connect() as conn:
+            if consistent and self.pg:
+                conn.execution_options(isolation_level="REPEATABLE READ")
+            with conn.begin():
+                yield conn
 
     @contextmanager
     def write(self) -> Iterator[sa.Connection]:

@@ -172,6 +172,18 @@ class Snapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class AuditSnapshot:
+    """What `silt doctor` checks the object store against, read in one consistent snapshot:
+    every file row but the deleted ones; files that are not live yet hold live segments
+    (none should: a file is retired with its last live segment), with how many; and, when
+    asked for, every live segment (to compare with the objects' own indexes)."""
+
+    files: tuple[FileInfo, ...]
+    stray: tuple[tuple[FileInfo, int], ...]
+    segments: tuple[SegmentInfo, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Lease:
     """A worker's hold on a compaction job; `fence` orders competing holders."""
 

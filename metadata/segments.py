@@ -26,7 +26,8 @@ from .errors import InvalidCommitError
 from .models import ChunkMeta, OutputSegment, Segment, SegmentInfo, segment_columns
 
 # A Segment's fields, in order, read off anything that has them (a ChunkIndex, a Segment).
-_segment_of = attrgetter(*(f.name for f in dataclasses.fields(Segment)))
+_SEGMENT_FIELDS = tuple(f.name for f in dataclasses.fields(Segment))
+_segment_of = attrgetter(*_SEGMENT_FIELDS)
 # Those a ChunkIndex is constructed with (not its derived properties).
 _INDEX_ARGS = tuple(f.name for f in dataclasses.fields(Segment)
                     if f.name in {g.name for g in dataclasses.fields(ChunkIndex)})
@@ -68,6 +69,14 @@ def expected_index(seg: SegmentInfo) -> ChunkIndex:
     return ChunkIndex(**dict(zip(_INDEX_ARGS, _index_args(seg), strict=True)),
                       base_offset=seg.base_offset, offset_span=seg.offset_span,
                       offsets=BitMap(), tombstones=BitMap())
+
+
+def index_mismatch(seg: Segment, index: ChunkIndex) -> list[str]:
+    """The Segment fields on which a stored segment and its chunk's index in the object
+    disagree (none: the row describes the chunk the object holds)."""
+    return [name for name, ours, theirs in zip(_SEGMENT_FIELDS, _segment_of(seg),
+                                               _segment_of(index), strict=True)
+            if ours != theirs]
 
 
 def check_segment(seg: Segment, where: str) -> None:

@@ -4,13 +4,14 @@ concern modules — topics.py, files.py (agent commits, GC), retention.py, reads
 agent registry), producers.py (idempotent producers), groups.py (consumer groups:
 coordinator leases, stored groups, committed offsets), notify.py (commit notifications
 across processes) — on the shared `Database` of engine.py (engine, migrations,
-transactions, the commit helper and its failure model). The methods are those modules'
-functions, so each is documented where it is implemented.
+transactions, the commit helper and its failure model), and audit.py (`silt doctor`'s
+reads). The methods are those modules' functions, so each is documented where it is
+implemented.
 """
 
 from __future__ import annotations
 
-from . import agents, files, groups, jobs, notify, producers, reads, retention, topics
+from . import agents, audit, files, groups, jobs, notify, producers, reads, retention, topics
 from .engine import DEFAULT_URL, Database
 
 __all__ = ["DEFAULT_URL", "MetadataStore"]
@@ -47,6 +48,9 @@ class MetadataStore(Database):
     find_segments = reads.find_segments
     stats = reads.stats
     snapshot = reads.snapshot
+    # `silt doctor`
+    audit_snapshot = audit.audit_snapshot
+    files_by_key = audit.files_by_key
     # compaction jobs
     lease_job = jobs.lease_job
     renew_lease = jobs.renew_lease

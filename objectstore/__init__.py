@@ -1,4 +1,5 @@
-"""Object-store access chosen by URL: `file://`, `memory://`, `s3://bucket/prefix`.
+"""Object-store access chosen by URL: `file://`, `memory://`, `s3://bucket/prefix` (boto3),
+and any other fsspec URL (`gcs://`, `abfs://`, `hdfs://`, `fsspec+s3://` for s3fs, …).
 
 `open_store(url)` returns a backend wrapped in one retry policy and request counting.
 `StoreSpec.resolve(url)` is a URL with the client options this process resolved (for S3:
@@ -19,7 +20,14 @@ from .base import (
     ReadStream,
     RequestCounts,
 )
-from .config import SCHEMES, StoreConfig
+from .config import (
+    FSSPEC_PREFIX,
+    SCHEMES,
+    URL_FORMS,
+    StoreConfig,
+    fsspec_protocol,
+    is_store_url,
+)
 from .errors import (
     InvalidRangeError,
     ObjectStoreError,
@@ -65,9 +73,11 @@ def open_backend(store: str | StoreSpec) -> ObjectStore:
         return MemoryStore(parsed.netloc + parsed.path)
     if parsed.scheme == "s3":
         return S3Store(url, options=spec.s3)
-    raise UnsupportedUrlError(
-        f"unsupported store URL {url!r}: use file:///path, memory://name or s3://bucket/prefix"
-    )
+    if fsspec_protocol(url) is not None:
+        from .fsspec_store import open_fsspec  # fsspec is imported only when used
+
+        return open_fsspec(url)
+    raise UnsupportedUrlError(f"unsupported store URL {url!r}: use {URL_FORMS}")
 
 
 def open_store(
@@ -88,6 +98,7 @@ def open_store(
 __all__ = [
     "DEFAULT_RETRY",
     "DEFAULT_STORE_URL",
+    "FSSPEC_PREFIX",
     "REQUEST_TYPES",
     "SCHEMES",
     "CountingStore",
@@ -109,6 +120,8 @@ __all__ = [
     "StoreSpec",
     "StoreWrapper",
     "UnsupportedUrlError",
+    "fsspec_protocol",
+    "is_store_url",
     "open_backend",
     "open_store",
 ]

@@ -115,10 +115,13 @@ class ObjectWriter(_Closing):
 
 @dataclass(frozen=True, slots=True)
 class ObjectInfo:
-    """A listed object."""
+    """A listed object. `modified_ms`: when it was last written (epoch ms, as the store's
+    own clock says: S3's LastModified, whole seconds; a file's mtime), None where the
+    backend keeps no such time (memory://)."""
 
     key: str
     size: int
+    modified_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +196,8 @@ class ObjectStore(abc.ABC):
 
     @abc.abstractmethod
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        """Objects whose key starts with `prefix`, in key order."""
+        """Objects whose key starts with `prefix`, in key order, with their sizes and
+        modification times (one LIST request per 1,000 objects on S3)."""
 
     @abc.abstractmethod
     def set_request_listener(self, listener: RequestListener) -> None:

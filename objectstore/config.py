@@ -1,5 +1,6 @@
 """Object-store settings (the `store` section): which store, by URL. Declared once here;
-loaded by `settings.load` (env `SILT_STORE`, as always)."""
+loaded by `settings.load` (env `SILT_STORE`, as always). Which backend serves a URL is
+decided here too, so that a bad URL stops start-up with one line."""
 
 from __future__ import annotations
 
@@ -9,18 +10,45 @@ from urllib.parse import urlparse
 
 from settings import Section, text
 
-SCHEMES = ("file", "memory", "s3")
+SCHEMES = ("file", "memory", "s3")  # served by siltstream's own backends (s3: boto3)
+FSSPEC_PREFIX = "fsspec+"  # `fsspec+P://...`: protocol P through fsspec, native names too
+# fsspec's caching layers read whole blocks ahead and keep copies: a store must not be one.
+CACHING_PROTOCOLS = ("blockcache", "cached", "filecache", "simplecache")
 URL = "url"
 ENV_URL = "SILT_STORE"
+URL_FORMS = ("file:///path, memory://name, s3://bucket/prefix, or any fsspec URL "
+             "(gcs://bucket/prefix, abfs://..., hdfs://..., fsspec+s3://bucket/prefix)")
+
+
+def fsspec_protocol(url: str) -> str | None:
+    """The fsspec protocol that serves `url`, or None when a native backend does (or
+    nothing does): `fsspec+P://…` -> P for any protocol fsspec knows; a plain scheme fsspec
+    knows that is not native (gcs, abfs, hdfs, s3a, …) -> itself. Chained URLs (`a::b`) and
+    caching layers are refused. fsspec is imported only for a non-native scheme."""
+    scheme = urlparse(url).scheme
+    if scheme in SCHEMES or not scheme or "::" in url:
+        return None
+    protocol = scheme.removeprefix(FSSPEC_PREFIX)
+    from fsspec.registry import known_implementations, registry
+
+    if protocol in CACHING_PROTOCOLS or (protocol not in known_implementations
+                                         and protocol not in registry):
+        return None
+    return protocol
+
+
+def is_store_url(url: str) -> bool:
+    """Whether some backend serves `url` (its implementation may still need installing)."""
+    return urlparse(url).scheme in SCHEMES or fsspec_protocol(url) is not None
 
 
 @dataclass(frozen=True, slots=True)
 class StoreConfig(Section):
     """Where objects live: `file:///path` (or `file://./relative`), `memory://name` (tests),
-    `s3://bucket/prefix` (boto3 and the standard AWS variables)."""
+    `s3://bucket/prefix` (boto3 and the standard AWS variables), or any other fsspec URL
+    (its filesystem's options from fsspec's own configuration)."""
 
     SECTION: ClassVar[str] = "store"
 
-    url: str = text(URL, "file://./silt-data/objects",
-                    allowed="a URL file:///path, memory://name or s3://bucket/prefix",
-                    check=lambda url: urlparse(url).scheme in SCHEMES, env=ENV_URL)
+    url: str = text(URL, "file://./silt-data/objects", allowed=f"a URL {URL_FORMS}",
+                    check=is_store_url, env=ENV_URL)

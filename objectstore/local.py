@@ -192,7 +192,8 @@ class FileStore(Backend):
                 full = Path(dirpath) / name
                 key = full.relative_to(self.root).as_posix()
                 if key.startswith(prefix):
-                    found.append(ObjectInfo(key, full.stat().st_size))
+                    st = full.stat()
+                    found.append(ObjectInfo(key, st.st_size, st.st_mtime_ns // 1_000_000))
         yield from sorted(found, key=lambda o: o.key)
 
 
@@ -226,7 +227,8 @@ class _MemoryWriter(ObjectWriter):
 
 
 class MemoryStore(Backend):
-    """Objects in a process-wide dict; each `memory://name` is its own namespace."""
+    """Objects in a process-wide dict; each `memory://name` is its own namespace. It keeps
+    no modification times: listed objects have `modified_ms` None."""
 
     def __init__(self, name: str = "") -> None:
         super().__init__(f"memory://{name}")

@@ -93,6 +93,7 @@ ERROR_TABLE: dict[str, type[Exception]] = {
     "412": FileExistsError,
     "InvalidRange": InvalidRangeError,
     "416": InvalidRangeError,
+    "429": RetriableStoreError,  # not S3's (it says 503 SlowDown); other HTTP stores' throttle
     "SlowDown": RetriableStoreError,
     "Throttling": RetriableStoreError,
     "RequestTimeout": RetriableStoreError,
@@ -165,6 +166,39 @@ def translate(exc: Exception, what: str) -> Exception:
                 return target(f"{what}: {exc}{hint}")
         return ObjectStoreError(f"{what}: {exc}")
     return exc
+
+
+def client_options(endpoint: str | None,
+                   addressing_style: AddressingStyle | None = None) -> dict[str, Any]:
+    """botocore Config options every S3 client of ours gets: one attempt per request (the
+    RetryingStore is the one retry policy) and the addressing style, by default path-style
+    on a custom endpoint."""
+    style = addressing_style or ("path" if endpoint else "auto")
+    return {
+        # total_max_attempts, not max_attempts: botocore reads max_attempts=1 as "one
+        # retry" (total 2), which would hide requests from the counts.
+        "retries": {"total_max_attempts": 1, "mode": "standard"},
+        "s3": {"addressing_style": style},
+    }
+
+
+def billed_request(request: Any, event_name: str) -> tuple[str, int] | None:
+    """(request type, bytes sent) of a request about to go out, from botocore's
+    `before-send` event (also aiobotocore's, for s3fs); None for requests S3 does not bill
+    as object requests."""
+    op = OPERATIONS.get(event_name.rsplit(".", 1)[-1])
+    if op is None:
+        return None
+    body = request.body
+    return op, len(body) if isinstance(body, bytes | bytearray) else 0
+
+
+def range_header(start: int, end: int | None) -> dict[str, str]:
+    """GetObject's Range argument for bytes [start, end): none for a whole object (S3
+    answers 416 to `bytes=0-` on an empty one)."""
+    if not start and end is None:
+        return {}
+    return {"Range": f"bytes={start}-" if end is None else f"bytes={start}-{end - 1}"}
 
 
 def _call(what: str, fn: Callable[..., T], **kwargs: Any) -> T:
@@ -312,13 +346,9 @@ class S3Store(Backend):
         self.multipart_threshold = max(multipart_threshold, part_size)
         self.options = options or S3Options.from_environment()
         if client is None:
-            config = Config(
-                # total_max_attempts, not max_attempts: botocore reads max_attempts=1 as
-                # "one retry" (total 2), which would hide requests from the counts.
-                retries={"total_max_attempts": 1, "mode": "standard"},
-                s3={"addressing_style": self.options.addressing_style},
-                max_pool_connections=32,
-            )
+            config = Config(**client_options(self.options.endpoint_url,
+                                             self.options.addressing_style),
+                            max_pool_connections=32)
             client = boto3.session.Session().client(
                 "s3", endpoint_url=self.options.endpoint_url, region_name=self.options.region,
                 config=config)
@@ -326,11 +356,9 @@ class S3Store(Backend):
         client.meta.events.register("before-send.s3", self._before_send)
 
     def _before_send(self, request: Any, event_name: str = "", **_: Any) -> None:
-        op = OPERATIONS.get(event_name.rsplit(".", 1)[-1])
-        if op is not None:
-            body = request.body
-            sent = len(body) if isinstance(body, bytes | bytearray) else 0
-            self._report(op, sent, 0)
+        billed = billed_request(request, event_name)
+        if billed is not None:
+            self._report(*billed, 0)
 
     def _key(self, key: str) -> str:
         if not key:
@@ -353,9 +381,8 @@ class S3Store(Backend):
             raise InvalidRangeError(f"{what}: bad range [{start}, {end})")
         if end == start:
             return _S3Stream(None, what, 0, self._report)
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(key)}
-        if start or end is not None:  # no Range for a whole object: S3 answers 416 if empty
-            kwargs["Range"] = f"bytes={start}-" if end is None else f"bytes={start}-{end - 1}"
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(key),
+                                  **range_header(start, end)}
         resp = _call(what, self.client.get_object, **kwargs)
         length = int(resp.get("ContentLength", 0))
         if end is not None and length != end - start:
@@ -395,7 +422,10 @@ class S3Store(Backend):
                 kwargs["ContinuationToken"] = token
             resp = _call(f"list s3://{self.bucket}/{full}", self.client.list_objects_v2, **kwargs)
             for obj in resp.get("Contents", []):
-                yield ObjectInfo(str(obj["Key"])[strip:], int(obj["Size"]))
+                modified = obj.get("LastModified")
+                yield ObjectInfo(str(obj["Key"])[strip:], int(obj["Size"]),
+                                 None if modified is None
+                                 else int(modified.timestamp() * 1000))
             if not resp.get("IsTruncated"):
                 return
             token = str(resp["NextContinuationToken"])

@@ -1,5 +1,6 @@
 """What a compaction job costs, as the S3 server (moto) saw it: two GETs per input file,
-whatever the number of partitions in it, and no byte read twice."""
+whatever the number of partitions in it, and no byte read twice; through boto3 (`s3://`)
+and through s3fs (`fsspec+s3://`) alike."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from tests.compactor.support import Harness, Row, assert_preserved, latest_per_k
 FILES = 3
 
 
+@pytest.mark.parametrize("client", ["boto3", "s3fs"])
 @pytest.mark.parametrize("partitions", [1, 100, 1000])
 def test_job_does_two_gets_per_input_file_on_the_server(
-    partitions: int, s3_url: str, moto_server: RecordingMotoServer, metadata_url: str
+    partitions: int, client: str, s3_url: str, moto_server: RecordingMotoServer,
+    metadata_url: str
 ) -> None:
-    h = Harness.open(metadata_url, s3_url)
+    h = Harness.open(metadata_url, s3_url if client == "boto3" else f"fsspec+{s3_url}")
     try:
         compacted = max(1, partitions // 2)
         plain = partitions - compacted

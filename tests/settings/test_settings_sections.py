@@ -46,7 +46,7 @@ BAD: list[tuple[type[Section], str, object, str, str]] = [
     (PlannerConfig, "level_max_age_ms", -1, "planner.level.max.age.ms",
      "an integer >= 0 or 'never'"),
     (PlannerConfig, "max_level", 0, "planner.max.level", "an integer >= 1"),
-    (StoreConfig, "url", "ftp://host/x", "store.url", "file:///path"),
+    (StoreConfig, "url", "nosuch://host/x", "store.url", "file:///path"),
     (MetadataConfig, "url", "mysql://host/db", "metadata.url", "sqlite:///path"),
 ]
 
