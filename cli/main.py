@@ -7,16 +7,21 @@ would ignore) exit 2 (click's convention). Every command a script may read has `
 
 from __future__ import annotations
 
+import enum
 import functools
 import json
+import logging
 import os
+import signal
 import sys
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, ParamSpec, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import click
 
@@ -42,14 +47,19 @@ from objectstore.config import ENV_URL as STORE_ENV
 from objectstore.config import URL, StoreConfig
 from objectstore.errors import ObjectStoreError
 from settings import Section, declared, show
-from settings.load import Settings, Source, load_settings
+from settings.load import Origin, Settings, Source, load_settings
 
 from . import groups as cg
+from .errors import CommandFailed
 from .jsonlines import LineError, consumed_to_json, parse_produce_line
+from .logs import configure as configure_logging
+from .logs import log_format_option
 
 MIB = 1024 * 1024
+log = logging.getLogger(__name__)
 
 KNOWN_ERRORS: tuple[type[BaseException], ...] = (
+    CommandFailed,
     AgentError,
     MetadataError,
     ObjectStoreError,
@@ -122,6 +132,15 @@ class Context:
     def close(self) -> None:
         if self._metadata is not None:
             self._metadata.close()
+            self._metadata = None
+
+    def global_args(self) -> list[str]:
+        """The global options this command was given, for a child `silt` (`silt up`)."""
+        args = ["--config", str(self.config_path)] if self.config_path is not None else []
+        for flag, key in (("--store", f"store.{URL}"), ("--metadata", f"metadata.{URL}")):
+            if self.flags.get(key) is not None:
+                args += [flag, str(self.flags[key])]
+        return args
 
 
 pass_ctx = click.make_pass_decorator(Context)
@@ -169,6 +188,57 @@ def cli(ctx: click.Context, config_path: Path | None, store: str | None,
     ctx.call_on_close(obj.close)
 
 
+# ---------------------------------------------------------------------------- config
+
+
+@cli.group()
+def config() -> None:
+    """The effective settings."""
+
+
+def _hide_password(value: str) -> str:
+    """A URL with its password (if any) shown as ***: metadata URLs may carry one."""
+    try:
+        parts = urlsplit(value)
+        if parts.password is None:
+            return value
+    except ValueError:
+        return value
+    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}"
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, enum.Enum):
+        return show(value)
+    return _hide_password(value) if isinstance(value, str) else value
+
+
+def _origin_json(origin: Origin) -> dict[str, str | None]:
+    return {"source": str(origin.source), "from": origin.name or None}
+
+
+@config.command("show")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+@one_line_errors
+def config_show(ctx: Context, as_json: bool) -> None:
+    """Print every setting's effective value and where it came from (default, file, env
+    variable, flag), lowest precedence first: defaults < --config FILE < SILT_* < flags.
+    Passwords in URLs are shown as ***."""
+    values = ctx.settings.values()
+    if as_json:
+        click.echo(json.dumps({v.key: {"value": _json_value(v.value), **_origin_json(v.origin)}
+                               for v in values}))
+        return
+    rows = [["key", "value", "from"]]
+    rows += [[v.key, _hide_password(show(v.value)), str(v.origin)] for v in values]
+    for line in cg.columns(rows, indent=""):
+        click.echo(line)
+
+
 # ---------------------------------------------------------------------------- topics
 
 
@@ -177,12 +247,12 @@ def topics() -> None:
     """Create, list, describe, alter and delete topics."""
 
 
-def _parse_configs(pairs: tuple[str, ...]) -> dict[str, str]:
+def _parse_configs(pairs: tuple[str, ...], flag: str = "--config") -> dict[str, str]:
     configs: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise click.BadParameter(f"{pair!r} is not key=value", param_hint="--config")
+            raise click.BadParameter(f"{pair!r} is not key=value", param_hint=flag)
         configs[key.strip()] = value.strip()
     return configs
 
@@ -664,19 +734,28 @@ def _print_reports(reports: list[Any], as_json: bool) -> None:
 @click.option("--engine", type=click.Choice(["local", "spark"]), default="local",
               show_default=True, help="Run jobs here, or as Spark tasks (siltstream[spark]).")
 @click.option("--master", default=None, help="Spark master URL, e.g. local[2] (--engine spark).")
+@click.option("--spark-conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
+              help="Spark setting for --engine spark, e.g. spark.executor.memory=2g or"
+                   " spark.executorEnv.AWS_PROFILE=silt. Repeatable.")
 @pass_ctx
 @one_line_errors
 def compact(ctx: Context, once: bool, everything: bool, as_json: bool, memory_mib: int | None,
-            engine: str, master: str | None) -> None:
-    """Run compaction jobs (`--once`); without --once, same as `silt compactor`."""
+            engine: str, master: str | None, spark_conf: tuple[str, ...]) -> None:
+    """Run compaction jobs (`--once`); without --once, same as `silt compactor`.
+
+    With --once, exits 1 if any job failed, naming the first failure on stderr.
+    """
     from compactor import Compactor
 
     ignored = [flag for flag, given in (("--all", everything), ("--json", as_json)) if given]
     if not once and ignored:
         raise click.UsageError(f"{' and '.join(ignored)} would be ignored without --once"
                                " (compact then runs the worker loop, as silt compactor)")
-    if master is not None and engine != "spark":
-        raise click.UsageError("--master needs --engine spark")
+    spark_only = [flag for flag, given in (("--master", master is not None),
+                                           ("--spark-conf", bool(spark_conf))) if given]
+    if spark_only and engine != "spark":
+        verb = "needs" if len(spark_only) == 1 else "need"
+        raise click.UsageError(f"{' and '.join(spark_only)} {verb} --engine spark")
     memory = None if memory_mib is None else memory_mib * MIB
     config = ctx.load({f"compactor.{MEMORY_BUDGET}": memory}).compactor
     if engine == "spark":
@@ -684,57 +763,85 @@ def compact(ctx: Context, once: bool, everything: bool, as_json: bool, memory_mi
             raise ValueError("--engine spark runs one round of jobs: add --once")
         try:
             from spark.compaction import DEFAULT_MASTER, run_on_spark, summarize
+            from spark.errors import SparkJobError
         except ImportError as exc:
             raise ValueError("--engine spark needs pyspark: pip install 'siltstream[spark]'"
                              ) from exc
-        spark_reports = run_on_spark(ctx.store_url, ctx.metadata_url,
-                                     master=master or DEFAULT_MASTER, everything=everything,
-                                     config=config)
-        _print_reports(spark_reports, as_json)
-        if not as_json and spark_reports:
+        try:
+            reports = run_on_spark(ctx.store_url, ctx.metadata_url,
+                                   master=master or DEFAULT_MASTER, everything=everything,
+                                   config=config,
+                                   spark_conf=_parse_configs(spark_conf, "--spark-conf"))
+        except SparkJobError as exc:
+            raise CommandFailed(str(exc)) from exc
+        _print_reports(reports, as_json)
+        if not as_json and reports:
             click.echo("summary: " + ", ".join(
-                f"{k} {v:,}" for k, v in summarize(spark_reports).items()))
-        if any(r.outcome == "failed" for r in spark_reports):
-            sys.exit(1)
+                f"{k} {v:,}" for k, v in summarize(reports).items()))
+    elif not once:
+        configure_logging("text", logging.INFO)
+        _serve_compactor(ctx, config)
         return
+    else:
+        reports = Compactor(ctx.store, ctx.metadata, config).run_once(everything=everything)
+        _print_reports(reports, as_json)
+    failed = [r for r in reports if r.outcome == "failed"]
+    if failed:
+        first = str(failed[0].error).splitlines()[0] if failed[0].error else "no error recorded"
+        raise CommandFailed(f"{len(failed)} of {len(reports)} compaction jobs failed; first:"
+                            f" job {failed[0].spec_id}: {first}")
 
-    comp = Compactor(ctx.store, ctx.metadata, config)
-    if not once:
-        _run_forever(comp)
-        return
-    reports = comp.run_once(everything=everything)
-    _print_reports(reports, as_json)
-    if any(r.outcome == "failed" for r in reports):
+
+def _serve_compactor(ctx: Context, config: CompactorConfig) -> None:
+    """Run the compaction service until SIGTERM/SIGINT, then let it finish or abandon its
+    job (compactor.shutdown.timeout.ms) and exit 0. The service runs on its own thread:
+    signal handlers (main thread) then never interrupt it while it holds a lock."""
+    from compactor import Compactor, CompactorService
+
+    service = CompactorService(Compactor(ctx.store, ctx.metadata, config))
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            service.run()
+        except BaseException as exc:  # reported below: exit 1
+            log.exception("silt compactor failed")
+            failed.append(exc)
+
+    def on_signal(signum: int, frame: object) -> None:
+        if not service.stopping:
+            log.warning("silt compactor stopping (%s): no new job; the current one has %d ms"
+                        " to finish", signal.Signals(signum).name, config.shutdown_timeout_ms)
+        service.stop()  # a repeated signal changes nothing
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    thread = threading.Thread(target=run, name="silt-compactor")
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.5)
+    if failed:
         sys.exit(1)
-
-
-def _run_forever(comp: Any) -> None:
-    import logging
-    import signal
-    import threading
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    click.echo(f"compactor {comp.owner} polling every {comp.config.poll_interval_s}s", err=True)
-    try:
-        comp.run_forever(stop)
-    except KeyboardInterrupt:
-        stop.set()
 
 
 @cli.command()
 @click.option("--poll-interval", type=click.FloatRange(min=0.1), default=None,
               show_default=_default(CompactorConfig, POLL_INTERVAL_S),
               help="Seconds between rounds.")
+@log_format_option
 @pass_ctx
 @one_line_errors
-def compactor(ctx: Context, poll_interval: float | None) -> None:
-    """Run a compaction worker loop until interrupted (any number may run at once)."""
-    from compactor import Compactor
+def compactor(ctx: Context, poll_interval: float | None, log_format: str) -> None:
+    """Run a compaction worker until SIGTERM or SIGINT (any number may run at once).
 
+    Rounds of jobs every compactor.poll.interval.s; retention and garbage collection on
+    timers of their own (retention.check.interval.ms, gc.interval.ms). Stopped, it starts
+    no new job, gives the current one compactor.shutdown.timeout.ms to finish, else
+    abandons it and releases its lease, and exits 0.
+    """
     config = ctx.load({f"compactor.{POLL_INTERVAL_S}": poll_interval}).compactor
-    _run_forever(Compactor(ctx.store, ctx.metadata, config))
+    configure_logging(log_format, logging.INFO)
+    _serve_compactor(ctx, config)
 
 
 @cli.command()
@@ -818,9 +925,11 @@ def costs(partitions: str, files_per_round: int, rounds: int, records_per_partit
               help="Where Metadata tells clients to connect (agent.advertised.listeners;"
                    " default: the listen address, which must then not be a wildcard such"
                    " as 0.0.0.0).")
+@log_format_option
 @pass_ctx
 @one_line_errors
-def agent_command(ctx: Context, listen: str | None, advertise: str | None) -> None:
+def agent_command(ctx: Context, listen: str | None, advertise: str | None,
+                  log_format: str) -> None:
     """Serve the Kafka protocol: stock Kafka clients produce, fetch and list offsets.
 
     Runs until SIGTERM or SIGINT, then stops accepting, flushes, answers the requests it
@@ -828,25 +937,69 @@ def agent_command(ctx: Context, listen: str | None, advertise: str | None) -> No
     """
     import asyncio
     import gc
-    import logging
 
     from agent.protocol import serve
 
+    settings = ctx.load({f"agent.{LISTENERS}": listen,
+                         f"agent.{ADVERTISED_LISTENERS}": advertise})  # bad: one line, exit 1
     # kio's schemas (thousands of classes) are most of the heap and never freed: moved out of
     # the collector's generations, every full collection stops walking them (measured at a
     # steady 2 MiB/s of small produces: ack p99 295-331 ms instead of 359-528, p50 194-198
     # instead of 203-224, agent CPU 3.2-3.4 s instead of 3.3-3.9).
     gc.collect()
     gc.freeze()
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
-    settings = ctx.load({f"agent.{LISTENERS}": listen,
-                         f"agent.{ADVERTISED_LISTENERS}": advertise})
+    configure_logging(log_format, logging.WARNING)
     config = settings.agent
     try:
         asyncio.run(serve(ctx.store, ctx.metadata, config, settings))
     except OSError as exc:  # the listen address is taken or not ours
         click.echo(f"silt: cannot serve on {config.listeners}: {exc.strerror or exc}", err=True)
         sys.exit(1)
+
+
+@cli.command()
+@click.option("--listen", default=None, metavar="HOST:PORT",
+              show_default=_default(AgentConfig, LISTENERS),
+              help="Where the agent accepts Kafka clients (agent.listeners).")
+@click.option("--advertise", default=None, metavar="HOST:PORT",
+              help="What Metadata tells clients to connect to (agent.advertised.listeners).")
+@log_format_option
+@pass_ctx
+@one_line_errors
+def up(ctx: Context, listen: str | None, advertise: str | None, log_format: str) -> None:
+    """Run an agent and a compactor together: a Kafka endpoint with compaction running.
+
+    On the configured store and metadata (by default ./silt-data: SQLite and files), as
+    `silt agent` and `silt compactor` child processes with the same settings. Ctrl-C or
+    SIGTERM stops both cleanly (a second one kills them); exits 0 when both stopped cleanly,
+    1 if either exited on its own.
+    """
+    from agent.config import is_wildcard, parse_host_port
+
+    from .up import listening, run_up
+
+    settings = ctx.load({f"agent.{LISTENERS}": listen,
+                         f"agent.{ADVERTISED_LISTENERS}": advertise})  # bad: one line, exit 1
+    listen_at = parse_host_port(settings.agent.listeners)
+    assert listen_at is not None  # checked by the settings
+    host, port = listen_at
+    endpoint = ("127.0.0.1" if is_wildcard(host) else host, port)
+    if listening(*endpoint):  # else the compactor would start beside another's agent
+        raise ValueError(f"cannot serve on {settings.agent.listeners}: something listens"
+                         " there already")
+    configure_logging(log_format, logging.INFO)
+    ctx.metadata  # noqa: B018 - opened (migrated) here, so the children never race to
+    ctx.close()   # create a fresh database
+    agent_args = [*ctx.global_args(), "agent", "--log-format", log_format]
+    agent_args += ["--listen", listen] if listen is not None else []
+    agent_args += ["--advertise", advertise] if advertise is not None else []
+    advertised = settings.agent.advertised_listeners or settings.agent.listeners
+    ready = (f"silt up: Kafka endpoint {advertised} with compaction running; store"
+             f" {settings.store.url}, metadata"
+             f" {_hide_password(settings.metadata.url)}; Ctrl-C stops both")
+    code = run_up(agent_args, [*ctx.global_args(), "compactor", "--log-format", log_format],
+                  endpoint, ready)
+    sys.exit(code)
 
 
 @cli.command()

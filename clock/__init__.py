@@ -15,7 +15,7 @@ import time
 import weakref
 from typing import Protocol
 
-__all__ = ["SYSTEM_CLOCK", "Clock", "ManualClock", "SystemClock"]
+__all__ = ["SYSTEM_CLOCK", "Clock", "ManualClock", "Periodic", "SystemClock"]
 
 
 class Clock(Protocol):
@@ -106,3 +106,6 @@ class ManualClock:
     def set(self, now_ms: int) -> None:
         """Jump to `now_ms` (forward only)."""
         self.advance(now_ms - self._now)
+
+
+from .periodic import Periodic  # noqa: E402 - built on the Clock protocol above

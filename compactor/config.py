@@ -16,6 +16,9 @@ MEMORY_BUDGET = "memory.budget"
 LEASE_MS = "lease.ms"
 FILE_DELETE_DELAY_MS = "file.delete.delay.ms"
 POLL_INTERVAL_S = "poll.interval.s"
+RETENTION_CHECK_INTERVAL_MS = "retention.check.interval.ms"
+GC_INTERVAL_MS = "gc.interval.ms"
+SHUTDOWN_TIMEOUT_MS = "shutdown.timeout.ms"
 COMPRESSION_TYPE = "compression.type"
 # Kafka's broker compression.type values, plus the producer's "none" for "uncompressed".
 COMPRESSION_CHOICES = {**{name: name for name in TOPIC_COMPRESSIONS}, "none": "uncompressed"}
@@ -28,7 +31,12 @@ class CompactorConfig(Section):
     them (Kafka's file.delete.delay.ms), how often the worker loop polls, and the codec of
     rewritten batches for topics that do not set their own `compression.type` (as Kafka's
     broker-level compression.type is the default of the topic's; `producer`: each batch
-    keeps its input codec)."""
+    keeps its input codec).
+
+    The service (`silt compactor`, `compactor/service.py`) also applies retention every
+    retention.check.interval.ms (Kafka's log.retention.check.interval.ms) and collects
+    garbage every gc.interval.ms, on timers of their own, and on SIGTERM gives its current
+    job shutdown.timeout.ms to finish before abandoning it."""
 
     SECTION: ClassVar[str] = "compactor"
 
@@ -36,6 +44,9 @@ class CompactorConfig(Section):
     lease_ms: int = integer(LEASE_MS, 60_000, lo=1)
     grace_ms: int = integer(FILE_DELETE_DELAY_MS, 60_000, lo=0)
     poll_interval_s: float = number(POLL_INTERVAL_S, 5.0, above=0)
+    retention_check_interval_ms: int = integer(RETENTION_CHECK_INTERVAL_MS, 30_000, lo=1)
+    gc_interval_ms: int = integer(GC_INTERVAL_MS, 30_000, lo=1)
+    shutdown_timeout_ms: int = integer(SHUTDOWN_TIMEOUT_MS, 30_000, lo=0)
     compression: str = choice(COMPRESSION_TYPE, PRODUCER, COMPRESSION_CHOICES)
     planner: PlannerConfig = field(default_factory=PlannerConfig)
 

@@ -12,12 +12,16 @@ One job, step by step, and what a crash at each step leaves:
    Crash after it: the new data is visible; the inputs are deleted after the grace period.
    If the commit is refused (stale fence, inputs changed) nothing changed and the outputs
    are deleted; if its outcome is unknown the outputs are left alone (they may be live).
-0. Each round first applies retention (`MetadataStore.apply_retention`, one transaction):
-   files it empties are retired like replaced inputs.
+0. `run_once` first applies retention (`MetadataStore.apply_retention`, one transaction):
+   files it empties are retired like replaced inputs. (The service, service.py, applies it
+   on a timer of its own instead.)
 5. GC: retired inputs whose grace period (file.delete.delay.ms, 60 s) has passed are
    marked deleting, their objects deleted, then marked deleted; then history rows past
    their retention are pruned (`MetadataStore.prune`: deleted files and their segments,
    finished jobs). Crash anywhere: the next pass carries on where this one stopped.
+A job given up because its worker stops (`cancelled`, checked at each partition boundary of
+the merge) is as a definite failure: outputs deleted, pending rows abandoned, the job row
+released as `abandoned` (its files free at once). Crash before the release: as step 3.
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ import dataclasses
 import logging
 import os
 import socket
-import threading
 import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -51,6 +54,7 @@ from objectstore import ObjectStore, ObjectWriter
 from planner import JobSpec, Plan, Snapshot, propose, propose_all, validate
 
 from .config import CompactorConfig
+from .errors import JobAbandoned
 from .merge import (
     InputFile,
     InputOpener,
@@ -72,7 +76,7 @@ class JobReport:
     """What one job did (also stored as the job's result in the metadata store)."""
 
     spec_id: str
-    outcome: str  # committed | skipped | lost | failed | unknown
+    outcome: str  # committed | skipped | lost | failed | unknown | abandoned
     trigger: str = ""
     reason: str = ""
     job_id: int | None = None
@@ -91,6 +95,11 @@ class JobReport:
         return dataclasses.asdict(self)
 
 
+def never() -> bool:
+    """A job that is never cancelled."""
+    return False
+
+
 def default_owner() -> str:
     """A worker identity that is unique across machines and restarts."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -100,11 +109,12 @@ class _Output:
     """One output object: pending row, streaming upload and writer."""
 
     def __init__(self, store: ObjectStore, md: MetadataStore, level: int, compacted: bool,
-                 stack: ExitStack, clock: Clock) -> None:
+                 stack: ExitStack, clock: Clock, in_flight: set[int]) -> None:
         kind = "c" if compacted else "d"
         unique = f"{clock.now_ms() * 1_000_000:020d}-{uuid.uuid4().hex[:12]}"
         self.key = f"{OUTPUT_PREFIX}L{level}-{unique}-{kind}.silt"
         self.file_id = md.register_pending_file(self.key, level=level, holds_compacted=compacted)
+        in_flight.add(self.file_id)  # before the upload starts: see Compactor.collect_garbage
         self.upload: ObjectWriter = store.put_stream(self.key)
         stack.callback(self._abort_if_open)
         self.target = OutputTarget(FileWriter(self.upload.write))
@@ -149,6 +159,8 @@ class Compactor:
         self.owner = owner or default_owner()
         self.open_input = open_input
         self._snapshots = PlannerSnapshots()
+        # Pending outputs of this worker's jobs under way, which its own GC leaves alone.
+        self._in_flight: set[int] = set()
 
     # ----------------------------------------------------------------- planning
 
@@ -172,20 +184,13 @@ class Compactor:
         self.collect_garbage()
         return reports
 
-    def run_forever(self, stop: threading.Event) -> None:
-        """Poll, run jobs, collect garbage, until `stop` is set."""
-        while not stop.is_set():
-            try:
-                for report in self.run_once():
-                    log.info("job %s: %s", report.spec_id, report.as_dict())
-            except Exception:
-                log.exception("compaction round failed; retrying after the poll interval")
-            stop.wait(self.config.poll_interval_s)
-
     # ----------------------------------------------------------------- one job
 
-    def run_job(self, spec: JobSpec) -> JobReport:
-        """Lease, merge and commit one job; never raises for the job's own failures."""
+    def run_job(self, spec: JobSpec, *, cancelled: Callable[[], bool] = never) -> JobReport:
+        """Lease, merge and commit one job; never raises for the job's own failures.
+
+        `cancelled` is asked at every partition boundary of the merge (not during the
+        commit): once it answers True the job is abandoned and its lease released."""
         report = JobReport(spec.spec_id, "skipped", spec.trigger.value, spec.reason,
                            input_files=len(spec.input_file_ids))
         started = self.clock.monotonic()
@@ -205,7 +210,9 @@ class Compactor:
         outputs: list[_Output] = []
         try:
             with ExitStack() as stack:
-                stats = self._merge(spec, md_snap, lease, outputs, stack)
+                stack.callback(lambda: self._in_flight.difference_update(
+                    o.file_id for o in outputs))
+                stats = self._merge(spec, md_snap, lease, outputs, stack, cancelled)
                 committed = [o.finish() for o in outputs if o.target.chunks]
                 for o in outputs:
                     if not o.target.chunks:  # nothing went into it after all
@@ -228,14 +235,15 @@ class Compactor:
             self._discard(outputs)
         except CommitUnknownError as exc:
             report.outcome, report.error = "unknown", str(exc)  # outputs may be live: keep
+        except JobAbandoned as exc:
+            report.outcome, report.error = "abandoned", str(exc)
+            self._discard(outputs)
+            self._release(lease, report)
         except Exception as exc:
             log.exception("job %s failed", spec.spec_id)
             report.outcome, report.error = "failed", f"{type(exc).__name__}: {exc}"
             self._discard(outputs)
-            try:
-                self.metadata.release_job(lease, state="failed", result=report.as_dict())
-            except Exception:
-                log.warning("could not release job %s", spec.spec_id, exc_info=True)
+            self._release(lease, report)
         used = self.store.counters() - before
         report.requests = {k: v for k, v in used.as_dict().items()
                            if v and not k.startswith("bytes")}
@@ -243,8 +251,17 @@ class Compactor:
         report.duration_s = round(self.clock.monotonic() - started, 4)
         return report
 
+    def _release(self, lease: Any, report: JobReport) -> None:
+        """End a job that will not commit (`failed`/`abandoned`): its files free at once.
+        If this fails the lease expires instead (lease.ms)."""
+        try:
+            self.metadata.release_job(lease, state=report.outcome, result=report.as_dict())
+        except Exception:
+            log.warning("could not release job %s", report.spec_id, exc_info=True)
+
     def _merge(self, spec: JobSpec, md_snap: MetadataSnapshot, lease: Any,
-               outputs: list[_Output], stack: ExitStack) -> MergeStats:
+               outputs: list[_Output], stack: ExitStack,
+               cancelled: Callable[[], bool]) -> MergeStats:
         files = {f.id: f for f in md_snap.files}
         inputs = []
         for fid in spec.input_file_ids:
@@ -268,7 +285,7 @@ class Compactor:
         def make(compacted_data: bool) -> Callable[[], OutputTarget]:
             def create() -> OutputTarget:
                 out = _Output(self.store, self.metadata, spec.output_level, compacted_data,
-                              stack, self.clock)
+                              stack, self.clock, self._in_flight)
                 outputs.append(out)
                 return out.target
             return create
@@ -276,8 +293,11 @@ class Compactor:
         renewed = [self.clock.monotonic()]
 
         def heartbeat() -> None:
+            if cancelled():
+                raise JobAbandoned(f"job {spec.spec_id} abandoned: the worker is stopping")
             if self.clock.monotonic() - renewed[0] > self.config.lease_ms / 3000:
-                self.metadata.renew_lease(lease, self.config.lease_ms)
+                self.metadata.renew_lease(lease, self.config.lease_ms,
+                                          [o.file_id for o in outputs])
                 renewed[0] = self.clock.monotonic()
 
         return merge(self.store, inputs, compacted_topics=compacted, rules=rules,
@@ -309,8 +329,15 @@ class Compactor:
     def collect_garbage(self) -> list[str]:
         """Delete objects of retired inputs past the grace period, and of abandoned uploads;
         then prune the metadata's history rows past their retention (finished jobs, deleted
-        files and their segments: `MetadataStore.prune`). Returns the deleted keys."""
-        due = self.metadata.files_to_gc(self.clock.now_ms() - self.config.grace_ms)
+        files and their segments: `MetadataStore.prune`). Returns the deleted keys.
+
+        Pending outputs of jobs under way are left alone (collected, they would make the
+        job's commit fail): this worker's own however long they run (the service calls this
+        on a timer, during jobs), other workers' because each lease renewal restarts their
+        outputs' age (`renew_lease`), every third of lease.ms."""
+        in_flight = frozenset(self._in_flight)
+        due = [f for f in self.metadata.files_to_gc(self.clock.now_ms() - self.config.grace_ms)
+               if f.id not in in_flight]
         keys: list[str] = []
         if due:
             ids = self.metadata.mark_deleting([f.id for f in due])

@@ -173,17 +173,26 @@ def _job_inputs(conn: sa.Connection, lease: Lease) -> list[int]:
         ids.update(json.loads(stored))
     return sorted(ids)
 
-def renew_lease(db: Database, lease: Lease, lease_ms: int) -> Lease:
+def renew_lease(db: Database, lease: Lease, lease_ms: int,
+                outputs: Sequence[int] = ()) -> Lease:
     """Extend the lease to now + `lease_ms`; StaleLeaseError if the fence moved or the job
     is no longer leased. Works on an expired lease nobody took over.
 
-    Crash before COMMIT: the old expiry stands; after: the new one.
+    `outputs`: the job's pending output files, whose age restarts now, so that no GC
+    (`files_to_gc` takes pending files older than its grace period as abandoned uploads)
+    collects the outputs of a job that is still renewing its lease.
+
+    Crash before COMMIT: the old expiry (and ages) stand; after: the new ones.
     """
     now = db.clock.now_ms()
     with db.write() as conn:
         _check_fence(conn, lease)
         conn.execute(s.jobs.update().where(s.jobs.c.id == lease.job_id).values(
             lease_expires_ms=now + lease_ms, updated_at_ms=now))
+        if outputs:
+            conn.execute(s.files.update().where(
+                s.files.c.id.in_(sorted(set(outputs))), s.files.c.state == s.FILE_PENDING,
+            ).values(state_changed_at_ms=now))
     return dataclasses.replace(lease, expires_ms=now + lease_ms)
 
 def release_job(db: Database, lease: Lease, *, state: str = s.JOB_FAILED,

@@ -131,9 +131,11 @@ def text(key: str, default: str, *, allowed: str, check: Callable[[str], bool],
 
 
 def show(value: object) -> str:
-    """A setting value as written in files and messages (`zstd`, `250`, `never`)."""
+    """A setting value as written in files and messages (`zstd`, `250`, `never`, `false`)."""
     if value is None:
         return NEVER
+    if isinstance(value, bool):
+        return str(value).lower()
     if isinstance(value, enum.Enum):
         return value.name.lower()
     return str(value)

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-from agent.protocol.timers import Periodic, producer_expiry
-from clock import ManualClock
+from agent.protocol.timers import producer_expiry
+from clock import ManualClock, Periodic
 from metadata import MetadataStore
 from metadata import schema as s
 from metadata.config import MetadataConfig

@@ -93,3 +93,50 @@ def test_plan_takes_the_planner_section(tmp_path: Path) -> None:
     assert code == 0, err
     (job,) = json.loads(out)["jobs"]
     assert job["trigger"] == "file_count" and len(job["input_files"]) == 2
+
+
+def test_config_show_prints_values_and_where_they_came_from(tmp_path: Path) -> None:
+    config = write(tmp_path, "silt.toml", '[agent]\nlinger.ms = 100\nflush.bytes = 1024\n'
+                   '[compactor]\ngc.interval.ms = 5000\n'
+                   '[metadata]\nurl = "postgresql://silt:hunter2@db:5432/silt"\n')
+    env = {"SILT_AGENT_FLUSH_BYTES": "2048", "SILT_COMPACTOR_SHUTDOWN_TIMEOUT_MS": "0"}
+    args = ["--config", config, "--store", "memory://x", "config", "show"]
+    code, out, err = run([*args, "--json"], env)
+    assert code == 0, err
+    shown = json.loads(out)
+    assert shown["agent.linger.ms"] == {"value": 100, "source": "file", "from": config}
+    assert shown["agent.flush.bytes"] == {"value": 2048, "source": "env",  # env over file
+                                          "from": "SILT_AGENT_FLUSH_BYTES"}
+    assert shown["store.url"] == {"value": "memory://x", "source": "flag", "from": None}
+    assert shown["compactor.gc.interval.ms"]["value"] == 5000
+    assert shown["compactor.shutdown.timeout.ms"] == {
+        "value": 0, "source": "env", "from": "SILT_COMPACTOR_SHUTDOWN_TIMEOUT_MS"}
+    assert shown["agent.listeners"] == {"value": "127.0.0.1:9092", "source": "default",
+                                        "from": None}
+    assert shown["agent.auto.create.topics.enable"]["value"] is False
+    assert shown["agent.compression.type"]["value"] == "none"
+    assert shown["metadata.url"]["value"] == "postgresql://silt:***@db:5432/silt"
+    assert "hunter2" not in out
+    code, text, err = run(args, env)
+    assert code == 0, err
+    lines = {line.split()[0]: line.split(maxsplit=2)[1:] for line in text.splitlines()[1:]}
+    assert set(lines) == set(shown)  # every setting, once
+    assert lines["agent.linger.ms"] == ["100", f"file {config}"]
+    assert lines["agent.flush.bytes"] == ["2048", "env SILT_AGENT_FLUSH_BYTES"]
+    assert lines["store.url"] == ["memory://x", "flag"]
+    assert lines["agent.auto.create.topics.enable"] == ["false", "default"]
+    assert lines["metadata.url"][0] == "postgresql://silt:***@db:5432/silt"
+
+
+def test_a_bad_setting_stops_the_services_in_one_line(tmp_path: Path) -> None:
+    store, md = urls(tmp_path, "s")
+    env = {"SILT_STORE": store, "SILT_METADATA": md}
+    config = write(tmp_path, "bad.toml", "[compactor]\nretention.check.interval.ms = 0\n")
+    expected = (f"silt: invalid setting compactor.retention.check.interval.ms=0 (from file"
+                f" {config}): must be an integer >= 1\n")
+    for command in ("agent", "compactor", "up", "config show"):
+        code, out, err = run(["--config", config, *command.split()], env)
+        assert (code, out, err) == (1, "", expected), command
+    code, _, err = run(["compactor"], {**env, "SILT_COMPACTOR_NO_SUCH_KEY": "1"})
+    assert code == 1 and len(err.splitlines()) == 1
+    assert err.startswith("silt: unknown setting SILT_COMPACTOR_NO_SUCH_KEY (env)")

@@ -81,8 +81,7 @@ def _broker(ctx: ServerContext, name: str) -> Described:
         source = (ConfigSource.DEFAULT_CONFIG if v.origin.source is Source.DEFAULT
                   else ConfigSource.STATIC_BROKER_CONFIG)
         sensitive = v.key in SENSITIVE
-        shown = str(v.value).lower() if isinstance(v.value, bool) else show(v.value)
-        value = None if sensitive else shown
+        value = None if sensitive else show(v.value)
         entries.append(Entry(v.key, value, source, True, sensitive,
                              ((v.key, value, source),), _kind(v.value), None))
     return ErrorCode.none, None, entries
