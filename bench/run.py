@@ -125,6 +125,24 @@ def run_compaction_suite(quick: bool) -> list[dict[str, Any]]:
     return [run_compaction(1024, 200_000 // scale), run_compaction(100, 800_000 // scale)]
 
 
+def run_planning_suite(quick: bool) -> list[dict[str, Any]]:
+    """Snapshot + plan per compaction round at 20k and 100k live segments (1,000 partitions
+    per flush), each layout, SQLite; PostgreSQL at 100k too (not with --quick)."""
+    from .planning import LAYOUTS, PlanningParams, run_planning
+
+    if quick:
+        return [run_planning(PlanningParams(n, layout, partitions=100, rounds=3))
+                for n in (2_000, 5_000) for layout in LAYOUTS]
+    rows = [run_planning(PlanningParams(n, layout))
+            for n in (20_000, 100_000) for layout in LAYOUTS]
+    for layout in LAYOUTS:
+        with postgres_database() as pg_url:  # a new database per run
+            if pg_url is None:
+                break
+            rows.append(run_planning(PlanningParams(100_000, layout), pg_url))
+    return rows
+
+
 def run_memory_suite(quick: bool) -> list[dict[str, Any]]:
     """Pass-1 memory for one partition with 5 M distinct keys under the 128 MiB budget."""
     return [run_dedupe_memory(50_000 if quick else 5_000_000)]
@@ -177,8 +195,9 @@ def run_groups_suite(quick: bool) -> list[dict[str, Any]]:
 WIRE_LOAD_MIB_S = 2.0
 
 SUITES = {"ingest": run_ingest_suite, "compaction": run_compaction_suite,
-          "consume": run_consume_suite, "memory": run_memory_suite, "codecs": run_codecs_suite,
-          "wire": run_wire_suite, "groups": run_groups_suite}
+          "planning": run_planning_suite, "consume": run_consume_suite,
+          "memory": run_memory_suite, "codecs": run_codecs_suite, "wire": run_wire_suite,
+          "groups": run_groups_suite}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -50,6 +50,7 @@ from settings import Section, declared, show
 from settings.load import Origin, Settings, Source, load_settings
 
 from . import groups as cg
+from .errors import CommandFailed
 from .jsonlines import LineError, consumed_to_json, parse_produce_line
 from .logs import configure as configure_logging
 from .logs import log_format_option
@@ -58,6 +59,7 @@ MIB = 1024 * 1024
 log = logging.getLogger(__name__)
 
 KNOWN_ERRORS: tuple[type[BaseException], ...] = (
+    CommandFailed,
     AgentError,
     MetadataError,
     ObjectStoreError,
@@ -245,12 +247,12 @@ def topics() -> None:
     """Create, list, describe, alter and delete topics."""
 
 
-def _parse_configs(pairs: tuple[str, ...]) -> dict[str, str]:
+def _parse_configs(pairs: tuple[str, ...], flag: str = "--config") -> dict[str, str]:
     configs: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise click.BadParameter(f"{pair!r} is not key=value", param_hint="--config")
+            raise click.BadParameter(f"{pair!r} is not key=value", param_hint=flag)
         configs[key.strip()] = value.strip()
     return configs
 
@@ -732,19 +734,28 @@ def _print_reports(reports: list[Any], as_json: bool) -> None:
 @click.option("--engine", type=click.Choice(["local", "spark"]), default="local",
               show_default=True, help="Run jobs here, or as Spark tasks (siltstream[spark]).")
 @click.option("--master", default=None, help="Spark master URL, e.g. local[2] (--engine spark).")
+@click.option("--spark-conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
+              help="Spark setting for --engine spark, e.g. spark.executor.memory=2g or"
+                   " spark.executorEnv.AWS_PROFILE=silt. Repeatable.")
 @pass_ctx
 @one_line_errors
 def compact(ctx: Context, once: bool, everything: bool, as_json: bool, memory_mib: int | None,
-            engine: str, master: str | None) -> None:
-    """Run compaction jobs (`--once`); without --once, same as `silt compactor`."""
+            engine: str, master: str | None, spark_conf: tuple[str, ...]) -> None:
+    """Run compaction jobs (`--once`); without --once, same as `silt compactor`.
+
+    With --once, exits 1 if any job failed, naming the first failure on stderr.
+    """
     from compactor import Compactor
 
     ignored = [flag for flag, given in (("--all", everything), ("--json", as_json)) if given]
     if not once and ignored:
         raise click.UsageError(f"{' and '.join(ignored)} would be ignored without --once"
                                " (compact then runs the worker loop, as silt compactor)")
-    if master is not None and engine != "spark":
-        raise click.UsageError("--master needs --engine spark")
+    spark_only = [flag for flag, given in (("--master", master is not None),
+                                           ("--spark-conf", bool(spark_conf))) if given]
+    if spark_only and engine != "spark":
+        verb = "needs" if len(spark_only) == 1 else "need"
+        raise click.UsageError(f"{' and '.join(spark_only)} {verb} --engine spark")
     memory = None if memory_mib is None else memory_mib * MIB
     config = ctx.load({f"compactor.{MEMORY_BUDGET}": memory}).compactor
     if engine == "spark":
@@ -752,29 +763,33 @@ def compact(ctx: Context, once: bool, everything: bool, as_json: bool, memory_mi
             raise ValueError("--engine spark runs one round of jobs: add --once")
         try:
             from spark.compaction import DEFAULT_MASTER, run_on_spark, summarize
+            from spark.errors import SparkJobError
         except ImportError as exc:
             raise ValueError("--engine spark needs pyspark: pip install 'siltstream[spark]'"
                              ) from exc
-        spark_reports = run_on_spark(ctx.store_url, ctx.metadata_url,
-                                     master=master or DEFAULT_MASTER, everything=everything,
-                                     config=config)
-        _print_reports(spark_reports, as_json)
-        if not as_json and spark_reports:
+        try:
+            reports = run_on_spark(ctx.store_url, ctx.metadata_url,
+                                   master=master or DEFAULT_MASTER, everything=everything,
+                                   config=config,
+                                   spark_conf=_parse_configs(spark_conf, "--spark-conf"))
+        except SparkJobError as exc:
+            raise CommandFailed(str(exc)) from exc
+        _print_reports(reports, as_json)
+        if not as_json and reports:
             click.echo("summary: " + ", ".join(
-                f"{k} {v:,}" for k, v in summarize(spark_reports).items()))
-        if any(r.outcome == "failed" for r in spark_reports):
-            sys.exit(1)
-        return
-
-    if not once:
+                f"{k} {v:,}" for k, v in summarize(reports).items()))
+    elif not once:
         configure_logging("text", logging.INFO)
         _serve_compactor(ctx, config)
         return
-    comp = Compactor(ctx.store, ctx.metadata, config)
-    reports = comp.run_once(everything=everything)
-    _print_reports(reports, as_json)
-    if any(r.outcome == "failed" for r in reports):
-        sys.exit(1)
+    else:
+        reports = Compactor(ctx.store, ctx.metadata, config).run_once(everything=everything)
+        _print_reports(reports, as_json)
+    failed = [r for r in reports if r.outcome == "failed"]
+    if failed:
+        first = str(failed[0].error).splitlines()[0] if failed[0].error else "no error recorded"
+        raise CommandFailed(f"{len(failed)} of {len(reports)} compaction jobs failed; first:"
+                            f" job {failed[0].spec_id}: {first}")
 
 
 def _serve_compactor(ctx: Context, config: CompactorConfig) -> None:

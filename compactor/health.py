@@ -2,9 +2,11 @@
 readiness (the metadata store answers) and the gauges of each round.
 
 The gauges cost no extra snapshot: `Compactor.plan` hands each round's own planner snapshot
-to `observe_round` while a metrics port is open (cleaner state per compacted topic), which
-adds one `MetadataStore.stats` read (GC backlog, live data per level). They are as fresh as
-the last round (`compactor.poll.interval.s`); a scrape reads only what they left.
+to `observe_round` while a metrics port is open (cleaner state per compacted topic, live data
+per level), which adds one read of the files table (GC backlog: files per state). They are
+as fresh as the last round (`compactor.poll.interval.s`); a scrape reads only what they
+left. At 100k live segments (SQLite) a round's gauges cost about 0.06 s, beside about
+0.13 s of snapshot and plan.
 """
 
 from __future__ import annotations
@@ -27,14 +29,18 @@ def ready(metadata: MetadataStore) -> str | None:
 
 def observe_round(metadata: MetadataStore, snap: Snapshot, now_ms: int,
                   config: PlannerConfig) -> None:
-    """The gauges of one round: the cleaner's state from the round's snapshot, the GC
-    backlog and live data per level from the store's stats."""
+    """The gauges of one round: the cleaner's state and live data per level from the
+    round's snapshot, the GC backlog from the files per state."""
     telemetry.planned(now_ms / 1000, {
         name: (t.max_dirty_ratio, t.oldest_dirty_age_ms / 1000)
         for name, t in cleaner_state(snap, now_ms, config).items()})
-    st = metadata.stats()
+    levels: dict[int, tuple[int, int, int]] = {}
+    for f in snap.files:
+        files, size, segments = levels.get(f.level, (0, 0, 0))
+        levels[f.level] = (files + 1, size + f.size_bytes, segments + len(f.segments))
+    st = metadata.stats(levels=False)
     telemetry.store_state(st.files_by_state, st.bytes_by_state,
-                          [(lv.level, lv.files, lv.bytes, lv.segments) for lv in st.levels])
+                          [(lv, *row) for lv, row in sorted(levels.items())])
 
 
 def metrics_server(comp: Compactor) -> telemetry.MetricsServer:

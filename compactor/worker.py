@@ -16,7 +16,9 @@ One job, step by step, and what a crash at each step leaves:
    files it empties are retired like replaced inputs. (The service, service.py, applies it
    on a timer of its own instead.)
 5. GC: retired inputs whose grace period (file.delete.delay.ms, 60 s) has passed are
-   marked deleting, their objects deleted, then marked deleted.
+   marked deleting, their objects deleted, then marked deleted; then history rows past
+   their retention are pruned (`MetadataStore.prune`: deleted files and their segments,
+   finished jobs). Crash anywhere: the next pass carries on where this one stopped.
 A job given up because its worker stops (`cancelled`, checked at each partition boundary of
 the merge) is as a definite failure: outputs deleted, pending rows abandoned, the job row
 released as `abandoned` (its files free at once). Crash before the release: as step 3.
@@ -50,7 +52,7 @@ from metadata.models import Snapshot as MetadataSnapshot
 from metadata.segments import output_segment
 from metadata.topicconfig import COMPRESSION_TYPE
 from objectstore import ObjectStore, ObjectWriter
-from planner import JobSpec, Plan, propose, propose_all, validate
+from planner import JobSpec, Plan, Snapshot, propose, propose_all, validate
 
 from .config import CompactorConfig
 from .errors import JobAbandoned
@@ -64,7 +66,7 @@ from .merge import (
     merge,
     open_streams,
 )
-from .snapshot import planner_snapshot
+from .snapshot import PlannerSnapshots
 
 log = logging.getLogger(__name__)
 
@@ -158,14 +160,17 @@ class Compactor:
         self.clock = clock
         self.owner = owner or default_owner()
         self.open_input = open_input
+        self._snapshots = PlannerSnapshots()
         # Pending outputs of this worker's jobs under way, which its own GC leaves alone.
         self._in_flight: set[int] = set()
 
     # ----------------------------------------------------------------- planning
 
-    def snapshot(self) -> tuple[MetadataSnapshot, Any]:
+    def snapshot(self) -> tuple[MetadataSnapshot, Snapshot]:
+        """The metadata snapshot and the planner's view of it (both incremental: a round
+        reads and converts only the files changed since the last one)."""
         snap = self.metadata.snapshot()
-        return snap, planner_snapshot(snap, self.clock.now_ms())
+        return snap, self._snapshots.convert(snap)
 
     def plan(self, *, everything: bool = False) -> Plan:
         """What the planner proposes now (`everything`: ignore triggers, compact fully).
@@ -272,17 +277,15 @@ class Compactor:
                outputs: list[_Output], stack: ExitStack,
                cancelled: Callable[[], bool]) -> MergeStats:
         files = {f.id: f for f in md_snap.files}
-        segs_by_file: dict[int, dict[tuple[str, int], tuple[int, int, int | None]]] = {}
-        for s in md_snap.segments:
-            segs_by_file.setdefault(s.file_id, {})[(s.topic, s.partition)] = (
-                s.base_offset, s.last_offset, s.cleaned_at_ms)
         inputs = []
         for fid in spec.input_file_ids:
             f = files[fid]
             assert f.data_offset is not None and f.data_length is not None
             assert f.meta_offset is not None and f.meta_length is not None
+            segs = {(s.topic, s.partition): (s.base_offset, s.last_offset, s.cleaned_at_ms)
+                    for s in md_snap.file_segments.get(fid, ())}
             inputs.append(InputFile(fid, f.object_key, f.data_offset, f.data_length,
-                                    f.meta_offset, f.meta_length, segs_by_file.get(fid, {})))
+                                    f.meta_offset, f.meta_length, segs))
         compacted = frozenset(t.name for t in md_snap.topics if t.config.compacted)
         # A topic's own compression.type wins; the compactor's is the default (as Kafka's
         # broker-level compression.type is for topics that do not set theirs).
@@ -338,7 +341,9 @@ class Compactor:
     # ----------------------------------------------------------------- garbage
 
     def collect_garbage(self) -> list[str]:
-        """Delete objects of retired inputs past the grace period, and of abandoned uploads.
+        """Delete objects of retired inputs past the grace period, and of abandoned uploads;
+        then prune the metadata's history rows past their retention (finished jobs, deleted
+        files and their segments: `MetadataStore.prune`). Returns the deleted keys.
 
         Pending outputs of jobs under way are left alone (collected, they would make the
         job's commit fail): this worker's own however long they run (the service calls this
@@ -347,10 +352,14 @@ class Compactor:
         in_flight = frozenset(self._in_flight)
         due = [f for f in self.metadata.files_to_gc(self.clock.now_ms() - self.config.grace_ms)
                if f.id not in in_flight]
-        if not due:
-            return []
-        ids = self.metadata.mark_deleting([f.id for f in due])
-        keys = [f.object_key for f in due if f.id in set(ids)]
-        self.store.delete_many(keys)
-        self.metadata.mark_deleted(ids)
+        keys: list[str] = []
+        if due:
+            ids = self.metadata.mark_deleting([f.id for f in due])
+            keys = [f.object_key for f in due if f.id in set(ids)]
+            self.store.delete_many(keys)
+            self.metadata.mark_deleted(ids)
+        pruned = self.metadata.prune()
+        if pruned.files or pruned.jobs:
+            log.info("pruned %d deleted files (%d segments) and %d finished jobs",
+                     pruned.files, pruned.segments, pruned.jobs)
         return keys

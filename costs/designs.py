@@ -75,7 +75,7 @@ class SeekInputs:
 
     def __call__(self, store: ObjectStore, f: InputFile,
                  stack: ExitStack) -> tuple[Readable, Readable]:
-        segs = [s for s in self._metadata.snapshot().segments if s.file_id == f.file_id]
+        segs = self._metadata.snapshot().file_segments.get(f.file_id, ())
         meta_starts = [meta_entry_end(s.hash_pos, s.hash_count)
                        for s in segs]
         data_starts = [s.data_pos for s in segs]

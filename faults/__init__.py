@@ -11,9 +11,11 @@ from .metadata import (
     BEFORE_COMMIT,
     CrashOnce,
     CrashOnceMetadata,
+    UnreachableInTasks,
     kill_after_produce_commit,
 )
 from .objectstore import GatedStore
 
 __all__ = ["AFTER_COMMIT", "BEFORE_COMMIT", "CrashOnce", "CrashOnceMetadata", "GatedStore",
-           "InjectedCrash", "kill_after_produce_commit", "pause_first_merge"]
+           "InjectedCrash", "UnreachableInTasks", "kill_after_produce_commit",
+           "pause_first_merge"]

@@ -1,5 +1,6 @@
 """A metadata store whose compaction commit crashes once, and the opener that makes one;
-a process that dies right after its first produce commit.
+an opener that fails in every Spark task; a process that dies right after its first
+produce commit.
 
 Used by the Spark retry tests: the first task attempt crashes just before or just after
 `commit_compaction`; Spark retries the task and the retry must finish (or report) the job
@@ -44,6 +45,20 @@ class CrashOnce:
         assert isinstance(md, CrashOnceMetadata)
         md.crash = self
         return md
+
+
+@dataclass(frozen=True, slots=True)
+class UnreachableInTasks:
+    """A metadata opener (picklable) that opens the store on the Spark driver and raises
+    ConnectionRefusedError in every Spark task: a database the executors cannot reach."""
+
+    def __call__(self, url: str) -> MetadataStore:
+        from pyspark import TaskContext
+
+        if TaskContext.get() is not None:
+            raise ConnectionRefusedError(f"metadata {url}: unreachable from this executor"
+                                         " (injected)")
+        return MetadataStore.open(url)
 
 
 class CrashOnceMetadata(MetadataStore):

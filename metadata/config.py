@@ -20,6 +20,8 @@ BROKER_SESSION_TIMEOUT_MS = "broker.session.timeout.ms"
 BROKER_HEARTBEAT_INTERVAL_MS = "broker.heartbeat.interval.ms"
 OFFSETS_RETENTION_MINUTES = "offsets.retention.minutes"
 OFFSETS_RETENTION_CHECK_INTERVAL_MS = "offsets.retention.check.interval.ms"
+JOBS_RETENTION_MS = "jobs.retention.ms"
+DELETED_FILES_RETENTION_MS = "deleted.files.retention.ms"
 ENV_URL = "SILT_METADATA"
 
 
@@ -59,6 +61,13 @@ class MetadataConfig(Section):
     offsets_retention_minutes: int = integer(OFFSETS_RETENTION_MINUTES, 7 * 24 * 60, lo=1)
     offsets_retention_check_interval_ms: int = integer(
         OFFSETS_RETENTION_CHECK_INTERVAL_MS, 600_000, lo=1)
+
+    # How long history rows stay (`MetadataStore.prune`, run by every compactor's GC pass):
+    # a finished compaction job's row (committed, failed or abandoned; a leased one once its
+    # lease has been expired this long) after its last update, a deleted file's row and its
+    # segments' rows after the deletion. Without them the metadata only grows.
+    jobs_retention_ms: int = integer(JOBS_RETENTION_MS, 86_400_000, lo=0)
+    deleted_files_retention_ms: int = integer(DELETED_FILES_RETENTION_MS, 300_000, lo=0)
 
     def check_across(self) -> None:
         if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms:

@@ -37,6 +37,7 @@ from .errors import (
 
 if TYPE_CHECKING:  # config.py imports this module (DEFAULT_URL, engine_url)
     from .config import MetadataConfig
+    from .models import SegmentInfo
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,9 @@ class Database:
         self.pg = engine.dialect.name == "postgresql"
         self._url = url
         self._secret: bytes | None = None
+        # reads.snapshot's memory: each live file's live segments by file id, with the
+        # file's segments_version they were read at (replaced whole by each snapshot).
+        self.segment_cache: dict[int, tuple[int, tuple[SegmentInfo, ...]]] = {}
 
     @classmethod
     def open(cls, url: str = DEFAULT_URL, *, clock: Clock = SYSTEM_CLOCK,

@@ -48,9 +48,13 @@ Outcomes = dict[tuple[str, int], "int | RejectedChunk"]
 ProducerBatches = Mapping[tuple[str, int], Sequence[ProducerBatch]]
 
 
+# The `files` columns a FileInfo holds (not the snapshot's change marker).
+_INFO_COLUMNS = tuple(c for c in s.files.c if c.name != "segments_version")
+
+
 def file_info(row: sa.Row[Any], leased: bool = False) -> FileInfo:
     """A FileInfo from a `files` row."""
-    return FileInfo(**{c.name: row._mapping[c] for c in s.files.c}, leased=leased)
+    return FileInfo(**{c.name: row._mapping[c] for c in _INFO_COLUMNS}, leased=leased)
 
 
 def lock_files(conn: sa.Connection, ids: Sequence[int]) -> list[sa.Row[Any]]:
@@ -87,6 +91,9 @@ def retire_segments(conn: sa.Connection, segments: Sequence[Any], now: int) -> l
     still = {int(x) for x in conn.execute(
         sa.select(sg.file_id).where(sg.file_id.in_(touched), s.LIVE).distinct()).scalars()}
     emptied = [fid for fid in touched if fid not in still]
+    if still:  # their live segments changed: snapshots reread them (schema v5)
+        conn.execute(s.files.update().where(f.id.in_(sorted(still)))
+                     .values(segments_version=f.segments_version + 1))
     if emptied:
         conn.execute(s.files.update().where(f.id.in_(emptied), f.state == s.FILE_LIVE)
                      .values(state=s.FILE_RETIRED, state_changed_at_ms=now, job_id=None))

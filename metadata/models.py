@@ -161,14 +161,26 @@ class StoreStats:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """A consistent view for the compaction planner: topics, partitions, live files+segments."""
+    """A consistent view for the compaction planner: topics, partitions, live files and each
+    one's live segments (`file_segments`, by file id; in (topic id, partition) order).
+
+    An unchanged file's tuple is the very object of the previous snapshot taken through the
+    same handle (reads.snapshot), so consumers may cache what they derive from it by
+    identity."""
 
     taken_at_ms: int
     topics: tuple[TopicInfo, ...]
     partitions: tuple[PartitionInfo, ...]
     files: tuple[FileInfo, ...]
-    segments: tuple[SegmentInfo, ...]
+    file_segments: Mapping[int, tuple[SegmentInfo, ...]]
     leased_file_ids: frozenset[int] = frozenset()  # held by unexpired compaction leases
+
+    @property
+    def segments(self) -> tuple[SegmentInfo, ...]:
+        """Every live segment in (topic id, partition, offset) order; sorted on each call
+        (hot paths use `file_segments`)."""
+        return tuple(sorted((x for segs in self.file_segments.values() for x in segs),
+                            key=lambda x: (x.topic_id, x.partition, x.last_offset)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +248,15 @@ class RetentionResult:
 
     changes: tuple[RetentionChange, ...]
     retired_file_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PruneResult:
+    """What one prune pass deleted: history rows past their retention."""
+
+    files: int  # rows of deleted files
+    segments: int  # their segments' rows
+    jobs: int  # rows of finished (or long expired) compaction jobs
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -12,7 +14,7 @@ from .engine import Database
 from .errors import OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError
 from .files import file_info, held_jobs
 from .models import LevelStats, SegmentInfo, Snapshot, StoreStats
-from .segments import INFO_COLUMNS, segment_info
+from .segments import SNAPSHOT_COLUMNS, live_segment_info, segment_info
 from .topics import partition_info, topic_info
 
 
@@ -81,32 +83,34 @@ def _raise_unknown(conn: sa.Connection, topic: str, partition: int) -> None:
     raise UnknownPartitionError(f"topic {topic!r} has no partition {partition} (has {n})")
 
 
-def stats(db: Database) -> StoreStats:
-    """Live files, bytes and live segments per level; files and bytes per state."""
+def stats(db: Database, *, levels: bool = True) -> StoreStats:
+    """Live files, bytes and live segments per level; files and bytes per state.
+    `levels=False` leaves the per-level counts out (empty): the per-state counts read only
+    the files table (the compactor's GC-backlog gauge, every round)."""
     f, sg = s.files.c, s.segments.c
+    level_files: list[Any] = []
+    level_segs: dict[int, int] = {}
     with db.read() as conn:
         by_state = conn.execute(
             sa.select(f.state, sa.func.count(), sa.func.coalesce(sa.func.sum(f.size), 0))
             .group_by(f.state)
         ).all()
-        level_files = conn.execute(
-            sa.select(f.level, sa.func.count(), sa.func.coalesce(sa.func.sum(f.size), 0))
-            .where(f.state == s.FILE_LIVE).group_by(f.level)
-        ).all()
-        level_segs: dict[int, int] = {
-            int(lv): int(n) for lv, n in conn.execute(
-                sa.select(f.level, sa.func.count())
-                .select_from(s.segments.join(s.files, f.id == sg.file_id))
-                .where(s.LIVE).group_by(f.level)
-            )
-        }
+        if levels:
+            level_files = list(conn.execute(
+                sa.select(f.level, sa.func.count(), sa.func.coalesce(sa.func.sum(f.size), 0))
+                .where(f.state == s.FILE_LIVE).group_by(f.level)
+            ).all())
+            level_segs = {
+                int(lv): int(n) for lv, n in conn.execute(
+                    sa.select(f.level, sa.func.count())
+                    .select_from(s.segments.join(s.files, f.id == sg.file_id))
+                    .where(s.LIVE).group_by(f.level)
+                )
+            }
         n_topics = conn.execute(sa.select(sa.func.count()).select_from(s.topics)).scalar()
-    levels = tuple(
-        LevelStats(int(lv), int(n), int(b), int(level_segs.get(lv, 0)))
-        for lv, n, b in sorted(level_files)
-    )
     return StoreStats(
-        levels=levels,
+        levels=tuple(LevelStats(int(lv), int(n), int(b), int(level_segs.get(lv, 0)))
+                     for lv, n, b in sorted(level_files)),
         files_by_state={st: int(n) for st, n, _ in by_state},
         bytes_by_state={st: int(b) for st, _, b in by_state},
         topics=int(n_topics or 0),
@@ -114,37 +118,79 @@ def stats(db: Database) -> StoreStats:
 
 
 def snapshot(db: Database) -> Snapshot:
-    """Topics, partitions, live files and live segments, read in one consistent snapshot
-    (PostgreSQL: REPEATABLE READ; SQLite: one read transaction). A file is `leased` when
-    a leased, unexpired job holds it (also listed in `leased_file_ids`)."""
-    t, f, sg = s.topics, s.files, s.segments
-    with db.engine.connect() as conn:
-        if db.pg:
-            conn.execution_options(isolation_level="REPEATABLE READ")
-        with conn.begin():
-            now = db.clock.now_ms()
-            topic_rows = conn.execute(sa.select(t).order_by(t.c.name)).all()
-            names = {r.id: r.name for r in topic_rows}
-            part_rows = conn.execute(
-                sa.select(s.partitions).order_by(s.partitions.c.topic_id,
-                                                 s.partitions.c.partition)
-            ).all()
-            file_rows = conn.execute(
-                sa.select(f).where(f.c.state == s.FILE_LIVE).order_by(f.c.id)
-            ).all()
-            held = held_jobs(conn, [r.job_id for r in file_rows if r.job_id is not None], now)
-            seg_rows = conn.execute(
-                sa.select(*INFO_COLUMNS)
-                .select_from(sg.join(f, f.c.id == sg.c.file_id)
-                             .join(t, t.c.id == sg.c.topic_id))
-                .where(s.LIVE)
-                .order_by(sg.c.topic_id, sg.c.partition, sg.c.last_offset)
-            ).all()
+    """Topics, partitions, live files and their live segments, read in one consistent
+    snapshot (PostgreSQL: REPEATABLE READ; SQLite: one read transaction). A file is `leased`
+    when a leased, unexpired job holds it (also listed in `leased_file_ids`).
+
+    Incremental: the handle remembers each live file's segments with the file's
+    segments_version (schema v5: a live file's live segments change only with it), so only
+    files committed or shortened since the last snapshot have their segments read; the rest
+    is one row per topic, partition and live file. The first snapshot reads everything.
+    """
+    t, f = s.topics, s.files
+    known = db.segment_cache
+    with db.read(consistent=True) as conn:
+        now = db.clock.now_ms()
+        topic_rows = conn.execute(sa.select(t).order_by(t.c.name)).all()
+        names = {r.id: r.name for r in topic_rows}
+        part_rows = conn.execute(sa.select(s.partitions).order_by(
+            s.partitions.c.topic_id, s.partitions.c.partition)).all()
+        file_rows = conn.execute(
+            sa.select(f).where(f.c.state == s.FILE_LIVE).order_by(f.c.id)).all()
+        held = held_jobs(conn, [r.job_id for r in file_rows if r.job_id is not None], now)
+        stale = [int(r.id) for r in file_rows
+                 if known.get(r.id, (None,))[0] != r.segments_version]
+        if len(stale) == len(file_rows):  # the first snapshot: one scan, no id list
+            rows = _driver_rows(conn, _snapshot_query(None))
+        else:
+            rows = []
+            for i in range(0, len(stale), _IDS_PER_QUERY):
+                rows += _driver_rows(conn, _snapshot_query(stale[i:i + _IDS_PER_QUERY]))
+    by_id = {int(r.id): r for r in file_rows}
+    read = {}
+    for fid, group in itertools.groupby(rows, key=lambda r: int(r[_FILE_ID])):
+        row = by_id.get(fid)
+        if row is not None:
+            read[fid] = tuple(live_segment_info(x, names[x[_TOPIC_ID]], row.object_key,
+                                                row.size) for x in group)
+    reread = set(stale)
+    segments = {fid: read.get(fid, ()) if fid in reread else known[fid][1] for fid in by_id}
+    db.segment_cache = {fid: (int(r.segments_version), segments[fid])
+                        for fid, r in by_id.items()}
     return Snapshot(
         taken_at_ms=now,
         topics=tuple(topic_info(r) for r in topic_rows),
         partitions=tuple(partition_info(names[r.topic_id], r) for r in part_rows),
         files=tuple(file_info(r, leased=r.job_id in held) for r in file_rows),
-        segments=tuple(segment_info(r) for r in seg_rows),
+        file_segments=segments,
         leased_file_ids=frozenset(int(r.id) for r in file_rows if r.job_id in held),
     )
+
+
+# Files whose segments one snapshot query reads by id (a bounded IN list).
+_IDS_PER_QUERY = 500
+# Where a snapshot row (SNAPSHOT_COLUMNS) holds its file id and topic id.
+_FILE_ID, _TOPIC_ID = ([c.name for c in SNAPSHOT_COLUMNS].index(name)
+                       for name in ("file_id", "topic_id"))
+
+
+def _snapshot_query(file_ids: Sequence[int] | None) -> sa.Select[Any]:
+    """The live segments of these files (None: of every file), by file, topic, partition."""
+    sg = s.segments.c
+    query = sa.select(*SNAPSHOT_COLUMNS).where(s.LIVE)
+    if file_ids is not None:
+        query = query.where(sg.file_id.in_(file_ids))
+    return query.order_by(sg.file_id, sg.topic_id, sg.partition)
+
+
+def _driver_rows(conn: sa.Connection, query: sa.Select[Any]) -> list[Sequence[Any]]:
+    """`query`'s rows as the driver returns them, in the connection's transaction: plain
+    tuples, without SQLAlchemy's per-row processing, which costs more than the query when
+    a first snapshot reads 100,000 segments. Bound values are inlined (integers only)."""
+    sql = str(query.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
+    cursor = conn.connection.cursor()
+    try:
+        cursor.execute(sql)
+        return list(cursor.fetchall())
+    finally:
+        cursor.close()

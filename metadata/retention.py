@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -39,17 +39,17 @@ def apply_retention(db: Database) -> RetentionResult:
     so GC deletes their objects after the grace period (readers in flight finish).
 
     Segments in files held by a running compaction job wait for the next pass (the job
-    would otherwise be refused at commit). One transaction that locks the candidate
-    files, then the partition rows: the lock order of compaction commits, so neither
-    can deadlock the other. Crash before COMMIT: nothing changed; after: done.
+    would otherwise be refused at commit). A read first finds whether anything is due;
+    if so, one transaction that locks the candidate files, then the partition rows: the
+    lock order of compaction commits, so neither can deadlock the other. Crash before
+    COMMIT: nothing changed; after: done.
     """
     now = db.clock.now_ms()
-    with db.write() as conn:
-        topics = [topic_info(r) for r in conn.execute(sa.select(s.topics))]
-        rules = {ti.id: ti for ti in topics if ti.config.deletes and (
-            ti.config.retention_ms >= 0 or ti.config.retention_bytes >= 0)}
-        if not rules:
+    with db.read() as conn:  # most passes find nothing due: they take no write lock
+        if not _retention_prefixes(conn, _rules(conn), now):
             return RetentionResult((), ())
+    with db.write() as conn:
+        rules = _rules(conn)
         due = _retention_prefixes(conn, rules, now)
         if not due:
             return RetentionResult((), ())
@@ -98,31 +98,54 @@ def advance_log_start(db: Database, conn: sa.Connection, starts: Mapping[tuple[i
     return retire_segments(conn, dead, now)
 
 
+def _rules(conn: sa.Connection) -> dict[int, TopicInfo]:
+    """The topics retention applies to, by id: delete policy, a retention.ms or
+    retention.bytes limit."""
+    topics = [topic_info(r) for r in conn.execute(sa.select(s.topics))]
+    return {t.id: t for t in topics if t.config.deletes and (
+        t.config.retention_ms >= 0 or t.config.retention_bytes >= 0)}
+
+
 def _retention_prefixes(conn: sa.Connection, rules: Mapping[int, TopicInfo],
                         now: int) -> dict[tuple[int, int], list[Any]]:
-    """Per partition, the prefix of live segments past retention."""
+    """Per partition, the prefix of live segments past retention: a segment goes if it and
+    every one before it are older than retention.ms, or if the log would still hold at least
+    retention.bytes after it (both prefixes: the longer one goes).
+
+    Decided in the database with window functions over the read path's index, so only the
+    segments that go are fetched (a round where nothing is due reads no row, whatever the
+    number of live segments)."""
+    if not rules:
+        return {}
     sg = s.segments.c
+    ids = sorted(rules)
+
+    def per_topic(value: Callable[[TopicInfo], int]) -> Any:
+        return sa.case({tid: value(rules[tid]) for tid in ids}, value=sg.topic_id, else_=-1)
+
+    ms, nbytes = per_topic(lambda t: t.config.retention_ms), per_topic(
+        lambda t: t.config.retention_bytes)
+    log = (sg.topic_id, sg.partition)
+    expired = sa.case((sa.and_(ms >= 0, now - sg.max_timestamp > ms), 1), else_=0)
+    # One ordering for both windows (the index's), so the database sorts nothing.
+    ranked = sa.select(
+        sg.id, sg.file_id, sg.topic_id, sg.partition, sg.base_offset, sg.last_offset,
+        sg.record_count, sg.data_len, sg.max_timestamp,
+        sa.func.min(expired).over(partition_by=log, order_by=sg.last_offset,
+                                  rows=(None, 0)).label("expired"),  # this one and before
+        sa.func.coalesce(sa.func.sum(sg.data_len).over(
+            partition_by=log, order_by=sg.last_offset, rows=(1, None)), 0
+        ).label("left"),  # the bytes after this one
+        nbytes.label("keep_bytes"),
+    ).where(sg.topic_id.in_(ids), s.LIVE).subquery()
+    r = ranked.c
     rows = conn.execute(
-        sa.select(sg.id, sg.file_id, sg.topic_id, sg.partition, sg.base_offset,
-                  sg.last_offset, sg.record_count, sg.data_len, sg.max_timestamp)
-        .where(sg.topic_id.in_(sorted(rules)), s.LIVE)
-        .order_by(sg.topic_id, sg.partition, sg.last_offset)).all()
-    out: dict[tuple[int, int], list[Any]] = {}
-    for (tid, part), group in itertools.groupby(rows, key=lambda r: (r.topic_id, r.partition)):
-        segs = list(group)
-        cfg = rules[tid].config
-        n = 0
-        if cfg.retention_ms >= 0:
-            while n < len(segs) and now - segs[n].max_timestamp > cfg.retention_ms:
-                n += 1
-        if cfg.retention_bytes >= 0:
-            left = sum(r.data_len for r in segs[n:])
-            while n < len(segs) and left - segs[n].data_len >= cfg.retention_bytes:
-                left -= segs[n].data_len
-                n += 1
-        if n:
-            out[(int(tid), int(part))] = segs[:n]
-    return out
+        sa.select(r.id, r.file_id, r.topic_id, r.partition, r.base_offset, r.last_offset,
+                  r.record_count, r.data_len, r.max_timestamp)
+        .where(sa.or_(r.expired == 1, sa.and_(r.keep_bytes >= 0, r.left >= r.keep_bytes)))
+        .order_by(r.topic_id, r.partition, r.last_offset)).all()
+    return {(int(tid), int(part)): list(group) for (tid, part), group in
+            itertools.groupby(rows, key=lambda x: (x.topic_id, x.partition))}
 
 
 def delete_records(db: Database, offsets: Mapping[tuple[str, int], int]

@@ -54,6 +54,15 @@ Version 4 (consumer groups):
   committed_at_ms)`, PK (group_id, topic, partition): committed offsets, by topic NAME as
   Kafka keeps them; deleting a topic deletes them (topics.py).
 
+Version 5 (bounded metadata, incremental snapshots):
+
+- `files.segments_version`: +1 whenever one of the file's segments leaves the log while the
+  file stays live (retention, DeleteRecords, topic deletion: `files.retire_segments`). A
+  live file's segments are all inserted with it and only ever go live → dead, so (file id,
+  segments_version) names its live segments exactly: `reads.snapshot` rereads only files
+  whose version it has not seen. Row ids are never reused: pruning (history.py) keeps each
+  table's highest id, so SQLite never hands an id out twice.
+
 A migration is a function of a connection inside the transaction that also records its
 version; `MIGRATIONS[i]` brings the schema from version i to i + 1. Migrations are frozen once
 released: a later change to a table is a new migration, and `_v1` then gets its own copy of
@@ -130,27 +139,39 @@ partitions = sa.Table(
                        name="partitions_offsets"),
 )
 
-files = sa.Table(
-    "files",
-    md,
-    sa.Column("id", Id, primary_key=True, autoincrement=True),
-    sa.Column("object_key", sa.String(1024), nullable=False, unique=True),
-    sa.Column("size", sa.BigInteger),
-    sa.Column("data_offset", sa.BigInteger),
-    sa.Column("data_length", sa.BigInteger),
-    sa.Column("meta_offset", sa.BigInteger),
-    sa.Column("meta_length", sa.BigInteger),
-    sa.Column("level", sa.Integer, nullable=False),
-    sa.Column("state", sa.String(16), nullable=False),
-    sa.Column("holds_compacted", sa.Boolean, nullable=False),
-    sa.Column("created_at_ms", sa.BigInteger, nullable=False),
-    sa.Column("state_changed_at_ms", sa.BigInteger, nullable=False),
-    sa.Column("job_id", sa.BigInteger),  # the compaction job holding the file (next issue)
-    sa.CheckConstraint(
-        "state IN (" + ", ".join(f"'{s}'" for s in FILE_STATES) + ")", name="files_state"
-    ),
-    sa.Index("files_state_changed", "state", "state_changed_at_ms"),
-)
+def _files_table(metadata: sa.MetaData, *extra: sa.Column[Any]) -> sa.Table:
+    """The files table with `extra` columns after job_id (v1 has none; v5 adds
+    segments_version), its constraints and index."""
+    return sa.Table(
+        "files",
+        metadata,
+        sa.Column("id", Id, primary_key=True, autoincrement=True),
+        sa.Column("object_key", sa.String(1024), nullable=False, unique=True),
+        sa.Column("size", sa.BigInteger),
+        sa.Column("data_offset", sa.BigInteger),
+        sa.Column("data_length", sa.BigInteger),
+        sa.Column("meta_offset", sa.BigInteger),
+        sa.Column("meta_length", sa.BigInteger),
+        sa.Column("level", sa.Integer, nullable=False),
+        sa.Column("state", sa.String(16), nullable=False),
+        sa.Column("holds_compacted", sa.Boolean, nullable=False),
+        sa.Column("created_at_ms", sa.BigInteger, nullable=False),
+        sa.Column("state_changed_at_ms", sa.BigInteger, nullable=False),
+        sa.Column("job_id", sa.BigInteger),  # the compaction job holding the file
+        *extra,
+        sa.CheckConstraint(
+            "state IN (" + ", ".join(f"'{s}'" for s in FILE_STATES) + ")", name="files_state"
+        ),
+        sa.Index("files_state_changed", "state", "state_changed_at_ms"),
+    )
+
+
+def _segments_version() -> sa.Column[int]:
+    # +1 whenever a segment of the file leaves the log while the file stays live (v5).
+    return sa.Column("segments_version", sa.BigInteger, nullable=False, server_default="0")
+
+
+files = _files_table(md, _segments_version())
 
 # SQL types of the Segment fields' "sql" metadata (models.segment_columns).
 SQL_TYPES: dict[str, type[sa.types.TypeEngine[Any]]] = {
@@ -237,8 +258,8 @@ _V1_SEGMENT_COLUMNS = (
 def _v1(conn: sa.Connection, now_ms: int) -> None:
     """Create every table and the cluster secret."""
     v1 = sa.MetaData()
-    tables = [t.to_metadata(v1) for t in (cluster, topics, partitions, files)]
-    tables += [_segments_table(v1, _V1_SEGMENT_COLUMNS), jobs.to_metadata(v1)]
+    tables = [t.to_metadata(v1) for t in (cluster, topics, partitions)]
+    tables += [_files_table(v1), _segments_table(v1, _V1_SEGMENT_COLUMNS), jobs.to_metadata(v1)]
     v1.create_all(conn, tables=tables)
     conn.execute(tables[0].insert().values(id=1, secret=os.urandom(32), created_at_ms=now_ms))
 
@@ -362,6 +383,14 @@ def _v4(conn: sa.Connection, now_ms: int) -> None:
                                 for t in (group_coordinators, groups, group_offsets)])
 
 
+def _v5(conn: sa.Connection, now_ms: int) -> None:
+    """files.segments_version: the snapshot's change marker for a live file's segments."""
+    column = _segments_version()
+    kind = column.type.compile(dialect=conn.dialect)
+    conn.exec_driver_sql(f"ALTER TABLE files ADD COLUMN {column.name} {kind} NOT NULL"
+                         f" DEFAULT 0")
+
+
 Migration = Callable[[sa.Connection, int], None]
-MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4]
+MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5]
 LATEST_VERSION = len(MIGRATIONS)

@@ -47,9 +47,21 @@ if tuple(name for name, _ in ROW_COLUMNS) != (*_HEAD, *_RECORDED, *_TAIL):
     raise AssertionError(f"segments columns {ROW_COLUMNS} do not match segment_row")
 
 _INFO_FIELDS = tuple(f.name for f in dataclasses.fields(SegmentInfo))
-# What a SegmentInfo is read from: a segment row, its topic's name, its file's key and size.
+# What a SegmentInfo is read from, in its fields' order (`SegmentInfo(*row)`): a segment
+# row's columns, its topic's name, its file's key and size.
+# What a SegmentInfo is read from by name (`segment_info`): a segment row, its topic's name,
+# its file's key and size.
 INFO_COLUMNS = (*s.segments.c, s.topics.c.name.label("topic"), s.files.c.object_key,
                 s.files.c.size.label("file_size"))
+# What a snapshot reads of a live segment (`SNAPSHOT_COLUMNS`, `segments` columns only): the
+# SegmentInfo fields from `partition` to `topic_id`, then created_at_ms. `live_segment_info`
+# adds the rest: its topic's name, live, its file's key and size.
+_SNAPSHOT_FIELDS = (*_INFO_FIELDS[1:_INFO_FIELDS.index("live")], "created_at_ms")
+SNAPSHOT_COLUMNS = tuple(s.segments.c[name] for name in _SNAPSHOT_FIELDS)
+_FILLED_IN = ("topic", *_SNAPSHOT_FIELDS[:-1], "live", "created_at_ms", "object_key",
+              "file_size")
+if _FILLED_IN != _INFO_FIELDS:
+    raise AssertionError(f"SegmentInfo fields {_INFO_FIELDS} do not match live_segment_info")
 
 
 def chunk_meta(c: ChunkIndex) -> ChunkMeta:
@@ -114,9 +126,16 @@ def insert_segments(conn: sa.Connection, pg: bool, rows: Sequence[tuple[Any, ...
         conn.exec_driver_sql(f"INSERT INTO segments ({cols}) VALUES ({marks})", list(rows))
 
 
+def live_segment_info(row: Sequence[Any], topic: str, object_key: str,
+                      file_size: int | None) -> SegmentInfo:
+    """A SegmentInfo from a row of `SNAPSHOT_COLUMNS` (a plain tuple: a first snapshot
+    builds one per live segment) and what it does not hold."""
+    return SegmentInfo(*(topic, *row[:-1], True, row[-1], object_key, file_size))
+
+
 def segment_info(row: sa.Row[Any]) -> SegmentInfo:
     """A SegmentInfo from a row holding (at least) `INFO_COLUMNS` by name. A plain dict, not
-    the row's mapping: snapshots build thousands of these, and name lookups on a row
-    mapping cost several times more."""
+    the row's mapping: reads build thousands of these, and name lookups on a row mapping
+    cost several times more."""
     d = dict(zip(row._fields, row, strict=True))
     return SegmentInfo(*[d[name] for name in _INFO_FIELDS])

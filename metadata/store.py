@@ -1,17 +1,29 @@
 """`MetadataStore`: the one handle on the metadata database, a thin facade over the
-concern modules — topics.py, files.py (agent commits, GC), retention.py, reads.py
-(segments, snapshots, stats), jobs.py (compaction leases and commits), agents.py (the
-agent registry), producers.py (idempotent producers), groups.py (consumer groups:
-coordinator leases, stored groups, committed offsets), notify.py (commit notifications
-across processes) — on the shared `Database` of engine.py (engine, migrations,
-transactions, the commit helper and its failure model), and audit.py (`silt doctor`'s
-reads). The methods are those modules' functions, so each is documented where it is
-implemented.
+concern modules — topics.py, files.py (agent commits, GC), history.py (pruning finished
+jobs' and deleted files' rows), retention.py, reads.py (segments, snapshots, stats),
+jobs.py (compaction leases and commits), agents.py (the agent registry), producers.py
+(idempotent producers), groups.py (consumer groups: coordinator leases, stored groups,
+committed offsets), notify.py (commit notifications across processes) — on the shared
+`Database` of engine.py (engine, migrations, transactions, the commit helper and its
+failure model), and audit.py (`silt doctor`'s reads). The methods are those modules'
+functions, so each is documented where it is implemented.
 """
 
 from __future__ import annotations
 
-from . import agents, audit, files, groups, jobs, notify, producers, reads, retention, topics
+from . import (
+    agents,
+    audit,
+    files,
+    groups,
+    history,
+    jobs,
+    notify,
+    producers,
+    reads,
+    retention,
+    topics,
+)
 from .engine import DEFAULT_URL, Database
 
 __all__ = ["DEFAULT_URL", "MetadataStore"]
@@ -41,6 +53,7 @@ class MetadataStore(Database):
     files_to_gc = files.files_to_gc
     mark_deleting = files.mark_deleting
     mark_deleted = files.mark_deleted
+    prune = history.prune  # history rows past their retention
     # retention
     apply_retention = retention.apply_retention
     delete_records = retention.delete_records

@@ -2,10 +2,13 @@
 and any other fsspec URL (`gcs://`, `abfs://`, `hdfs://`, `fsspec+s3://` for s3fs, …).
 
 `open_store(url)` returns a backend wrapped in one retry policy and request counting.
+`StoreSpec.resolve(url)` is a URL with the client options this process resolved (for S3:
+endpoint, region, addressing style), for opening the same store in another process.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -32,15 +35,33 @@ from .errors import (
     UnsupportedUrlError,
 )
 from .local import FileStore, MemoryStore
-from .s3 import S3Store
+from .s3 import S3Options, S3Store
 from .wrappers import CountingStore, RetryingStore, RetryPolicy, StoreWrapper
 
 DEFAULT_STORE_URL = StoreConfig().url  # the embedded default
 DEFAULT_RETRY = RetryPolicy()
 
 
-def open_backend(url: str) -> ObjectStore:
-    """The bare backend for `url`, without retries or counting."""
+@dataclass(frozen=True, slots=True)
+class StoreSpec:
+    """How to open a store anywhere: its URL and the client options resolved where the spec
+    was made. Picklable and free of credentials, so a Spark driver resolves it once and its
+    executors, whose environment may lack `AWS_ENDPOINT_URL` or a region, open the very same
+    store with it. Options left None come from the opening process's environment."""
+
+    url: str
+    s3: S3Options | None = None
+
+    @classmethod
+    def resolve(cls, url: str) -> StoreSpec:
+        """`url` with this process's client options (s3://: from the AWS variables)."""
+        return cls(url, S3Options.from_environment() if urlparse(url).scheme == "s3" else None)
+
+
+def open_backend(store: str | StoreSpec) -> ObjectStore:
+    """The bare backend for a URL or spec, without retries or counting."""
+    spec = store if isinstance(store, StoreSpec) else StoreSpec(store)
+    url = spec.url
     parsed = urlparse(url)
     if parsed.scheme == "file":
         # file:///abs/path, or file://./relative (netloc "." or ".."), or file://relative
@@ -51,7 +72,7 @@ def open_backend(url: str) -> ObjectStore:
     if parsed.scheme == "memory":
         return MemoryStore(parsed.netloc + parsed.path)
     if parsed.scheme == "s3":
-        return S3Store(url)
+        return S3Store(url, options=spec.s3)
     if fsspec_protocol(url) is not None:
         from .fsspec_store import open_fsspec  # fsspec is imported only when used
 
@@ -60,9 +81,10 @@ def open_backend(url: str) -> ObjectStore:
 
 
 def open_store(
-    url: str, *, counting: bool = True, retry: RetryPolicy | None = DEFAULT_RETRY
+    url: str | StoreSpec, *, counting: bool = True, retry: RetryPolicy | None = DEFAULT_RETRY
 ) -> ObjectStore:
-    """The store for `url`: counting(retrying(backend)); `store.counters()` reads counts.
+    """The store for `url` (or a StoreSpec): counting(retrying(backend));
+    `store.counters()` reads counts.
 
     `retry=None` leaves retries out; `counting=False` leaves counting out (counters() is
     then all zeros).
@@ -92,8 +114,10 @@ __all__ = [
     "RetriableStoreError",
     "RetryPolicy",
     "RetryingStore",
+    "S3Options",
     "S3Store",
     "StoreConfig",
+    "StoreSpec",
     "StoreWrapper",
     "UnsupportedUrlError",
     "fsspec_protocol",

@@ -1,6 +1,9 @@
 """S3 through boto3: AWS, MinIO, LocalStack and moto with no code change.
 
 The client honours the standard AWS variables (`AWS_ENDPOINT_URL`, credentials, region).
+Endpoint, region and addressing style are resolved into `S3Options`, plain data another
+process can be handed (a Spark executor opens the store the driver resolved, whatever its
+own environment); credentials never are: each process takes them from its AWS chain.
 botocore's own retries are off (one attempt): the RetryingStore policy is the only one, so
 request counts are truthful. Every HTTP request botocore sends is reported to the store's
 listener from botocore's `before-send` event, so multipart parts and list pages count one
@@ -13,8 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, get_args
 from urllib.parse import urlparse
 
 import boto3
@@ -49,9 +53,12 @@ from .base import (
 from .errors import InvalidRangeError, ObjectStoreError, RetriableStoreError, UnsupportedUrlError
 
 ENV_ENDPOINT = "AWS_ENDPOINT_URL"
+ENV_ENDPOINT_S3 = "AWS_ENDPOINT_URL_S3"  # botocore's service-specific name, checked first
 ENV_REGION = "AWS_REGION"
 ENV_DEFAULT_REGION = "AWS_DEFAULT_REGION"
 DEFAULT_REGION = "us-east-1"
+AddressingStyle = Literal["auto", "path", "virtual"]
+ADDRESSING_STYLES: tuple[str, ...] = get_args(AddressingStyle)
 MIN_PART_SIZE = 5 * 1024 * 1024
 DEFAULT_PART_SIZE = 8 * 1024 * 1024
 # Objects up to this size go up as one PUT (an agent flush of ~8 MiB must not pay for a
@@ -106,11 +113,41 @@ TRANSPORT_TABLE: tuple[tuple[type[BotoCoreError], type[Exception]], ...] = (
     (BotoConnectionError, RetriableStoreError),  # EndpointConnectionError, ConnectTimeout
     (HTTPClientError, RetriableStoreError),  # ReadTimeout, ConnectionClosed, streaming
     (IncompleteReadError, RetriableStoreError),
-    (NoCredentialsError, PermissionError),
+    (NoCredentialsError, PermissionError),  # with the hint NO_CREDENTIALS
     (ParamValidationError, ValueError),
 )
 
+# Where credentials come from, told to a process that has none (a Spark executor has its
+# worker's environment, not the driver's).
+NO_CREDENTIALS = ("the standard AWS chain: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY,"
+                  " AWS_PROFILE, ~/.aws, an instance or pod role; Spark executors: their"
+                  " worker's chain or spark.executorEnv.*")
+
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class S3Options:
+    """Where and how the client reaches S3, as data: resolved once (`from_environment`) and
+    passed as is to other processes so all of them open the same store. No credentials."""
+
+    endpoint_url: str | None = None  # None: AWS's own endpoint for the region
+    region: str = DEFAULT_REGION
+    addressing_style: AddressingStyle = "auto"  # "path" for MinIO, LocalStack, moto
+
+    def __post_init__(self) -> None:
+        if self.addressing_style not in ADDRESSING_STYLES:
+            raise ValueError(f"S3 addressing style {self.addressing_style!r}: must be one of"
+                             f" {', '.join(ADDRESSING_STYLES)}")
+
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str] = os.environ) -> S3Options:
+        """The options the standard AWS variables give: `AWS_ENDPOINT_URL_S3` or
+        `AWS_ENDPOINT_URL` (path-style addressing then), `AWS_REGION` or
+        `AWS_DEFAULT_REGION` (else us-east-1)."""
+        endpoint = env.get(ENV_ENDPOINT_S3) or env.get(ENV_ENDPOINT) or None
+        region = env.get(ENV_REGION) or env.get(ENV_DEFAULT_REGION) or DEFAULT_REGION
+        return cls(endpoint, region, "path" if endpoint else "auto")
 
 
 def translate(exc: Exception, what: str) -> Exception:
@@ -127,19 +164,23 @@ def translate(exc: Exception, what: str) -> Exception:
     if isinstance(exc, BotoCoreError):
         for kind, target in TRANSPORT_TABLE:
             if isinstance(exc, kind):
-                return target(f"{what}: {exc}")
+                hint = f" ({NO_CREDENTIALS})" if isinstance(exc, NoCredentialsError) else ""
+                return target(f"{what}: {exc}{hint}")
         return ObjectStoreError(f"{what}: {exc}")
     return exc
 
 
-def client_options(endpoint: str | None) -> dict[str, Any]:
+def client_options(endpoint: str | None,
+                   addressing_style: AddressingStyle | None = None) -> dict[str, Any]:
     """botocore Config options every S3 client of ours gets: one attempt per request (the
-    RetryingStore is the one retry policy) and path-style addressing on a custom endpoint."""
+    RetryingStore is the one retry policy) and the addressing style, by default path-style
+    on a custom endpoint."""
+    style = addressing_style or ("path" if endpoint else "auto")
     return {
         # total_max_attempts, not max_attempts: botocore reads max_attempts=1 as "one
         # retry" (total 2), which would hide requests from the counts.
         "retries": {"total_max_attempts": 1, "mode": "standard"},
-        "s3": {"addressing_style": "path"} if endpoint else {},
+        "s3": {"addressing_style": style},
     }
 
 
@@ -285,9 +326,14 @@ class _S3Writer(ObjectWriter):
 
 
 class S3Store(Backend):
-    """`s3://bucket/prefix`: every key lives under the prefix."""
+    """`s3://bucket/prefix`: every key lives under the prefix.
 
-    def __init__(self, url: str, *, part_size: int = DEFAULT_PART_SIZE,
+    `options`: endpoint, region and addressing style (default: from this process's AWS
+    variables, `S3Options.from_environment`).
+    """
+
+    def __init__(self, url: str, *, options: S3Options | None = None,
+                 part_size: int = DEFAULT_PART_SIZE,
                  multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
                  client: Any = None) -> None:
         parsed = urlparse(url)
@@ -300,12 +346,14 @@ class S3Store(Backend):
         self.prefix = parsed.path.strip("/")
         self.part_size = part_size
         self.multipart_threshold = max(multipart_threshold, part_size)
+        self.options = options or S3Options.from_environment()
         if client is None:
-            endpoint = os.environ.get(ENV_ENDPOINT) or None
-            region = os.environ.get(ENV_REGION) or os.environ.get(ENV_DEFAULT_REGION)
-            config = Config(**client_options(endpoint), max_pool_connections=32)
+            config = Config(**client_options(self.options.endpoint_url,
+                                             self.options.addressing_style),
+                            max_pool_connections=32)
             client = boto3.session.Session().client(
-                "s3", endpoint_url=endpoint, region_name=region or DEFAULT_REGION, config=config)
+                "s3", endpoint_url=self.options.endpoint_url, region_name=self.options.region,
+                config=config)
         self.client = client
         client.meta.events.register("before-send.s3", self._before_send)
         client.meta.events.register("needs-retry.s3", self._after_send)

@@ -21,6 +21,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from .model import (
@@ -38,6 +39,7 @@ from .model import (
 )
 
 MIB = 1024 * 1024
+_BASE_OFFSET = attrgetter("base_offset")
 
 
 def spec_id_of(input_file_ids: Iterable[int], output_level: int) -> str:
@@ -57,22 +59,37 @@ class _Candidate:
 
 
 class _Index:
-    """Per-partition views of a snapshot at one instant."""
+    """Per-partition views of a snapshot at one instant.
+
+    Built in one pass over the segments; the loops below run per segment of a whole
+    snapshot (100,000 and more), so they use plain tuples and sets and no per-segment
+    method calls.
+    """
 
     def __init__(self, snap: Snapshot, now_ms: int, config: PlannerConfig) -> None:
         self.snap = snap
         self.now_ms = now_ms
         self.config = config
         self.files = {f.file_id: f for f in snap.files}
-        self.by_tp: dict[TopicPartition, list[SegmentView]] = defaultdict(list)
+        by_tp: dict[TopicPartition, list[SegmentView]] = {}
         for f in snap.files:
             for s in f.segments:
-                self.by_tp[s.tp].append(s)
-        self.pos: dict[int, int] = {}  # segment id -> index in its partition's list
-        for segs in self.by_tp.values():
-            segs.sort(key=lambda s: s.base_offset)
+                tp = (s.topic, s.partition)
+                segs = by_tp.get(tp)
+                if segs is None:
+                    by_tp[tp] = [s]
+                else:
+                    segs.append(s)
+        # file id -> (partition, index of its segment in the partition's list) per segment
+        self.places: dict[int, list[tuple[TopicPartition, int]]] = {
+            f.file_id: [] for f in snap.files}
+        for tp, segs in by_tp.items():
+            segs.sort(key=_BASE_OFFSET)
             for i, s in enumerate(segs):
-                self.pos[s.segment_id] = i
+                self.places[s.file_id].append((tp, i))
+        self.by_tp: defaultdict[TopicPartition, list[SegmentView]] = defaultdict(list, by_tp)
+        self.compacted = frozenset(t for t, p in snap.topics.items() if p.compacted)
+        self.fresh_ids = frozenset(f.file_id for f in snap.files if self.fresh(f))
         self._uncleanable: dict[TopicPartition, int] = {}
 
     def policy(self, topic: str) -> TopicPolicy | None:
@@ -116,60 +133,71 @@ class _Index:
     def closure(self, seeds: Iterable[int]) -> set[int]:
         """The smallest superset of `seeds` whose segments are contiguous per partition.
 
-        Keeps a covered index span per partition and only scans the part a new file adds,
-        so each segment is visited a bounded number of times.
+        Keeps a covered index span per partition: each round takes in the files found in
+        the last one, widens the spans over their segments, then scans only the newly
+        covered indexes for files not yet in, so each segment is visited about twice.
         """
         job: set[int] = set()
-        span: dict[TopicPartition, list[int]] = {}
-        stack = list(seeds)
-        while stack:
-            fid = stack.pop()
-            if fid in job:
-                continue
-            job.add(fid)
-            for s in self.files[fid].segments:
-                k = self.pos[s.segment_id]
-                cur = span.get(s.tp)
-                if cur is None:
-                    span[s.tp] = [k, k + 1]
-                    continue
-                segs = self.by_tp[s.tp]
-                if k < cur[0]:
-                    stack.extend(x.file_id for x in segs[k:cur[0]])
-                    cur[0] = k
-                elif k >= cur[1]:
-                    stack.extend(x.file_id for x in segs[cur[1]:k + 1])
-                    cur[1] = k + 1
+        span: dict[TopicPartition, list[int]] = {}  # inclusive [first, last] index
+        places, by_tp = self.places, self.by_tp
+        found = set(seeds)
+        while found:
+            job |= found
+            before: dict[TopicPartition, tuple[int, int] | None] = {}
+            for fid in found:
+                for tp, k in places[fid]:
+                    cur = span.get(tp)
+                    if cur is None:
+                        before[tp] = None
+                        span[tp] = [k, k]
+                        continue
+                    if tp not in before:
+                        before[tp] = (cur[0], cur[1])
+                    if k < cur[0]:
+                        cur[0] = k
+                    elif k > cur[1]:
+                        cur[1] = k
+            found = set()
+            for tp, old in before.items():
+                lo, hi = span[tp]
+                segs = by_tp[tp]
+                new = (segs[lo:hi + 1] if old is None
+                       else segs[lo:old[0]] + segs[old[1] + 1:hi + 1])
+                for x in new:
+                    if x.file_id not in job:
+                        found.add(x.file_id)
         return job
 
     def partition_plans(self, file_ids: set[int]) -> tuple[PartitionPlan, ...]:
         """A plan for every compacted partition the files hold."""
+        compacted = self.compacted
         in_job: dict[TopicPartition, list[SegmentView]] = defaultdict(list)
         for fid in file_ids:
             for s in self.files[fid].segments:
-                if self.policy(s.topic) is not None:
-                    in_job[s.tp].append(s)
+                if s.topic in compacted:
+                    in_job[(s.topic, s.partition)].append(s)
         plans = []
         for tp in sorted(in_job):
-            policy = self.policy(tp[0])
-            assert policy is not None
+            policy = self.snap.topics[tp[0]]
             segs = in_job[tp]
             upto = self.first_uncleanable(tp)
+            checkpoint = self.checkpoint(tp)
             # Closed files hold a contiguous run; holding the first live segment means
             # holding the log from its start (compaction leaves offset gaps, so compare
             # segments, not offsets with log_start_offset).
             whole = self.by_tp[tp][0].file_id in file_ids
+            horizon = self.now_ms - policy.delete_retention_ms
             drop = frozenset(
                 s.segment_id for s in segs
-                if whole and s.tombstone_count > 0 and s.cleaned_at_ms is not None
-                and self.now_ms >= s.cleaned_at_ms + policy.delete_retention_ms
-                and s.last_offset < upto
-            )
+                if s.tombstone_count > 0 and s.cleaned_at_ms is not None
+                and s.cleaned_at_ms <= horizon and s.last_offset < upto
+            ) if whole else frozenset()
             plans.append(PartitionPlan(
                 tp[0], tp[1], whole_log=whole, clean_upto_offset=upto,
                 delete_retention_ms=policy.delete_retention_ms,
-                dirty_start_offset=self.checkpoint(tp),
-                dedupe=any(self.dirty(s) and s.base_offset < upto for s in segs),
+                dirty_start_offset=checkpoint,
+                dedupe=any((s.cleaned_at_ms is None or s.last_offset >= checkpoint)
+                           and s.base_offset < upto for s in segs),
                 tombstone_drop_segment_ids=drop,
             ))
         return tuple(plans)
@@ -192,15 +220,18 @@ class _Index:
         below its first uncleanable offset, fresh L0 files left out: what Kafka's cleaner
         weighs (its cleanable ratio, and the age max.compaction.lag.ms bounds)."""
         upto = self.first_uncleanable(tp)
+        checkpoint = self.checkpoint(tp)
+        fresh = self.fresh_ids
         clean = dirty = 0
         oldest: int | None = None
         for s in self.by_tp[tp]:
-            if s.last_offset >= upto or self.fresh(self.files[s.file_id]):
+            if s.last_offset >= upto or s.file_id in fresh:
                 break  # Kafka only weighs what lies below the first uncleanable offset
-            if self.dirty(s):
+            if s.cleaned_at_ms is None or s.last_offset >= checkpoint:  # dirty
                 dirty += s.size_bytes
                 ts = s.min_timestamp if s.min_timestamp is not None else s.created_at_ms
-                oldest = ts if oldest is None else min(oldest, ts)
+                if oldest is None or ts < oldest:
+                    oldest = ts
             else:
                 clean += s.size_bytes
         return clean, dirty, oldest
@@ -210,10 +241,8 @@ class _Index:
         of the dirtiest one that is not due yet."""
         out: list[_Candidate] = []
         best: tuple[float, TopicPartition, float] | None = None
-        for tp in sorted(self.by_tp):
-            policy = self.policy(tp[0])
-            if policy is None:
-                continue
+        for tp in sorted(tp for tp in self.by_tp if tp[0] in self.compacted):
+            policy = self.snap.topics[tp[0]]
             clean, dirty, oldest = self.cleanable(tp)
             if oldest is None or dirty == 0:
                 continue
@@ -249,10 +278,13 @@ def propose(snap: Snapshot, now_ms: int, config: PlannerConfig | None = None) ->
     taken: set[int] = {f.file_id for f in snap.files if f.leased}
     leased = set(taken)
     jobs: list[JobSpec] = []
+    job_inputs: list[set[int]] = []
     waiting: list[str] = []
 
     def admit(seeds: set[int], trigger: Trigger, reason: str, single_ok: bool) -> None:
-        full = ix.closure(seeds)
+        # A busy seed settles it without the closure (which may span the whole snapshot:
+        # while a whole-log clean runs, every compacted partition's candidate lands here).
+        full = seeds if seeds & taken else ix.closure(seeds)
         busy = full & taken
         if busy:
             who = "running jobs" if busy <= leased else "jobs proposed above"
@@ -262,12 +294,13 @@ def propose(snap: Snapshot, now_ms: int, config: PlannerConfig | None = None) ->
             return
         extra = f" (+{len(full) - len(seeds)} files for contiguity)" if full != seeds else ""
         jobs.append(ix.job(full, trigger, reason + extra))
+        job_inputs.append(full)
         taken.update(full)
 
     candidates, summary = ix.dirty_candidates()
     for c in candidates:
         files = {s.file_id for s in ix.by_tp[c.tp]}
-        if any(files <= set(j.input_file_ids) for j in jobs):
+        if any(files <= inputs for inputs in job_inputs):
             continue  # a job above already holds (and cleans) this partition's whole log
         admit(files, c.trigger, c.reason, single_ok=True)
     if summary is not None:

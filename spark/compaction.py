@@ -1,8 +1,12 @@
 """Compaction on Spark executors: the planner runs on the driver, each job is one task.
 
 The driver plans with `Compactor.plan` and parallelizes the JobSpecs, one partition each.
-A task opens the store and the metadata store from their URLs and calls the very same
-`Compactor.run_job(spec)` as a local worker; it returns the job report as a dict.
+A task opens the store from the driver's `StoreSpec` (the URL with the endpoint, region and
+addressing style the driver resolved: an executor's environment need not name them; its
+credentials come from its own AWS chain or `spark.executorEnv.*`) and the metadata store
+from its URL, and calls the very same `Compactor.run_job(spec)` as a local worker; it
+returns the job report as a dict. A task that raises (a job's own failures never do) is
+retried by Spark; once Spark gives up, the run raises SparkJobError with the task's error.
 
 Spark may retry a failed task or run a speculative copy. The job lease and its fencing token
 decide what a second attempt of the same spec does:
@@ -21,15 +25,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from clock import SYSTEM_CLOCK
 from compactor import Compactor, CompactorConfig, JobReport
 from metadata import MetadataStore
-from objectstore import open_store
+from objectstore import StoreSpec, open_store
 from planner import JobSpec
 
+from .errors import SparkJobError, first_error
 from .session import get_session
 
 log = logging.getLogger(__name__)
@@ -62,7 +67,7 @@ def _leased_until(md: MetadataStore, spec_id: str) -> int | None:
     return max(held) if held else None
 
 
-def run_spec(store_url: str, metadata_url: str, spec: JobSpec, config: CompactorConfig,
+def run_spec(store: str | StoreSpec, metadata_url: str, spec: JobSpec, config: CompactorConfig,
              *, attempt: int = 0, open_metadata: MetadataOpener = MetadataStore.open,
              ) -> tuple[dict[str, Any], bool]:
     """One job on an executor through the local worker's code path.
@@ -84,21 +89,21 @@ def run_spec(store_url: str, metadata_url: str, spec: JobSpec, config: Compactor
                 left_s = (expires - clock.now_ms()) / 1000
                 clock.sleep(min(max(left_s, 0.0) + 0.05, RETRY_POLL_S))
                 continue
-            compactor = Compactor(open_store(store_url), md, config)
+            compactor = Compactor(open_store(store), md, config)
             return compactor.run_job(spec).as_dict(), False
     finally:
         md.close()
 
 
 def _run_partition(
-    rows: Iterator[tuple[str, str, JobSpec, CompactorConfig, MetadataOpener]],
+    rows: Iterator[tuple[StoreSpec, str, JobSpec, CompactorConfig, MetadataOpener]],
 ) -> Iterator[tuple[dict[str, Any], bool]]:
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
     attempt = ctx.attemptNumber() if ctx is not None else 0
-    for store_url, metadata_url, spec, config, open_metadata in rows:
-        yield run_spec(store_url, metadata_url, spec, config, attempt=attempt,
+    for store, metadata_url, spec, config, open_metadata in rows:
+        yield run_spec(store, metadata_url, spec, config, attempt=attempt,
                        open_metadata=open_metadata)
 
 
@@ -116,17 +121,20 @@ def summarize(reports: list[JobReport]) -> dict[str, int]:
 
 def run_on_spark(store_url: str, metadata_url: str, *, master: str = DEFAULT_MASTER,
                  everything: bool = False, config: CompactorConfig | None = None,
-                 session: Any = None,
+                 session: Any = None, spark_conf: Mapping[str, str] | None = None,
                  open_metadata: MetadataOpener = MetadataStore.open) -> list[JobReport]:
     """Apply retention and plan on the driver, run each proposed job as one Spark task,
     collect garbage.
 
-    `session`: an existing SparkSession (else one is created for `master`).
+    `session`: an existing SparkSession (else one is created for `master` with
+    `spark_conf`, e.g. `spark.executorEnv.AWS_PROFILE`).
     `open_metadata`: how the driver and each task open the metadata store (MetadataOpener).
-    Returns one report per proposed job, in plan order.
+    Returns one report per proposed job, in plan order. Raises SparkJobError when Spark
+    gives up on a task (it raised on every attempt: the job is left to a later round).
     """
     config = config or CompactorConfig()
-    store = open_store(store_url)
+    where = StoreSpec.resolve(store_url)  # shipped to the tasks as resolved here
+    store = open_store(where)
     md = open_metadata(metadata_url)
     try:
         driver = Compactor(store, md, config)
@@ -135,11 +143,16 @@ def run_on_spark(store_url: str, metadata_url: str, *, master: str = DEFAULT_MAS
         if not specs:
             log.info("no compaction job to run")
             return []
-        spark = session or get_session(master, "silt-compact")
+        spark = session or get_session(master, "silt-compact", **(spark_conf or {}))
         rdd = spark.sparkContext.parallelize(
-            [(store_url, metadata_url, spec, config, open_metadata) for spec in specs],
+            [(where, metadata_url, spec, config, open_metadata) for spec in specs],
             numSlices=len(specs))
-        results: list[tuple[dict[str, Any], bool]] = rdd.mapPartitions(_run_partition).collect()
+        try:
+            results: list[tuple[dict[str, Any], bool]] = (
+                rdd.mapPartitions(_run_partition).collect())
+        except Exception as exc:  # py4j's or pyspark's error, a whole stack trace long
+            raise SparkJobError(f"Spark gave up on a compaction task: {first_error(exc)}"
+                                ) from exc
         reports = []
         for raw, recovered in results:
             report = JobReport(**raw)

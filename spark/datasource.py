@@ -9,6 +9,11 @@ pending; the driver's commit makes every task's object visible in one metadata t
 (`commit_files`). A failed task abandons its own object; an aborted job abandons the objects
 of the tasks that succeeded; nothing of a failed job is ever visible (GC deletes the
 objects).
+
+The options are parsed where Spark plans the read or write, on the driver: the store is
+resolved there (`StoreSpec`: endpoint, region, addressing style) and travels to the tasks
+with the reader or writer, so executors need only credentials (their own AWS chain or
+`spark.executorEnv.*`) and access to the store and the metadata database.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from metadata import ChunkMeta, MetadataStore, SegmentInfo
 from metadata.errors import CommitUnknownError, FileStateError
 from metadata.schema import FILE_LIVE
 from metadata.segments import chunk_meta
-from objectstore import open_store
+from objectstore import StoreSpec, open_store
 from settings.load import load_settings
 
 NAME = "silt"
@@ -55,10 +60,11 @@ OPT_LATEST = "latest_per_key"
 @dataclass(frozen=True)
 class Options:
     """Parsed data source options; store and metadata default to the settings layer's
-    (`SILT_STORE` / `SILT_METADATA`, else the embedded defaults)."""
+    (`SILT_STORE` / `SILT_METADATA`, else the embedded defaults). The store is resolved
+    where the options are parsed (the driver)."""
 
     topic: str
-    store: str
+    store: StoreSpec
     metadata: str
     partitions: tuple[int, ...] | None
     start: int
@@ -78,7 +84,7 @@ class Options:
             store, metadata = store or settings.store.url, metadata or settings.metadata.url
         return cls(
             topic=topic,
-            store=store,
+            store=StoreSpec.resolve(store),
             metadata=metadata,
             partitions=tuple(int(p) for p in parts.split(",")) if parts else None,
             start=int(options.get(OPT_START, "0")),

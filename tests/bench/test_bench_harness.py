@@ -114,3 +114,20 @@ def test_groups_commits_on_postgres(postgres_url: str, tmp_path: Path) -> None:
     assert {r["metadata"] for r in rows} == {"postgresql"}
     assert all(r["commits"] > 0 for r in rows if r["measure"] == "OffsetCommit")
     _assert_one_row_per_partition(rows)
+
+
+def test_planning_suite_times_rounds_of_each_layout(tmp_path: Path) -> None:
+    from bench.report import PLANNING_COLUMNS, render
+    from bench.run import machine, run_planning_suite
+
+    rows = run_planning_suite(quick=True)
+    assert [(r["layout"], r["live_segments"]) for r in rows] == [
+        (layout, n) for n in (2_000, 5_000) for layout in ("steady", "l0-job", "clean")]
+    for r in rows:
+        assert r["jobs"] == (0 if r["layout"] == "steady" else 1), r
+        assert all(k in r for k, _ in PLANNING_COLUMNS), r  # every column is measured
+        assert r["live_files"] * 100 == r["live_segments"]
+    clean = [r for r in rows if r["layout"] == "clean"]
+    assert all(r["job_segments"] == r["live_segments"] for r in clean)  # every file
+    page = render({"machine": machine(), "results": rows})
+    assert "## Compaction planning" in page and "| sqlite | clean | 5000 |" in page

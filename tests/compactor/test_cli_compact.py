@@ -116,9 +116,33 @@ def test_compact_rejects_flags_it_would_ignore(tmp_path: Path) -> None:
         (["--all", "--json"], f"Error: --all and --json {loop}"),
         (["--json", "--memory", "64"], f"Error: --json {loop}"),
         (["--once", "--master", "local[1]"], "Error: --master needs --engine spark"),
+        (["--once", "--master", "local[1]", "--spark-conf", "a=b"],
+         "Error: --master and --spark-conf need --engine spark"),
     ]
     for args, message in cases:
         code, out, err = run(["compact", *args], env)
         assert code == 2 and out == "", args
         assert [line for line in err.splitlines() if line.startswith("Error:")] == [message]
     assert not (tmp_path / "md.db").exists()  # refused before anything was opened
+
+
+def test_compact_exits_1_naming_the_first_failed_job(tmp_path: Path) -> None:
+    """A job that fails (an input object is gone) is reported, and compact exits 1 with one
+    line on stderr naming it, with --json too (its stdout stays the reports)."""
+    env = {"SILT_STORE": f"file://{tmp_path}/objects",
+           "SILT_METADATA": f"sqlite:///{tmp_path}/md.db"}
+    assert run(["topics", "create", "s", "--partitions", "1", "--config",
+                "cleanup.policy=compact"], env)[0] == 0
+    for rnd in range(2):
+        lines = "".join(json.dumps({"key": "k", "value": f"v{rnd}"}) + "\n" for _ in range(3))
+        assert run(["produce", "s"], env, input=lines)[0] == 0
+    gone = sorted((tmp_path / "objects").rglob("*.silt"))[0]
+    gone.unlink()
+    code, out, err = run(["compact", "--once", "--all", "--json"], env)
+    assert code == 1
+    (report,) = json.loads(out)
+    assert report["outcome"] == "failed" and gone.name in report["error"]
+    assert err.splitlines() == [
+        f"silt: 1 of 1 compaction jobs failed; first: job {report['spec_id']}:"
+        f" {report['error'].splitlines()[0]}"]
+    assert report["error"].startswith("FileNotFoundError: ")

@@ -107,3 +107,39 @@ def test_leased_files_wait_and_stale_jobs_are_refused(store: MetadataStore,
     assert store.partitions("d")[0].log_start_offset == 10
     assert store.find_segments("d", 0, 10) == []
 
+
+
+def test_retention_cuts_the_prefix_a_model_predicts(store: MetadataStore,
+                                                    clock: ManualClock) -> None:
+    """Property: the prefix decided in the database is the one Kafka's rule gives: while
+    the next segment is older than retention.ms, then while the log would still hold
+    retention.bytes without it."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    names = iter(range(10_000))
+
+    @settings(max_examples=40, deadline=None)
+    @given(segs=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 300)), min_size=1,
+                         max_size=7),
+           ms=st.sampled_from([-1, DAY, 2 * DAY]), nbytes=st.sampled_from([-1, 0, 250, 600]))
+    def check(segs: list[tuple[int, int]], ms: int, nbytes: int) -> None:
+        topic = f"p{next(names)}"
+        store.create_topic(topic, 1, {"retention.ms": str(ms), "retention.bytes": str(nbytes)})
+        now = clock.now_ms()
+        for i, (age_days, size) in enumerate(segs):
+            commit(store, f"{topic}-{i}", [dataclasses.replace(
+                stamped(topic, 0, 1, now - age_days * DAY + 1), data_len=size)])
+        n = 0
+        if ms >= 0:
+            while n < len(segs) and segs[n][0] * DAY - 1 > ms:
+                n += 1
+        if nbytes >= 0:
+            left = sum(size for _, size in segs[n:])
+            while n < len(segs) and left - segs[n][1] >= nbytes:
+                left -= segs[n][1]
+                n += 1
+        changes = [c for c in store.apply_retention().changes if c.topic == topic]
+        assert [(c.log_start_offset, c.segments) for c in changes] == ([(n, n)] if n else [])
+
+    check()

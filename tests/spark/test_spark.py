@@ -17,10 +17,11 @@ from agent import Agent, AgentConfig, Reader
 from cli.main import cli
 from clock import ManualClock
 from compactor import Compactor, CompactorConfig, JobReport
-from faults import AFTER_COMMIT, BEFORE_COMMIT, CrashOnce
+from faults import AFTER_COMMIT, BEFORE_COMMIT, CrashOnce, UnreachableInTasks
 from metadata import MetadataStore
 from objectstore import open_store
 from spark.compaction import run_on_spark, summarize
+from spark.errors import SparkJobError, first_error
 
 pytestmark = pytest.mark.spark
 
@@ -151,6 +152,34 @@ def test_task_crashing_after_commit_does_not_commit_twice(
     (job,) = _committed_jobs(md_url)
     assert (job.fence, job.attempts, job.id) == (1, 1, reports[0].job_id)
     assert _dump(store_url, md_url) == _compacted(before)
+
+
+def test_task_failing_every_attempt_raises_one_line(spark: Any, tmp_path: Path) -> None:
+    """A task that raises on every attempt (here: the metadata database is unreachable from
+    executors): once Spark gives up, run_on_spark raises SparkJobError with the task's error
+    in one line; nothing was committed."""
+    store_url, md_url = _populate(tmp_path)
+    before = _dump(store_url, md_url)
+    with pytest.raises(SparkJobError) as err:
+        run_on_spark(store_url, md_url, everything=True, session=spark,
+                     open_metadata=UnreachableInTasks())
+    assert str(err.value) == ("Spark gave up on a compaction task: ConnectionRefusedError:"
+                              f" metadata {md_url}: unreachable from this executor (injected)")
+    assert _committed_jobs(md_url) == []
+    assert _dump(store_url, md_url) == before
+
+
+def test_first_error_finds_the_python_error_in_a_jvm_trace() -> None:
+    jvm = ("An error occurred while calling o1.collect.\n: org.apache.spark.SparkException:"
+           " Job aborted due to stage failure: Task 0 failed 4 times, most recent failure:"
+           " org.apache.spark.api.python.PythonException: Traceback (most recent call"
+           " last):\n  File \"worker.py\", line 1, in main\n    raise PermissionError(x)\n"
+           "PermissionError: get s3://b/k: Unable to locate credentials\n\n"
+           "\tat org.apache.spark.api.python.BasePythonRunner.handle(Runner.scala:1)\n")
+    assert first_error(RuntimeError(jvm)) == (
+        "PermissionError: get s3://b/k: Unable to locate credentials")
+    assert first_error(RuntimeError("one\ntwo")) == "one"
+    assert first_error(RuntimeError()) == "RuntimeError"
 
 
 def test_read_equals_consume_and_latest_per_key(spark: Any, tmp_path: Path) -> None:

@@ -18,15 +18,19 @@ import telemetry
 from agent import AgentConfig
 from agent.protocol.context import ServerContext
 from agent.protocol.health import ready as agent_ready
-from compactor import CompactorConfig
+from compactor import Compactor, CompactorConfig
+from compactor.health import observe_round
 from compactor.health import ready as compactor_ready
 from metadata import MetadataStore
 from metadata.config import MetadataConfig
 from metadata.engine import make_engine
 from metadata.errors import UnknownTopicError
 from objectstore import open_store
+from planner import PlannerConfig
 from settings import SettingError
 from settings.load import load_settings
+
+from ..metadata.metadata_helpers import chunk, commit
 
 
 def get(port: int, path: str, accept: str = "") -> tuple[int, str, str]:
@@ -190,3 +194,20 @@ def test_compactor_is_ready_while_the_metadata_store_answers(tmp_path: Path) -> 
         assert status == 503 and body.startswith("not ready: OperationalError: ")
         assert body.count("\n") == 1
     down.close()
+
+
+def test_a_round_sets_live_data_per_level_and_the_gc_backlog(tmp_path: Path) -> None:
+    with MetadataStore.open(f"sqlite:///{tmp_path}/md.db") as md:
+        md.create_topic("t", 2, {"cleanup.policy": "compact"})
+        commit(md, "a", [chunk("t", 0), chunk("t", 1)])
+        commit(md, "b", [chunk("t", 0)])
+        md.abandon_file(md.register_pending_file("c"))
+        assert md.stats(levels=False).levels == ()  # only the files per state are read
+        assert md.stats(levels=False).files_by_state == md.stats().files_by_state
+        _, snap = Compactor(open_store("memory://round"), md).snapshot()
+        observe_round(md, snap, md.clock.now_ms(), PlannerConfig())
+    assert (sample("silt_live_files", level="0"), sample("silt_live_bytes", level="0"),
+            sample("silt_live_segments", level="0")) == (2, 2000, 3)
+    assert (sample("silt_gc_backlog_files", state="abandoned"),
+            sample("silt_gc_backlog_files", state="retired")) == (1, 0)
+    assert REGISTRY.get_sample_value("silt_compaction_max_dirty_ratio", {"topic": "t"}) == 0

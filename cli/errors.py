@@ -1,0 +1,10 @@
+"""Errors of the `silt` command itself."""
+
+from __future__ import annotations
+
+
+class CommandFailed(Exception):
+    """The command ran but some of its work failed (e.g. a compaction job); the message is
+    one line saying what, and the command exits 1."""
+
+    retriable = False
