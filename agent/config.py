@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fileformat import WRITABLE_COMPRESSIONS, Compression
-from settings import Section, choice, integer, setting, text
+from settings import Section, choice, integer, parse_host_port, setting, text
+from telemetry import config as metrics
 
 LINGER_MS = "linger.ms"
 FLUSH_BYTES = "flush.bytes"
@@ -47,15 +48,6 @@ def is_wildcard(host: str) -> bool:
         return ipaddress.ip_address(host).is_unspecified
     except ValueError:  # a host name
         return False
-
-
-def parse_host_port(value: str) -> tuple[str, int] | None:
-    """("host", port) from "HOST:PORT" ("[::1]:9092" for IPv6), or None if malformed."""
-    host, sep, port = value.strip().rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        return None
-    return host, int(port)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +91,10 @@ class AgentConfig(Section):
     group_initial_rebalance_delay_ms: int = integer(GROUP_INITIAL_REBALANCE_DELAY_MS, 3_000,
                                                     lo=0)
     offset_metadata_max_bytes: int = integer(OFFSET_METADATA_MAX_BYTES, 4096, lo=0)
+    # `silt agent`'s metrics port (telemetry/: /metrics, /healthz, /readyz; "" = none), and
+    # how often it computes the lag of the consumer groups it coordinates.
+    metrics_listeners: str = metrics.listeners()
+    metrics_refresh_interval_ms: int = metrics.refresh_interval_ms()
 
     def check_across(self) -> None:
         if self.group_max_session_timeout_ms < self.group_min_session_timeout_ms:

@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 
+import telemetry
 from clock import SYSTEM_CLOCK, Clock
 from fileformat import ChunkBuilder, FileWriter, KeyHasher
 from fileformat.batch import CheckedBatch, check_client_batch
@@ -609,6 +611,7 @@ class Agent:
         outcome: FlushOutcome,
     ) -> None:
         """Write `items` as one object and commit it (the steps in the module docstring)."""
+        started = time.perf_counter()
         key = new_object_key(self._clock)
         try:
             file_id = self._metadata.register_pending_file(
@@ -656,6 +659,12 @@ class Agent:
         report = FlushReport(key, len(items), records, layout.size)
         self.reports.append(report)
         self.totals = self.totals.plus(report)
+        by_topic: dict[str, tuple[int, int]] = {}
+        for c in layout.chunks:  # the chunks the commit made visible
+            if not isinstance(outcomes[(c.topic, c.partition)], RejectedChunk):
+                n, b = by_topic.get(c.topic, (0, 0))
+                by_topic[c.topic] = (n + c.record_count, b + c.data_len)
+        telemetry.flushed(time.perf_counter() - started, layout.size, by_topic)
 
     def _settle(self, items: list[tuple[tuple[str, int], _PartitionBuffer]],
                 outcome: FlushOutcome) -> None:
@@ -676,5 +685,6 @@ class Agent:
     ) -> None:
         error.__cause__ = cause
         log.error("%s", error)
+        telemetry.flush_failed(unknown=isinstance(error, FlushOutcomeUnknownError))
         for tp, _ in items:
             outcome[tp] = error

@@ -797,8 +797,10 @@ def _serve_compactor(ctx: Context, config: CompactorConfig) -> None:
     job (compactor.shutdown.timeout.ms) and exit 0. The service runs on its own thread:
     signal handlers (main thread) then never interrupt it while it holds a lock."""
     from compactor import Compactor, CompactorService
+    from compactor.health import metrics_server
 
     service = CompactorService(Compactor(ctx.store, ctx.metadata, config))
+    metrics = metrics_server(service.compactor).start()  # compactor.metrics.listeners
     failed: list[BaseException] = []
 
     def run() -> None:
@@ -820,6 +822,7 @@ def _serve_compactor(ctx: Context, config: CompactorConfig) -> None:
     thread.start()
     while thread.is_alive():
         thread.join(0.5)
+    metrics.stop()
     if failed:
         sys.exit(1)
 
@@ -974,7 +977,8 @@ def up(ctx: Context, listen: str | None, advertise: str | None, log_format: str)
     SIGTERM stops both cleanly (a second one kills them); exits 0 when both stopped cleanly,
     1 if either exited on its own.
     """
-    from agent.config import is_wildcard, parse_host_port
+    from agent.config import is_wildcard
+    from settings import parse_host_port
 
     from .up import listening, run_up
 

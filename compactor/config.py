@@ -9,6 +9,7 @@ from typing import ClassVar
 from fileformat import PRODUCER, TOPIC_COMPRESSIONS, Compression
 from planner import PlannerConfig
 from settings import Section, choice, integer, number
+from telemetry import config as metrics
 
 from .dedupe import DEFAULT_MEMORY_BUDGET
 
@@ -48,6 +49,9 @@ class CompactorConfig(Section):
     gc_interval_ms: int = integer(GC_INTERVAL_MS, 30_000, lo=1)
     shutdown_timeout_ms: int = integer(SHUTDOWN_TIMEOUT_MS, 30_000, lo=0)
     compression: str = choice(COMPRESSION_TYPE, PRODUCER, COMPRESSION_CHOICES)
+    # `silt compactor`'s metrics port (telemetry/: /metrics, /healthz, /readyz; "" = none).
+    # Its gauges are computed once per round, from the round's own plan.
+    metrics_listeners: str = metrics.listeners()
     planner: PlannerConfig = field(default_factory=PlannerConfig)
 
     @property

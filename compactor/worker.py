@@ -36,6 +36,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
+import telemetry
 from clock import SYSTEM_CLOCK, Clock
 from fileformat import FileWriter
 from metadata import MetadataStore
@@ -55,6 +56,7 @@ from planner import JobSpec, Plan, Snapshot, propose, propose_all, validate
 
 from .config import CompactorConfig
 from .errors import JobAbandoned
+from .health import observe_round
 from .merge import (
     InputFile,
     InputOpener,
@@ -171,8 +173,11 @@ class Compactor:
         return snap, self._snapshots.convert(snap)
 
     def plan(self, *, everything: bool = False) -> Plan:
-        """What the planner proposes now (`everything`: ignore triggers, compact fully)."""
+        """What the planner proposes now (`everything`: ignore triggers, compact fully).
+        With a metrics port open, the round's gauges come from this snapshot."""
         _, snap = self.snapshot()
+        if telemetry.serving():
+            observe_round(self.metadata, snap, self.clock.now_ms(), self.config.planner)
         fn = propose_all if everything else propose
         return fn(snap, self.clock.now_ms(), self.config.planner)
 
@@ -187,10 +192,19 @@ class Compactor:
     # ----------------------------------------------------------------- one job
 
     def run_job(self, spec: JobSpec, *, cancelled: Callable[[], bool] = never) -> JobReport:
-        """Lease, merge and commit one job; never raises for the job's own failures.
+        """Lease, merge and commit one job; never raises for the job's own failures. Its
+        report is counted in the compaction metrics.
 
         `cancelled` is asked at every partition boundary of the merge (not during the
         commit): once it answers True the job is abandoned and its lease released."""
+        report = self._run_job(spec, cancelled)
+        telemetry.compaction_job(
+            report.outcome, report.duration_s, report.input_bytes, report.output_bytes,
+            report.stats.get("duplicates_dropped", 0), report.stats.get("tombstones_dropped", 0),
+            [(p.topic, p.partition) for p in spec.partitions])
+        return report
+
+    def _run_job(self, spec: JobSpec, cancelled: Callable[[], bool]) -> JobReport:
         report = JobReport(spec.spec_id, "skipped", spec.trigger.value, spec.reason,
                            input_files=len(spec.input_file_ids))
         started = self.clock.monotonic()

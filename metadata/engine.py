@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 import sqlalchemy as sa
 from sqlalchemy import event
 
+import telemetry
 from clock import SYSTEM_CLOCK, Clock
 
 from . import schema as s
@@ -236,7 +237,7 @@ class Database:
         return self._secret
 
     def commit(self, what: str, body: Callable[[sa.Connection], T],
-               read_back: ReadBack[T]) -> T:
+               read_back: ReadBack[T], *, kind: str = "other") -> T:
         """Run `body` in a write transaction and COMMIT it, with a definite outcome where
         one can be had. The one retry rule of every commit (agent files, compaction jobs):
 
@@ -254,7 +255,30 @@ class Database:
         The paths differ only in what they read back: an agent file is pending (not
         applied) or live (applied), and a compaction job committed with its fence
         (applied) — anything else about a job is reported Unknown, never not-applied.
+
+        Its duration and outcome go to `telemetry` under `kind` (files, compaction, topics,
+        records): metadata commit latency.
         """
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            result = self._commit(what, body, read_back)
+            outcome = "ok"
+            return result
+        except CommitConflictError:
+            outcome = "conflict"
+            raise
+        except CommitUnknownError:
+            outcome = "unknown"
+            raise
+        except MetadataError:
+            outcome = "refused"
+            raise
+        finally:
+            telemetry.commit_done(kind, outcome, time.perf_counter() - started)
+
+    def _commit(self, what: str, body: Callable[[sa.Connection], T],
+                read_back: ReadBack[T]) -> T:
         last: Exception | None = None
         for attempt in range(COMMIT_ATTEMPTS):
             if attempt:

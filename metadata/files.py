@@ -260,7 +260,7 @@ def _commit(db: Database, what: str, files: Sequence[FileCommit],
         return [found[i] for i in ids]
 
     return db.commit(what, lambda conn: _commit_body(db, conn, files, batches, produced),
-                     read_back)
+                     read_back, kind="files")
 
 
 def _commit_body(db: Database, conn: sa.Connection, files: Sequence[FileCommit],

@@ -258,7 +258,7 @@ def commit_compaction(db: Database, lease: Lease, *, outputs: Sequence[Compactio
     return db.commit(
         f"commit of job {lease.job_id}",
         lambda conn: _commit_body(db, conn, lease, outputs, result, checkpoints or {}),
-        read_back)
+        read_back, kind="compaction")
 
 
 def _commit_body(db: Database, conn: sa.Connection, lease: Lease,

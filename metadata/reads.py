@@ -83,32 +83,34 @@ def _raise_unknown(conn: sa.Connection, topic: str, partition: int) -> None:
     raise UnknownPartitionError(f"topic {topic!r} has no partition {partition} (has {n})")
 
 
-def stats(db: Database) -> StoreStats:
-    """Live files, bytes and live segments per level; files and bytes per state."""
+def stats(db: Database, *, levels: bool = True) -> StoreStats:
+    """Live files, bytes and live segments per level; files and bytes per state.
+    `levels=False` leaves the per-level counts out (empty): the per-state counts read only
+    the files table (the compactor's GC-backlog gauge, every round)."""
     f, sg = s.files.c, s.segments.c
+    level_files: list[Any] = []
+    level_segs: dict[int, int] = {}
     with db.read() as conn:
         by_state = conn.execute(
             sa.select(f.state, sa.func.count(), sa.func.coalesce(sa.func.sum(f.size), 0))
             .group_by(f.state)
         ).all()
-        level_files = conn.execute(
-            sa.select(f.level, sa.func.count(), sa.func.coalesce(sa.func.sum(f.size), 0))
-            .where(f.state == s.FILE_LIVE).group_by(f.level)
-        ).all()
-        level_segs: dict[int, int] = {
-            int(lv): int(n) for lv, n in conn.execute(
-                sa.select(f.level, sa.func.count())
-                .select_from(s.segments.join(s.files, f.id == sg.file_id))
-                .where(s.LIVE).group_by(f.level)
-            )
-        }
+        if levels:
+            level_files = list(conn.execute(
+                sa.select(f.level, sa.func.count(), sa.func.coalesce(sa.func.sum(f.size), 0))
+                .where(f.state == s.FILE_LIVE).group_by(f.level)
+            ).all())
+            level_segs = {
+                int(lv): int(n) for lv, n in conn.execute(
+                    sa.select(f.level, sa.func.count())
+                    .select_from(s.segments.join(s.files, f.id == sg.file_id))
+                    .where(s.LIVE).group_by(f.level)
+                )
+            }
         n_topics = conn.execute(sa.select(sa.func.count()).select_from(s.topics)).scalar()
-    levels = tuple(
-        LevelStats(int(lv), int(n), int(b), int(level_segs.get(lv, 0)))
-        for lv, n, b in sorted(level_files)
-    )
     return StoreStats(
-        levels=levels,
+        levels=tuple(LevelStats(int(lv), int(n), int(b), int(level_segs.get(lv, 0)))
+                     for lv, n, b in sorted(level_files)),
         files_by_state={st: int(n) for st, n, _ in by_state},
         bytes_by_state={st: int(b) for st, _, b in by_state},
         topics=int(n_topics or 0),

@@ -218,4 +218,4 @@ def delete_records(db: Database, offsets: Mapping[tuple[str, int], int]
                 return None
         return dict(results)
 
-    return db.commit("delete of records", body, read_back)
+    return db.commit("delete of records", body, read_back, kind="records")

@@ -160,7 +160,7 @@ def delete_topic(db: Database, name: str) -> TopicInfo:
         gone = conn.execute(sa.select(t.id).where(t.id == deleted[0].id)).first() is None
         return deleted[0] if gone else None
 
-    return db.commit(f"delete of topic {name!r}", body, read_back)
+    return db.commit(f"delete of topic {name!r}", body, read_back, kind="topics")
 
 
 def add_partitions(db: Database, name: str, count: int, *,
@@ -196,7 +196,7 @@ def add_partitions(db: Database, name: str, count: int, *,
             return Unknown(f"topic {name!r} is gone")
         return topic_info(row) if row.partitions == count else None
 
-    return db.commit(f"partitions of topic {name!r}", body, read_back)
+    return db.commit(f"partitions of topic {name!r}", body, read_back, kind="topics")
 
 
 def alter_topic_configs(db: Database, name: str, changes: Sequence[ConfigChange], *,
@@ -240,7 +240,7 @@ def alter_topic_configs(db: Database, name: str, changes: Sequence[ConfigChange]
         # The same overrides: applied (or equal anyway, which is as good).
         return after[0] if json.loads(row.configs) == dict(after[0].configs) else None
 
-    return db.commit(f"configs of topic {name!r}", body, read_back)
+    return db.commit(f"configs of topic {name!r}", body, read_back, kind="topics")
 
 
 def _holds_unhashed(conn: sa.Connection, info: TopicInfo) -> bool:

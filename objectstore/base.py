@@ -10,7 +10,9 @@ Contract for every backend (what raises what):
 - writing to a closed or aborted ObjectWriter -> ValueError;
 - any other failure -> ObjectStoreError (see objectstore.errors).
 Keys are relative to the store's root or prefix. Every backend reports each request it
-makes to its listener (see `set_request_listener`), so counts are per HTTP request for S3.
+makes to its listener (see `set_request_listener`), so counts are per HTTP request for S3;
+a backend that can tell a request failed (S3: per HTTP request) reports that too (see
+`set_failure_listener`).
 """
 
 from __future__ import annotations
@@ -38,8 +40,17 @@ REQUEST_TYPES = (PUT, CREATE_MULTIPART, UPLOAD_PART, COMPLETE_MULTIPART, ABORT_M
 RequestListener = Callable[[str, int, int], None]
 
 
+# Failure listener signature: (request type, the exception class name the contract above
+# maps the failure to: FileNotFoundError, RetriableStoreError, ...).
+FailureListener = Callable[[str, str], None]
+
+
 def _no_listener(op: str, sent: int, received: int) -> None:
     """Default listener: counting is a wrapper's job."""
+
+
+def _no_failure_listener(op: str, error: str) -> None:
+    """Default failure listener: nobody is told."""
 
 
 class ReadStream(Protocol):
@@ -203,6 +214,11 @@ class ObjectStore(abc.ABC):
     def set_request_listener(self, listener: RequestListener) -> None:
         """Have every request this store makes reported to `listener`."""
 
+    @abc.abstractmethod
+    def set_failure_listener(self, listener: FailureListener) -> None:
+        """Have every request of this store that fails reported to `listener`, after its
+        request was (a subset of the requests). A backend that cannot tell reports none."""
+
     def counters(self) -> RequestCounts:
         """Requests made so far; zero unless the store is wrapped in a CountingStore."""
         return RequestCounts()
@@ -215,6 +231,10 @@ class Backend(ObjectStore):
     def __init__(self, url: str) -> None:
         self.url = url
         self._report: RequestListener = _no_listener
+        self._report_failure: FailureListener = _no_failure_listener
 
     def set_request_listener(self, listener: RequestListener) -> None:
         self._report = listener
+
+    def set_failure_listener(self, listener: FailureListener) -> None:
+        self._report_failure = listener

@@ -7,7 +7,9 @@ own environment); credentials never are: each process takes them from its AWS ch
 botocore's own retries are off (one attempt): the RetryingStore policy is the only one, so
 request counts are truthful. Every HTTP request botocore sends is reported to the store's
 listener from botocore's `before-send` event, so multipart parts and list pages count one
-by one.
+by one; one that fails (an error status, or no response) is reported to the failure
+listener from the `needs-retry` event botocore emits after each attempt, classified by the
+one translation table.
 """
 
 from __future__ import annotations
@@ -354,11 +356,27 @@ class S3Store(Backend):
                 config=config)
         self.client = client
         client.meta.events.register("before-send.s3", self._before_send)
+        client.meta.events.register("needs-retry.s3", self._after_send)
 
     def _before_send(self, request: Any, event_name: str = "", **_: Any) -> None:
         billed = billed_request(request, event_name)
         if billed is not None:
             self._report(*billed, 0)
+
+    def _after_send(self, response: Any, caught_exception: Exception | None,
+                    event_name: str = "", **_: Any) -> None:
+        """After each attempt: a failed request goes to the failure listener (returns None:
+        botocore's own retry decision, none here, is left alone)."""
+        op = OPERATIONS.get(event_name.rsplit(".", 1)[-1])
+        if op is None:
+            return
+        if caught_exception is not None:
+            error = translate(caught_exception, "")
+        elif response is not None and response[0].status_code >= 300:
+            error = translate(ClientError(response[1], op), "")
+        else:
+            return
+        self._report_failure(op, type(error).__name__)
 
     def _key(self, key: str) -> str:
         if not key:

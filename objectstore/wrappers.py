@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from .base import (
+    FailureListener,
     ObjectInfo,
     ObjectStore,
     ObjectWriter,
@@ -70,6 +71,9 @@ class StoreWrapper(ObjectStore):
 
     def set_request_listener(self, listener: RequestListener) -> None:
         self.inner.set_request_listener(listener)
+
+    def set_failure_listener(self, listener: FailureListener) -> None:
+        self.inner.set_failure_listener(listener)
 
     def put(self, key: str, data: bytes) -> None:
         self.inner.put(key, data)
@@ -151,6 +155,7 @@ class CountingStore(StoreWrapper):
             self._extra(op, sent, received)
 
     def set_request_listener(self, listener: RequestListener) -> None:
+        """Also report every request to `listener` (one at a time: metrics, a test)."""
         self._extra = listener
 
     def counters(self) -> RequestCounts:

@@ -9,10 +9,11 @@ from .model import (
     PlannerConfig,
     SegmentView,
     Snapshot,
+    TopicCleaning,
     TopicPolicy,
     Trigger,
 )
-from .policy import describe, propose, propose_all, spec_id_of, validate
+from .policy import cleaner_state, describe, propose, propose_all, spec_id_of, validate
 
 __all__ = [
     "FileView",
@@ -23,8 +24,10 @@ __all__ = [
     "PlannerConfig",
     "SegmentView",
     "Snapshot",
+    "TopicCleaning",
     "TopicPolicy",
     "Trigger",
+    "cleaner_state",
     "describe",
     "propose",
     "propose_all",

@@ -141,6 +141,14 @@ class Snapshot:
     files: tuple[FileView, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class TopicCleaning:
+    """How far behind the cleaner is on one compacted topic (`policy.cleaner_state`)."""
+
+    max_dirty_ratio: float  # the largest cleanable ratio among its partitions, 0..1
+    oldest_dirty_age_ms: int  # age of its oldest dirty record below the first uncleanable
+
+
 class Trigger(enum.StrEnum):
     """Why a job was proposed."""
 

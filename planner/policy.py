@@ -32,6 +32,7 @@ from .model import (
     PlannerConfig,
     SegmentView,
     Snapshot,
+    TopicCleaning,
     TopicPartition,
     TopicPolicy,
     Trigger,
@@ -214,28 +215,35 @@ class _Index:
             partitions=self.partition_plans(files),
         )
 
+    def cleanable(self, tp: TopicPartition) -> tuple[int, int, int | None]:
+        """(clean bytes, dirty bytes, oldest dirty timestamp) of a compacted partition
+        below its first uncleanable offset, fresh L0 files left out: what Kafka's cleaner
+        weighs (its cleanable ratio, and the age max.compaction.lag.ms bounds)."""
+        upto = self.first_uncleanable(tp)
+        checkpoint = self.checkpoint(tp)
+        fresh = self.fresh_ids
+        clean = dirty = 0
+        oldest: int | None = None
+        for s in self.by_tp[tp]:
+            if s.last_offset >= upto or s.file_id in fresh:
+                break  # Kafka only weighs what lies below the first uncleanable offset
+            if s.cleaned_at_ms is None or s.last_offset >= checkpoint:  # dirty
+                dirty += s.size_bytes
+                ts = s.min_timestamp if s.min_timestamp is not None else s.created_at_ms
+                if oldest is None or ts < oldest:
+                    oldest = ts
+            else:
+                clean += s.size_bytes
+        return clean, dirty, oldest
+
     def dirty_candidates(self) -> tuple[list[_Candidate], str | None]:
         """Compacted partitions due for a whole-log clean (dirtiest first), and a summary
         of the dirtiest one that is not due yet."""
         out: list[_Candidate] = []
         best: tuple[float, TopicPartition, float] | None = None
-        fresh = self.fresh_ids
         for tp in sorted(tp for tp in self.by_tp if tp[0] in self.compacted):
             policy = self.snap.topics[tp[0]]
-            upto = self.first_uncleanable(tp)
-            checkpoint = self.checkpoint(tp)
-            clean = dirty = 0
-            oldest: int | None = None
-            for s in self.by_tp[tp]:
-                if s.last_offset >= upto or s.file_id in fresh:
-                    break  # Kafka only weighs what lies below the first uncleanable offset
-                if s.cleaned_at_ms is None or s.last_offset >= checkpoint:  # dirty
-                    dirty += s.size_bytes
-                    ts = s.min_timestamp if s.min_timestamp is not None else s.created_at_ms
-                    if oldest is None or ts < oldest:
-                        oldest = ts
-                else:
-                    clean += s.size_bytes
+            clean, dirty, oldest = self.cleanable(tp)
             if oldest is None or dirty == 0:
                 continue
             ratio = dirty / (clean + dirty)
@@ -319,6 +327,25 @@ def propose(snap: Snapshot, now_ms: int, config: PlannerConfig | None = None) ->
                 admit({f.file_id for f in bin_}, due, f"{name}: {due.value} ({status})",
                       single_ok=level == 0)
     return Plan(jobs, waiting)
+
+
+def cleaner_state(snap: Snapshot, now_ms: int,
+                  config: PlannerConfig | None = None) -> dict[str, TopicCleaning]:
+    """Per compacted topic, what its partitions' cleanable data looks like now (the
+    compactor's metrics): the largest dirty ratio and the age of the oldest dirty record,
+    as the planner weighs them (`_Index.cleanable`); zeros for a topic with nothing dirty."""
+    ix = _Index(snap, now_ms, config or PlannerConfig())
+    ratios = {name: 0.0 for name, p in snap.topics.items() if p.compacted}
+    oldest: dict[str, int] = {}
+    for tp in ix.by_tp:
+        if tp[0] not in ratios:
+            continue
+        clean, dirty, first = ix.cleanable(tp)
+        if dirty and first is not None:
+            ratios[tp[0]] = max(ratios[tp[0]], dirty / (clean + dirty))
+            oldest[tp[0]] = min(oldest.get(tp[0], first), first)
+    return {name: TopicCleaning(ratio, max(0, now_ms - oldest[name]) if name in oldest else 0)
+            for name, ratio in ratios.items()}
 
 
 def _due(level: int, members: list[FileView], now_ms: int,

@@ -130,6 +130,16 @@ def text(key: str, default: str, *, allowed: str, check: Callable[[str], bool],
                    parse=lambda t: t.strip(), env=env)
 
 
+def parse_host_port(value: str) -> tuple[str, int] | None:
+    """("host", port) from "HOST:PORT" ("[::1]:9092" for IPv6), or None if malformed: the
+    value of listener settings (`agent.listeners`, `metrics.listeners`)."""
+    host, sep, port = value.strip().rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        return None
+    return host, int(port)
+
+
 def show(value: object) -> str:
     """A setting value as written in files and messages (`zstd`, `250`, `never`, `false`)."""
     if value is None:

@@ -30,17 +30,20 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from agent.config import AgentConfig, parse_host_port
+import telemetry
+from agent.config import AgentConfig
 from agent.producer import Agent
 from metadata import MetadataStore
 from metadata.notify import CommitWatcher
 from objectstore import ObjectStore
+from settings import parse_host_port
 
 from .apis import API_VERSIONS, TABLE, api_versions
 from .cache import SegmentCache
 from .codec import FRAME, PREFIX, Builder, decode_request, encode_response
 from .context import PEER, ServerContext
 from .errors import ProtocolError
+from .health import AgentMetrics
 from .registry import Registration
 from .timers import offsets_expiry, producer_expiry
 from .writev import send_buffers
@@ -123,6 +126,7 @@ class Server:
         task = asyncio.current_task()
         assert task is not None
         conn = self._conns[task] = _Connection(task, writer)
+        telemetry.connection_opened()
         replies: asyncio.Queue[tuple[int, Any] | None] = asyncio.Queue(MAX_IN_FLIGHT)
         sender = asyncio.create_task(self._send(replies, writer))
         peer = writer.get_extra_info("peername")
@@ -158,6 +162,7 @@ class Server:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
             del self._conns[task]
+            telemetry.connection_closed()
 
     async def _dispatch(self, payload: bytes) -> tuple[int, Any]:
         """(correlation id, reply) of one request; ProtocolError closes the connection."""
@@ -169,6 +174,7 @@ class Server:
         if api is None or not api.supports(version):
             raise ProtocolError(f"unsupported API key {key} version {version}")
         header, request = decode_request(payload, key, version)
+        telemetry.request(api.name)
         reply = await api.handler(self.ctx, header, request, builder(key, version))
         return correlation_id, reply
 
@@ -242,7 +248,9 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
     expiry = producer_expiry(metadata)
     offsets = offsets_expiry(metadata)
     leases: asyncio.Task[None] | None = None
+    metrics = AgentMetrics(ctx)  # agent.metrics.listeners: /metrics, /healthz, /readyz
     try:
+        metrics.start()
         await server.start()
         # Other agents' commits (and this one's) wake this agent's long-polling fetches.
         watcher = await ctx.run(metadata.watch_commits, ctx.notify_commit_threadsafe)
@@ -273,6 +281,7 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
         if watcher is not None:
             await ctx.run(watcher.close)
         ctx.pool.shutdown()
+        metrics.stop()
         # Shutdown is under way: a repeated SIGTERM/SIGINT must not kill the process between
         # the loop's end and its exit (the default action once asyncio drops its handlers).
         for sig in (signal.SIGTERM, signal.SIGINT):

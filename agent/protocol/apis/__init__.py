@@ -57,6 +57,11 @@ class Api:
     def supports(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
 
+    @property
+    def name(self) -> str:
+        """The API's name, as its handler's module is named (produce, join_group, ...)."""
+        return self.handler.__module__.rpartition(".")[2]
+
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, FIND_COORDINATOR, API_VERSIONS = 0, 1, 2, 3, 10, 18
 CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, INIT_PRODUCER_ID = 19, 20, 21, 22

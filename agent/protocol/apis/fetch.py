@@ -32,6 +32,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+import telemetry
 from fileformat.batch import LAST_OFFSET_DELTA_POS, LENGTH_POS, LOG_OVERHEAD
 from metadata import PartitionInfo
 from metadata.errors import OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError
@@ -176,6 +177,7 @@ async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> A
             break
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(woken.wait(), remaining)
+    telemetry.fetched((topic, sum(r.size for r in reads)) for topic, reads in results)
     return response(b, results, aborted_null=int(request.isolation_level) == READ_UNCOMMITTED)
 
 
