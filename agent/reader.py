@@ -1,23 +1,28 @@
 """The consume path: read a topic-partition from an offset.
 
 One indexed metadata query finds the live segments at or after the offset; each segment's
-chunk is fetched with one ranged GET and its batches decoded. Offsets removed by
-compaction are simply absent from the batches (the roaring bitmap in the index records
-them), so the reader skips holes by construction. Reading past the end returns nothing;
-reading below the log start raises `OffsetOutOfRangeError`.
+chunk is fetched with one ranged GET. `Reader.read` decodes its batches into records;
+`Reader.read_batches` hands the batches on as bytes without decoding a record, as Fetch
+does. Offsets removed by compaction are simply absent from the batches (the roaring bitmap
+in the index records them), so both skip holes by construction. Reading past the end
+returns nothing; reading below the log start raises `OffsetOutOfRangeError`.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from fileformat import Record, iter_chunk_records
+from fileformat import Record, iter_chunk_records, verify_chunk
+from fileformat.batch import LAST_OFFSET_DELTA_POS, rebase_in_place, split_frames
 from metadata import MetadataStore, SegmentInfo
 from metadata.segments import expected_index
 from objectstore import ObjectStore
 
 SEGMENTS_PER_QUERY = 256
+_BASE = struct.Struct(">q")
+_LAST_DELTA = struct.Struct(">i")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,12 +45,35 @@ def read_segment(store: ObjectStore, seg: SegmentInfo) -> Iterator[Record]:
     return iter_chunk_records(data, seg.base_offset, index=expected_index(seg))
 
 
+def read_segment_batches(store: ObjectStore, seg: SegmentInfo) -> memoryview:
+    """One segment's batches as Fetch serves them (read-only): one ranged GET, verified as
+    `read_segment` verifies it (every batch's CRC, the framing CRC, counts), then patched as
+    the segment cache patches it (`rebase_in_place`: baseOffset absolute, leader epoch -1;
+    both outside the batch CRC, per batch, never per record)."""
+    data = bytearray(store.get_range(seg.object_key, seg.data_pos, seg.data_pos + seg.data_len))
+    verify_chunk(data, expected_index(seg))
+    rebase_in_place(data, seg.base_offset)
+    return memoryview(data).toreadonly()
+
+
 class Reader:
-    """Reads records of one topic-partition in offset order."""
+    """Reads records, or raw batches, of one topic-partition in offset order."""
 
     def __init__(self, store: ObjectStore, metadata: MetadataStore) -> None:
         self._store = store
         self._metadata = metadata
+
+    def _segments(self, topic: str, partition: int, from_offset: int) -> Iterator[SegmentInfo]:
+        """The live segments holding offsets >= from_offset, in order, a page per query."""
+        position = from_offset
+        while True:
+            segments = self._metadata.find_segments(
+                topic, partition, position, limit=SEGMENTS_PER_QUERY
+            )
+            yield from segments
+            if len(segments) < SEGMENTS_PER_QUERY:
+                return
+            position = max(position, segments[-1].last_offset + 1)
 
     def read(
         self,
@@ -58,23 +86,34 @@ class Reader:
         if max_records is not None and max_records <= 0:
             return
         emitted = 0
+        position = from_offset  # past every segment read: never an offset twice
+        for seg in self._segments(topic, partition, from_offset):
+            for rec in read_segment(self._store, seg):
+                if rec.offset < position:
+                    continue
+                yield ConsumedRecord(
+                    topic, partition, rec.offset, rec.timestamp, rec.key, rec.value, rec.headers
+                )
+                emitted += 1
+                if max_records is not None and emitted >= max_records:
+                    return
+            position = max(position, seg.last_offset + 1)
+
+    def read_batches(self, topic: str, partition: int, from_offset: int = 0
+                     ) -> Iterator[memoryview]:
+        """Yield the stored RecordBatch v2 batches holding offsets >= from_offset, each a
+        read-only view of its segment's ranged GET (one per segment; no record decoded or
+        copied), with absolute baseOffsets and leader epoch -1 as Fetch sends them.
+
+        As in Kafka's Fetch, the first batch may start below from_offset (a batch is not
+        split): callers that want exact offsets skip the records below it. Batches wholly
+        below from_offset are skipped.
+        """
         position = from_offset
-        while True:
-            segments = self._metadata.find_segments(
-                topic, partition, position, limit=SEGMENTS_PER_QUERY
-            )
-            if not segments:
-                return
-            for seg in segments:
-                for rec in read_segment(self._store, seg):
-                    if rec.offset < position:
-                        continue
-                    yield ConsumedRecord(
-                        topic, partition, rec.offset, rec.timestamp, rec.key, rec.value, rec.headers
-                    )
-                    emitted += 1
-                    if max_records is not None and emitted >= max_records:
-                        return
-                position = max(position, seg.last_offset + 1)
-            if len(segments) < SEGMENTS_PER_QUERY:
-                return
+        for seg in self._segments(topic, partition, from_offset):
+            for batch in split_frames(read_segment_batches(self._store, seg)):
+                last = (_BASE.unpack_from(batch)[0]
+                        + _LAST_DELTA.unpack_from(batch, LAST_OFFSET_DELTA_POS)[0])
+                if last >= position:
+                    yield batch
+            position = max(position, seg.last_offset + 1)
