@@ -17,7 +17,9 @@ COMPACTION_COLUMNS = [
     ("value_bytes", "value B"), ("records_in", "records in"), ("records_out", "records out"),
     ("input_files", "input files"), ("input_mib", "input MiB"),
     ("input_mb_per_s_per_core", "input MB/s per core"),
-    ("records_per_s_per_core", "records/s per core"), ("gets", "GETs"),
+    ("floor_mb_per_s_per_core", "floor MB/s per core"), ("ratio_to_floor", "ratio to floor"),
+    ("records_per_s_per_core", "records/s per core"), ("output_mib", "output MiB"),
+    ("gets", "GETs"),
     ("bytes_read_over_input", "bytes read / input"), ("batches_copied", "batches copied"),
     ("batches_reencoded", "batches re-encoded"),
 ]
