@@ -22,7 +22,14 @@ def test_quick_run_prints_json_and_writes_markdown(tmp_path: Path,
     comp = [r for r in report["results"] if r["benchmark"] == "compaction"]
     assert all(r["gets"] == 2 * r["input_files"] for r in comp)
     assert all(r["records_out"] < r["records_in"] for r in comp)
-    assert "## Compaction" in out.read_text()
+    # the floor was measured in the same run, on the same bytes, and sits beside the figure
+    assert all(r["floor_mb_per_s_per_core"] > 0 and 0 < r["ratio_to_floor"] < 1.5
+               for r in comp)
+    assert all(0 < r["output_mib"] < r["input_mib"] for r in comp)
+    text = out.read_text()
+    assert "## Compaction" in text and "| floor MB/s per core | ratio to floor |" in text
+    for r in comp:
+        assert f"| {r['floor_mb_per_s_per_core']} | {r['ratio_to_floor']} |" in text
 
 
 @pytest.mark.parametrize("api", ["produce", "produce_batch"])
