@@ -154,15 +154,21 @@ class Server:
         except Exception:
             log.exception("connection %s: handler failed, closing", peer)
         finally:
-            if not sender.done():  # it drains the queue to this end, failed or not
-                await replies.put(None)
-            with contextlib.suppress(Exception):
-                await sender
-            writer.close()
+            try:
+                if not sender.done():  # it drains the queue to this end, failed or not
+                    await replies.put(None)
+                with contextlib.suppress(Exception):
+                    await sender
+            except asyncio.CancelledError:  # reaped while finishing: stop writing now
+                sender.cancel()
+                writer.transport.abort()
+                raise
+            finally:  # the socket is closed however this ends (never left to the GC)
+                writer.close()
+                del self._conns[task]
+                telemetry.connection_closed()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
-            del self._conns[task]
-            telemetry.connection_closed()
 
     async def _dispatch(self, payload: bytes) -> tuple[int, Any]:
         """(correlation id, reply) of one request; ProtocolError closes the connection."""
