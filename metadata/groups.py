@@ -169,11 +169,16 @@ def load_group(db: Database, group_id: str) -> GroupRecord | None:
     return None if row is None else _record(row)
 
 
+def _insert(pg: bool) -> Any:
+    """The dialect's INSERT construct (both have ON CONFLICT)."""
+    return postgresql.insert if pg else sqlite.insert
+
+
 @functools.cache
 def _upsert_statement(pg: bool, table: sa.Table, keys: tuple[str, ...]) -> Any:
     """INSERT … ON CONFLICT (keys) DO UPDATE of every other column, built once per table
     and dialect (a statement with its values inlined is compiled again on every call)."""
-    stmt = (postgresql.insert if pg else sqlite.insert)(table)
+    stmt = _insert(pg)(table)
     return stmt.on_conflict_do_update(
         index_elements=list(keys),
         set_={c.name: stmt.excluded[c.name] for c in table.c if c.name not in keys})
@@ -324,8 +329,7 @@ def _lock_empty(db: Database, conn: sa.Connection, group_id: str) -> GroupRecord
     """Lock the group's row (creating an Empty one if it has none, so a coordinator taking
     the group out of Empty waits for this transaction) and check it is Empty or Dead."""
     g = s.groups.c
-    insert = postgresql.insert if db.pg else sqlite.insert
-    conn.execute(insert(s.groups).values(
+    conn.execute(_insert(db.pg)(s.groups).values(
         group_id=group_id, protocol_type=None, protocol_name=None, generation=0, leader=None,
         state=GROUP_EMPTY, members="[]", state_at_ms=db.clock.now_ms(),
     ).on_conflict_do_nothing(index_elements=["group_id"]))
