@@ -17,23 +17,30 @@ tools:
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q --upgrade pip 'setuptools>=77'
 	$(BIN)/python -m pip install -q -e '.[dev,spark]'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
-demo: $(STAMP)
+# The C extensions (setup.py): pip builds them at install; rebuilt in place when a source
+# changes, so the checkout imports what its sources say.
+NATIVE := $(VENV)/.native
+$(NATIVE): $(STAMP) setup.py $(wildcard */*.c)
+	$(BIN)/python setup.py -q build_ext --inplace
+	touch $(NATIVE)
+
+demo: $(NATIVE)
 	$(BIN)/silt demo
 
-lint: $(STAMP)
+lint: $(NATIVE)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
 test: lint tools
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP)
+bench: $(NATIVE)
 	$(BIN)/python -m bench.run --write docs/benchmarks.md
 
 clean:
-	rm -rf $(VENV) silt-data .pytest_cache .mypy_cache
+	rm -rf $(VENV) silt-data .pytest_cache .mypy_cache build */*.so

@@ -24,3 +24,7 @@ class TruncatedError(CorruptDataError):
 class UnsupportedError(FormatError):
     """A well-formed structure uses a version, magic, codec or batch kind (control batches)
     this build cannot handle."""
+
+
+class NativeBuildError(ImportError):
+    """The compiled module fileformat._native is missing or stale (a build step, not data)."""

@@ -1,0 +1,3 @@
+"""Type stubs of the compiled module (fileformat/_native.c)."""
+
+ABI: int
