@@ -42,7 +42,7 @@ from metadata.config import ENV_URL as METADATA_ENV
 from metadata.config import MetadataConfig
 from metadata.errors import MetadataError
 from metadata.topicconfig import AlterOp, ConfigChange
-from objectstore import ObjectStore, open_store
+from objectstore import ObjectStore
 from objectstore.config import ENV_URL as STORE_ENV
 from objectstore.config import URL, StoreConfig
 from objectstore.errors import ObjectStoreError
@@ -50,6 +50,7 @@ from settings import Section, declared, show
 from settings.load import Origin, Settings, Source, load_settings
 
 from . import groups as cg
+from .cluster import open_cluster
 from .errors import CommandFailed
 from .jsonlines import LineError, consumed_to_json, parse_produce_line
 from .logs import configure as configure_logging
@@ -117,16 +118,24 @@ class Context:
     def metadata_url(self) -> str:
         return self.settings.metadata.url
 
+    def open(self, *, create: bool = False) -> None:
+        """Open the store and the metadata, checked to belong together (cli/cluster.py);
+        `create`: a write command's first call, creating what is missing."""
+        if self._metadata is None:
+            opened = open_cluster(self.store_url, self.metadata_url, self.settings.metadata,
+                                  create=create)
+            self._store, self._metadata = opened.store, opened.metadata
+
     @property
     def store(self) -> ObjectStore:
-        if self._store is None:
-            self._store = open_store(self.store_url)
+        self.open()
+        assert self._store is not None
         return self._store
 
     @property
     def metadata(self) -> MetadataStore:
-        if self._metadata is None:
-            self._metadata = MetadataStore.open(self.metadata_url, config=self.settings.metadata)
+        self.open()
+        assert self._metadata is not None
         return self._metadata
 
     def close(self) -> None:
@@ -266,6 +275,7 @@ def _parse_configs(pairs: tuple[str, ...], flag: str = "--config") -> dict[str, 
 @one_line_errors
 def topics_create(ctx: Context, name: str, partitions: int, configs: tuple[str, ...]) -> None:
     """Create a topic with N partitions."""
+    ctx.open(create=True)
     info = ctx.metadata.create_topic(name, partitions, _parse_configs(configs))
     click.echo(f"created topic {info.name} with {info.partitions} partitions")
 
@@ -539,6 +549,7 @@ def produce(ctx: Context, topic: str, source: IO[str], linger_ms: int | None,
     Prints one {"partition", "offset"} line per record once it is committed. A malformed
     line stops the run: records before it are committed, nothing after it is produced.
     """
+    ctx.open(create=True)
     flags: dict[str, object | None] = {f"agent.{LINGER_MS}": linger_ms,
                                        f"agent.{FLUSH_BYTES}": flush_bytes}
     buffer_key = f"agent.{BUFFER_MEMORY}"
@@ -747,6 +758,7 @@ def compact(ctx: Context, once: bool, everything: bool, as_json: bool, memory_mi
     """
     from compactor import Compactor
 
+    ctx.open(create=not once)
     ignored = [flag for flag, given in (("--all", everything), ("--json", as_json)) if given]
     if not once and ignored:
         raise click.UsageError(f"{' and '.join(ignored)} would be ignored without --once"
@@ -842,6 +854,7 @@ def compactor(ctx: Context, poll_interval: float | None, log_format: str) -> Non
     no new job, gives the current one compactor.shutdown.timeout.ms to finish, else
     abandons it and releases its lease, and exits 0.
     """
+    ctx.open(create=True)
     config = ctx.load({f"compactor.{POLL_INTERVAL_S}": poll_interval}).compactor
     configure_logging(log_format, logging.INFO)
     _serve_compactor(ctx, config)
@@ -945,6 +958,7 @@ def agent_command(ctx: Context, listen: str | None, advertise: str | None,
 
     settings = ctx.load({f"agent.{LISTENERS}": listen,
                          f"agent.{ADVERTISED_LISTENERS}": advertise})  # bad: one line, exit 1
+    ctx.open(create=True)
     # kio's schemas (thousands of classes) are most of the heap and never freed: moved out of
     # the collector's generations, every full collection stops walking them (measured at a
     # steady 2 MiB/s of small produces: ack p99 295-331 ms instead of 359-528, p50 194-198
@@ -992,8 +1006,8 @@ def up(ctx: Context, listen: str | None, advertise: str | None, log_format: str)
         raise ValueError(f"cannot serve on {settings.agent.listeners}: something listens"
                          " there already")
     configure_logging(log_format, logging.INFO)
-    ctx.metadata  # noqa: B018 - opened (migrated) here, so the children never race to
-    ctx.close()   # create a fresh database
+    ctx.open(create=True)  # created and marked here, so the children never race to
+    ctx.close()            # create a fresh database
     agent_args = [*ctx.global_args(), "agent", "--log-format", log_format]
     agent_args += ["--listen", listen] if listen is not None else []
     agent_args += ["--advertise", advertise] if advertise is not None else []
@@ -1007,6 +1021,33 @@ def up(ctx: Context, listen: str | None, advertise: str | None, log_format: str)
 
 
 @cli.command()
+@click.option("--create-bucket", is_flag=True, help="Create the s3:// store's bucket first.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+@one_line_errors
+def init(ctx: Context, create_bucket: bool, as_json: bool) -> None:
+    """Create the metadata (schema) and the store's cluster marker; idempotent.
+
+    The first write command (topics create, produce, agent, compactor, up, demo) does the
+    same; read-only commands never create anything.
+    """
+    from .cluster import create_bucket as make_bucket
+    from .cluster import init_report
+
+    created = make_bucket(ctx.store_url) if create_bucket else None
+    cluster = open_cluster(ctx.store_url, ctx.metadata_url, ctx.settings.metadata, create=True)
+    cluster.metadata.close()
+    report = init_report(cluster, ctx.store_url, created)
+    if as_json:
+        click.echo(json.dumps(report))
+        return
+    if created is not None:
+        click.echo(f"bucket {'created' if created else 'exists already'}")
+    click.echo(f"cluster {report['cluster_id']}: store {report['store']},"
+               f" metadata {report['metadata']}")
+
+
+@cli.command()
 @click.option("--records", type=click.IntRange(min=1), default=100_000, show_default=True)
 @click.option("--partitions", type=click.IntRange(min=1), default=1_000, show_default=True)
 @pass_ctx
@@ -1015,6 +1056,7 @@ def demo(ctx: Context, records: int, partitions: int) -> None:
     """Run an end-to-end demo on the configured store and metadata and explain it."""
     from .demo import run_demo
 
+    ctx.open(create=True)
     run_demo(ctx.store, ctx.metadata, ctx.store_url, ctx.metadata_url,
              records=records, partitions=partitions, echo=click.echo)
 

@@ -50,7 +50,13 @@ from .base import (
     RequestListener,
     StreamBase,
 )
-from .errors import InvalidRangeError, ObjectStoreError, RetriableStoreError, UnsupportedUrlError
+from .errors import (
+    BucketNotFoundError,
+    InvalidRangeError,
+    ObjectStoreError,
+    RetriableStoreError,
+    UnsupportedUrlError,
+)
 
 ENV_ENDPOINT = "AWS_ENDPOINT_URL"
 ENV_ENDPOINT_S3 = "AWS_ENDPOINT_URL_S3"  # botocore's service-specific name, checked first
@@ -83,7 +89,7 @@ OPERATIONS = {
 # S3 error code (or HTTP status) -> exception class. The one translation table.
 ERROR_TABLE: dict[str, type[Exception]] = {
     "NoSuchKey": FileNotFoundError,
-    "NoSuchBucket": FileNotFoundError,
+    "NoSuchBucket": BucketNotFoundError,
     "NoSuchUpload": FileNotFoundError,
     "NotFound": FileNotFoundError,
     "404": FileNotFoundError,
@@ -92,6 +98,7 @@ ERROR_TABLE: dict[str, type[Exception]] = {
     "SignatureDoesNotMatch": PermissionError,
     "403": PermissionError,
     "PreconditionFailed": FileExistsError,
+    "BucketAlreadyOwnedByYou": FileExistsError,
     "412": FileExistsError,
     "InvalidRange": InvalidRangeError,
     "416": InvalidRangeError,
@@ -385,6 +392,18 @@ class S3Store(Backend):
 
     def _what(self, key: str) -> str:
         return f"s3://{self.bucket}/{self._key(key)}"
+
+    def create_bucket(self) -> bool:
+        """Create the bucket in the client's region (`silt init --create-bucket`); False
+        if it exists and is ours already."""
+        kwargs: dict[str, Any] = {"Bucket": self.bucket}
+        if self.options.region != DEFAULT_REGION:  # S3: us-east-1 takes no constraint
+            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": self.options.region}
+        try:
+            _call(f"create bucket s3://{self.bucket}", self.client.create_bucket, **kwargs)
+        except FileExistsError:
+            return False
+        return True
 
     def put(self, key: str, data: bytes) -> None:
         _call(f"put {self._what(key)}", self.client.put_object, Bucket=self.bucket,
