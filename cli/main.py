@@ -549,13 +549,13 @@ def produce(ctx: Context, topic: str, source: IO[str], linger_ms: int | None,
     Prints one {"partition", "offset"} line per record once it is committed. A malformed
     line stops the run: records before it are committed, nothing after it is produced.
     """
-    ctx.open(create=True)
     flags: dict[str, object | None] = {f"agent.{LINGER_MS}": linger_ms,
                                        f"agent.{FLUSH_BYTES}": flush_bytes}
     buffer_key = f"agent.{BUFFER_MEMORY}"
     if flush_bytes is not None and ctx.settings.origin(buffer_key).source is Source.DEFAULT:
         flags[buffer_key] = max(flush_bytes * 8, ctx.settings.agent.buffer_memory)
     config = ctx.load(flags).agent
+    ctx.open(create=True)
     info = ctx.metadata.get_topic(topic)
     partitioner = DefaultPartitioner()
     pending: deque[tuple[int, ProduceFuture]] = deque()
@@ -758,7 +758,6 @@ def compact(ctx: Context, once: bool, everything: bool, as_json: bool, memory_mi
     """
     from compactor import Compactor
 
-    ctx.open(create=not once)
     ignored = [flag for flag, given in (("--all", everything), ("--json", as_json)) if given]
     if not once and ignored:
         raise click.UsageError(f"{' and '.join(ignored)} would be ignored without --once"
@@ -768,6 +767,7 @@ def compact(ctx: Context, once: bool, everything: bool, as_json: bool, memory_mi
     if spark_only and engine != "spark":
         verb = "needs" if len(spark_only) == 1 else "need"
         raise click.UsageError(f"{' and '.join(spark_only)} {verb} --engine spark")
+    ctx.open(create=not once)
     memory = None if memory_mib is None else memory_mib * MIB
     config = ctx.load({f"compactor.{MEMORY_BUDGET}": memory}).compactor
     if engine == "spark":
@@ -854,8 +854,8 @@ def compactor(ctx: Context, poll_interval: float | None, log_format: str) -> Non
     no new job, gives the current one compactor.shutdown.timeout.ms to finish, else
     abandons it and releases its lease, and exits 0.
     """
-    ctx.open(create=True)
     config = ctx.load({f"compactor.{POLL_INTERVAL_S}": poll_interval}).compactor
+    ctx.open(create=True)
     configure_logging(log_format, logging.INFO)
     _serve_compactor(ctx, config)
 

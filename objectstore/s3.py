@@ -395,7 +395,13 @@ class S3Store(Backend):
 
     def create_bucket(self) -> bool:
         """Create the bucket in the client's region (`silt init --create-bucket`); False
-        if it exists and is ours already."""
+        if it exists and is ours already (asked first: us-east-1 answers a repeated create
+        with success)."""
+        try:
+            _call(f"head bucket s3://{self.bucket}", self.client.head_bucket, Bucket=self.bucket)
+            return False
+        except FileNotFoundError:
+            pass
         kwargs: dict[str, Any] = {"Bucket": self.bucket}
         if self.options.region != DEFAULT_REGION:  # S3: us-east-1 takes no constraint
             kwargs["CreateBucketConfiguration"] = {"LocationConstraint": self.options.region}
