@@ -1043,7 +1043,8 @@ def init(ctx: Context, create_bucket: bool, as_json: bool) -> None:
         return
     if created is not None:
         click.echo(f"bucket {'created' if created else 'exists already'}")
-    click.echo(f"cluster {report['cluster_id']}: store {report['store']},"
+    marker = "marker written" if report["marker_written"] else "marker present"
+    click.echo(f"cluster {report['cluster_id']}: store {report['store']} ({marker}),"
                f" metadata {report['metadata']}")
 
 
