@@ -42,7 +42,7 @@ from metadata.config import ENV_URL as METADATA_ENV
 from metadata.config import MetadataConfig
 from metadata.errors import MetadataError
 from metadata.topicconfig import AlterOp, ConfigChange
-from objectstore import ObjectStore, open_store
+from objectstore import ObjectStore, RetryPolicy, open_store
 from objectstore.config import ENV_URL as STORE_ENV
 from objectstore.config import URL, StoreConfig
 from objectstore.errors import ObjectStoreError
@@ -120,7 +120,7 @@ class Context:
     @property
     def store(self) -> ObjectStore:
         if self._store is None:
-            self._store = open_store(self.store_url)
+            self._store = open_store(self.store_url, retry=RetryPolicy.of(self.settings.store))
         return self._store
 
     @property
