@@ -46,8 +46,8 @@ from .proxy import FAILING, SLOW, FaultProxy
 
 TOPIC = "faults"
 PARTITIONS = 3
-ROUNDS = 3
-RECORDS_PER_ROUND = 60
+ROUNDS = 6
+RECORDS_PER_ROUND = 30
 DEFAULT_FAULT_RATE = 0.10
 REGION = "us-east-1"
 ROOT = Path(__file__).resolve().parent.parent  # the source tree `silt` runs from
