@@ -48,8 +48,8 @@ from metadata.errors import (
     StaleLeaseError,
 )
 from metadata.models import CompactionOutput, RetentionResult
-from metadata.schema import FILE_PENDING
 from metadata.models import Snapshot as MetadataSnapshot
+from metadata.schema import FILE_PENDING
 from metadata.segments import output_segment
 from metadata.topicconfig import COMPRESSION_TYPE
 from objectstore import ObjectStore, ObjectWriter

@@ -16,6 +16,7 @@ own `/moto-api` are never faulted. Threaded (one thread per connection, keep-ali
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import random
 import socket
@@ -190,7 +191,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def _body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            chunks = []
+            chunks: list[bytes] = []
             while True:
                 size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
                 if size == 0:
@@ -204,11 +205,9 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     def _reset(self) -> None:
         """Close the connection with a TCP reset (SO_LINGER 0), nothing answered."""
         self.close_connection = True
-        try:
+        with contextlib.suppress(OSError):
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                                        struct.pack("ii", 1, 0))
-        except OSError:
-            pass
 
     def _error(self, status: int, code: str, message: str) -> None:
         body = b"" if self.command == "HEAD" else _ERROR_BODY.format(

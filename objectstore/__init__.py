@@ -87,7 +87,8 @@ def open_store(
     """The store for `url` (or a StoreSpec): counting(retrying(backend));
     `store.counters()` reads counts.
 
-    `retry`: the policy (`RetryPolicy.of(settings.store)`); `retry=None` leaves retries out; `counting=False` leaves counting out (counters() is
+    `retry`: the policy (`RetryPolicy.of(settings.store)`); `retry=None` leaves retries
+    out; `counting=False` leaves counting out (counters() is
     then all zeros).
     """
     store = open_backend(url)

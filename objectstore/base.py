@@ -235,11 +235,12 @@ class ObjectStore(abc.ABC):
         """Have every request of this store that fails reported to `listener`, after its
         request was (a subset of the requests). A backend that cannot tell reports none."""
 
+    @abc.abstractmethod
     def set_request_runner(self, runner: RequestRunner) -> None:
         """Have each request a streamed upload makes (S3: a PUT, each multipart part, the
         completion and the abort) run by `runner`, the retry policy of a RetryingStore
-        around this store. A backend whose writers make no requests of their own ignores
-        it (the default)."""
+        around this store. A backend whose writers make no requests of their own keeps it
+        unused."""
 
     def counters(self) -> RequestCounts:
         """Requests made so far; zero unless the store is wrapped in a CountingStore."""

@@ -6,11 +6,11 @@ process can be handed (a Spark executor opens the store the driver resolved, wha
 own environment); credentials never are: each process takes them from its AWS chain.
 botocore's own retries are off (one attempt): the RetryingStore policy is the only one, so
 request counts are truthful; it also runs each request of a streamed upload (the store's
-request runner: the PUT, each part, the completion, the abort). Every HTTP request botocore sends is reported to the store's
-listener from botocore's `before-send` event, so multipart parts and list pages count one
-by one; one that fails (an error status, or no response) is reported to the failure
-listener from the `needs-retry` event botocore emits after each attempt, classified by the
-one translation table.
+request runner: the PUT, each part, the completion, the abort). Every HTTP request
+botocore sends is reported to the store's listener from botocore's `before-send` event, so
+multipart parts and list pages count one by one; one that fails (an error status, or no
+response) is reported to the failure listener from the `needs-retry` event botocore emits
+after each attempt, classified by the one translation table.
 """
 
 from __future__ import annotations

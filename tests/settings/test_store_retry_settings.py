@@ -17,8 +17,8 @@ from settings.load import load_settings
 
 def test_defaults_are_the_default_policy() -> None:
     assert RetryPolicy.of(StoreConfig()) == DEFAULT_RETRY
-    assert DEFAULT_RETRY == RetryPolicy(attempts=6, base_delay_s=0.05, max_delay_s=2.0,
-                                        throttle_delay_s=0.25)
+    assert RetryPolicy(attempts=6, base_delay_s=0.05, max_delay_s=2.0,
+                       throttle_delay_s=0.25) == DEFAULT_RETRY
 
 
 def test_loaded_from_file_env_and_flags(tmp_path: Path) -> None:
