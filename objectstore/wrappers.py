@@ -83,8 +83,9 @@ class RetryPolicy:
                     raise
                 if attempt >= self.attempts:
                     if isinstance(exc, ObjectStoreError):
-                        raise type(exc)(f"{str(exc).splitlines()[0] if str(exc) else ''}"
-                                        f" (gave up after {attempt} attempts)") from exc
+                        tries = f"{attempt} attempt{'s' if attempt > 1 else ''}"
+                        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                        raise type(exc)(f"{first} (gave up after {tries})") from exc
                     raise
                 if on_retry is not None:
                     on_retry(exc, attempt)

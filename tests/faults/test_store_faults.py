@@ -24,11 +24,11 @@ def test_a_bounded_run_loses_duplicates_and_leaves_nothing() -> None:
     assert result.clean and result.failures == 0, result.as_dict()["failure_messages"]
     assert result.faults_injected > 0 and result.retries >= result.faults_injected
     figures = result.as_dict()
-    assert figures["clean"] is True and "per_trial" not in figures
+    assert figures["clean"] is figures["ok"] is True and "per_trial" not in figures
     assert json.loads(json.dumps(figures))["requests"] == result.requests > 0
 
 
-def test_the_main_prints_json_and_exits_0_when_clean(capsys: pytest.CaptureFixture[str]
+def test_the_main_prints_json_and_exits_0_when_ok(capsys: pytest.CaptureFixture[str]
                                                      ) -> None:
     assert storefaults.main(["--trials", "1", "--seed", "3", "--fault-rate", "0.1"]) == 0
     out = json.loads(capsys.readouterr().out)
