@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import boto3
 import pytest
+from botocore.stub import Stubber
 
 from faults.proxy import DROP_AFTER, ERROR500, FAILING, RESET, SLOWDOWN, FaultProxy
 from objectstore import (
@@ -74,7 +75,7 @@ def test_multipart_upload_survives_a_fault_at_every_step(
         SLOWDOWN, None,  # part 1
         DROP_AFTER, ERROR500, None,  # part 2: applied but unanswered, then a 500
         None,  # part 3
-        DROP_AFTER, None, None,  # Complete: applied, unanswered; the retry; its HEAD
+        DROP_AFTER, None,  # Complete: applied, unanswered; the retry (moto answers it 200)
     )
     with store.put_stream("big") as w:
         for i in range(0, len(data), 1024 * 1024):
@@ -134,3 +135,36 @@ def test_throttled_retries_back_off_longer() -> None:
     assert all(0.25 <= policy.delay(1, throttled=True) <= 0.5 for _ in range(100))
     assert all(0.25 <= policy.delay(3, throttled=True) <= 0.5 for _ in range(100))  # capped
     assert all(policy.delay(1) <= 0.01 for _ in range(100))
+
+
+@pytest.mark.parametrize("stored,completes", [(MIN_PART_SIZE + 3, True),
+                                              (MIN_PART_SIZE, False), (None, False)])
+def test_a_completion_repeated_after_a_lost_answer(stored: int | None,
+                                                   completes: bool) -> None:
+    """S3 may answer a repeated CompleteMultipartUpload NoSuchUpload when the first one
+    was applied: the upload is done if its object is there, whole (one HEAD)."""
+    client = boto3.client("s3", region_name="us-east-1", aws_access_key_id="k",
+                          aws_secret_access_key="s")
+    store = RetryingStore(S3Store("s3://bucket/p", part_size=MIN_PART_SIZE,
+                                  multipart_threshold=MIN_PART_SIZE, client=client), FAST)
+    with Stubber(client) as stub:
+        stub.add_response("create_multipart_upload", {"UploadId": "u"})
+        stub.add_response("upload_part", {"ETag": '"1"'})
+        stub.add_response("upload_part", {"ETag": '"2"'})
+        stub.add_client_error("complete_multipart_upload", "InternalError", "", 500)
+        stub.add_client_error("complete_multipart_upload", "NoSuchUpload", "", 404)
+        if stored is None:
+            stub.add_client_error("head_object", "404", "", 404)
+        else:
+            stub.add_response("head_object", {"ContentLength": stored})
+        if not completes:
+            stub.add_response("abort_multipart_upload", {})
+        w = store.put_stream("k")
+        w.write(b"x" * (MIN_PART_SIZE + 3))
+        if completes:
+            w.close()
+        else:
+            with pytest.raises(FileNotFoundError, match="NoSuchUpload"):
+                w.close()
+        stub.assert_no_pending_responses()
+    assert store.retries == 1
