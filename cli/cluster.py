@@ -21,11 +21,18 @@ import json
 from dataclasses import dataclass
 
 from metadata import MetadataStore
-from metadata.config import MetadataConfig
 from metadata.engine import shown_url
 from metadata.errors import MetadataNotFoundError
 from metadata.identity import ClusterIdentity
-from objectstore import BucketNotFoundError, ObjectStore, S3Store, open_backend, open_store
+from objectstore import (
+    BucketNotFoundError,
+    ObjectStore,
+    RetryPolicy,
+    S3Store,
+    open_backend,
+    open_store,
+)
+from settings.load import Settings
 
 from .errors import ClusterMismatchError
 
@@ -77,15 +84,17 @@ def read_marker(store: ObjectStore, store_url: str) -> Marker | None:
     return Marker.decode(data, f"{store_url} {MARKER_KEY}")
 
 
-def open_cluster(store_url: str, metadata_url: str, config: MetadataConfig, *,
-                 create: bool) -> Cluster:
-    """Open the store and the metadata and check they belong together (module docstring);
-    `create`: a write command's open, which creates the metadata and marker if missing."""
-    store = open_store(store_url)
+def open_cluster(settings: Settings, *, create: bool) -> Cluster:
+    """Open the store (under its retry policy) and the metadata of `settings` and check they
+    belong together (module docstring); `create`: a write command's open, which creates the
+    metadata and the marker if missing."""
+    store_url, metadata_url = settings.store.url, settings.metadata.url
+    store = open_store(store_url, retry=RetryPolicy.of(settings.store))
     marker = read_marker(store, store_url)
     try:
         # A marked store's metadata must exist already: a new one would be another cluster.
-        md = MetadataStore.open(metadata_url, create=create and marker is None, config=config)
+        md = MetadataStore.open(metadata_url, create=create and marker is None,
+                                config=settings.metadata)
     except MetadataNotFoundError:
         if marker is None:
             raise

@@ -35,7 +35,12 @@ from agent.config import (
 )
 from agent.partitioner import DefaultPartitioner
 from agent.producer import ProduceFuture
-from compactor.config import MEMORY_BUDGET, POLL_INTERVAL_S, CompactorConfig
+from compactor.config import (
+    FILE_DELETE_DELAY_MS,
+    MEMORY_BUDGET,
+    POLL_INTERVAL_S,
+    CompactorConfig,
+)
 from fileformat.errors import FormatError
 from metadata import MetadataStore
 from metadata.config import ENV_URL as METADATA_ENV
@@ -122,8 +127,7 @@ class Context:
         """Open the store and the metadata, checked to belong together (cli/cluster.py);
         `create`: a write command's first call, creating what is missing."""
         if self._metadata is None:
-            opened = open_cluster(self.store_url, self.metadata_url, self.settings.metadata,
-                                  create=create)
+            opened = open_cluster(self.settings, create=create)
             self._store, self._metadata = opened.store, opened.metadata
 
     @property
@@ -666,6 +670,34 @@ def retention(ctx: Context, as_json: bool) -> None:
 
 
 @cli.command()
+@click.option("--grace-ms", type=click.IntRange(min=0), default=None,
+              show_default=_default(CompactorConfig, FILE_DELETE_DELAY_MS, unit=" ms"),
+              help="Delete files retired at least this long ago (0: all of them now).")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+@one_line_errors
+def gc(ctx: Context, grace_ms: int | None, as_json: bool) -> None:
+    """Collect garbage now, as the compactor does every compactor.gc.interval.ms.
+
+    Deletes the objects of files retired (by compaction or retention) or abandoned at least
+    the grace period ago; uploads still pending are left for compactor.lease.ms at least,
+    so writes under way never fail. Then prunes old history rows from the metadata.
+    """
+    from compactor import Compactor
+
+    config = ctx.load({f"compactor.{FILE_DELETE_DELAY_MS}": grace_ms}).compactor
+    comp = Compactor(ctx.store, ctx.metadata, config)
+    deleted = comp.collect_garbage()
+    waiting = len(ctx.metadata.files_to_gc(comp.clock.now_ms()))
+    if as_json:
+        click.echo(json.dumps({"deleted": len(deleted), "keys": deleted, "waiting": waiting,
+                               "grace_ms": config.grace_ms}))
+        return
+    click.echo(f"deleted {len(deleted)} objects; {waiting} files wait for their grace period"
+               f" ({config.grace_ms:,} ms) or lease ({config.lease_ms:,} ms)")
+
+
+@cli.command()
 @click.option("--deep", is_flag=True,
               help="Also read every live object: every batch CRC, the index (two GETs each).")
 @click.option("--fix", is_flag=True,
@@ -1035,7 +1067,7 @@ def init(ctx: Context, create_bucket: bool, as_json: bool) -> None:
     from .cluster import init_report
 
     created = make_bucket(ctx.store_url) if create_bucket else None
-    cluster = open_cluster(ctx.store_url, ctx.metadata_url, ctx.settings.metadata, create=True)
+    cluster = open_cluster(ctx.settings, create=True)
     cluster.metadata.close()
     report = init_report(cluster, ctx.store_url, created)
     if as_json:
