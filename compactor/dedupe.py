@@ -69,7 +69,7 @@ class Pass1:
         hashes = self.spool.read(count * KEY_HASH_SIZE)
         keep = np.ones(count, dtype=np.bool_)
         if self.map is not None and count:
-            self.map.survivors(hashes, self._next, self.map_end, memoryview(keep))
+            self.map.survivors(hashes, self._next, self.map_end, keep.data)
         self._next += count
         return hashes, keep
 

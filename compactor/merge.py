@@ -5,9 +5,10 @@ many partitions it holds: stream A over the META section (index entries + key ha
 pass 1) and stream B over the DATA section (record batches, pass 2). All inputs are walked
 partition by partition in the common (topic, partition) order; no stream seeks back or is
 reopened. Per compacted partition, pass 1 streams the key hashes alone into the offset map
-(`dedupe.pass1`: memory bounded by the map, not by the records), then pass 2 copies surviving batches byte for byte and rewrites partially
-surviving ones from their survivors' record bytes (`filter_batch`: new header, same base
-offset, so every offset is unchanged), compressed with the topic's rewrite codec (Kafka's
+(`dedupe.pass1`: memory bounded by the map, not by the records), then pass 2 copies
+surviving batches byte for byte and rewrites partially surviving ones from their
+survivors' record bytes (`filter_batch`: new header, same base offset, so every offset is
+unchanged), compressed with the topic's rewrite codec (Kafka's
 topic `compression.type`; `producer`: the input batch's own codec). Compacted-topic data
 and delete-policy data go to two different output objects, each streamed to the store
 (multipart when large).

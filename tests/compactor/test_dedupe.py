@@ -80,7 +80,7 @@ def test_same_home_slot_keys_stay_apart() -> None:
 
 def test_null_keys_are_kept_and_not_in_the_map() -> None:
     """The null key's hash is all zero (the map's empty slot): never an entry, always kept."""
-    assert NULL_KEY_HASH == bytes(16)
+    assert bytes(16) == NULL_KEY_HASH
     k = HASHER.hash(b"k")
     res = dedupe(NULL_KEY_HASH + k + NULL_KEY_HASH + k, 4, 1)
     assert list(res.keep) == [True, False, True, True]
