@@ -34,10 +34,10 @@ OffsetMap = _offsetmap.OffsetMap
 
 class HashSpool:
     """Bytes written in order, then read back once in order: in memory up to `limit`
-    bytes, in an unnamed temporary file (deleted on close) beyond."""
+    bytes (default SPOOL_MEMORY), in an unnamed temporary file (deleted on close) beyond."""
 
-    def __init__(self, limit: int = SPOOL_MEMORY) -> None:
-        self._limit = limit
+    def __init__(self, limit: int | None = None) -> None:
+        self._limit = SPOOL_MEMORY if limit is None else limit
         self._buf = bytearray()
         self._file: IO[bytes] | None = None
         self._read = 0  # bytes handed out of _buf
