@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from fileformat import (
     ChunkBuilder,
+    ChunkIndex,
     CorruptDataError,
     KeyHasher,
     encode_file,
@@ -42,7 +43,7 @@ def test_blocks_give_what_iter_meta_gives(counts: list[int], block: int,
                                           skip: set[int]) -> None:
     meta, offset, length = meta_of(counts)
     want = list(iter_meta(io.BytesIO(meta), offset, length))
-    got = []
+    got: list[tuple[ChunkIndex, bytes | None]] = []
     for n, (index, hashes) in enumerate(iter_meta_streamed(io.BytesIO(meta), offset, length)):
         assert hashes.count == index.hash_count
         if n in skip:  # left unread: read and checked before the next entry
