@@ -237,9 +237,14 @@ hash + 4 B position per slot, load <= 0.9, Robin Hood probing) and into a spool 
 reads back (8 MiB in memory, then an unnamed temp file: 16 B per record on disk). The map
 holds at most budget / 24 B keys (5.59 M at 128 MiB) and grows from 64 slots, doubling while
 at most 1/16 of its largest size and then to that size, so old + new tables never exceed
-the budget; past its keys the map ends early and the rest is kept as it is (Kafka's partial
-clean; the next clean goes on from the checkpoint). Before (numpy sort of the whole job's
-hashes), 20 M records over 10 k keys grew the peak by 839 MiB on top of 305 MiB of hashes.
+the budget. With 10 k keys the peak is the spool's 8 MiB plus read blocks, whatever the
+record count; with 5 M keys it is the full-size table (118.5 MiB: 24.9 B per key held,
+22.2 B when full) + the previous table while it grows (7.4 MiB) + the spool. Past its keys
+(10 M row) the map ends early and the rest is kept as it is (Kafka's partial clean; the
+next clean goes on from the checkpoint), in the same memory. Before (a numpy sort of the
+whole job's hashes), 20 M records over 10 k keys grew the peak by 839 MiB on top of the
+305 MiB of hashes it was handed. Pass 2 holds one input chunk at a time (its bytes, and
+its records' hashes and keep flags: ~35 B per record of that chunk).
 """
 
 

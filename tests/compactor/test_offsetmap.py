@@ -19,19 +19,20 @@ def keys(n: int, seed: int = 0) -> list[bytes]:
     return [rng.bytes(16) for _ in range(n)]
 
 
-def same_home(n: int) -> list[bytes]:
-    """Keys sharing their first 8 bytes: one home slot, a long probe run."""
-    return [b"\x07" * 8 + i.to_bytes(8, "big") for i in range(1, n + 1)]
+def same_home(n: int, word: bytes) -> list[bytes]:
+    """Keys sharing their first 8 bytes: one home slot, a long probe run (from the last
+    slot, it wraps around to the first)."""
+    return [word * 8 + i.to_bytes(8, "big") for i in range(1, n + 1)]
 
 
 @settings(max_examples=200, deadline=None)
 @given(
     picks=st.lists(st.integers(0, 40), max_size=400),
     capacity=st.integers(1, 45),
-    clash=st.booleans(),
+    clash=st.sampled_from([b"", b"\x07", b"\xff"]),
 )
-def test_insert_and_survivors_match_a_dict(picks: list[int], capacity: int, clash: bool) -> None:
-    pool = same_home(40) if clash else keys(40, 3)
+def test_insert_and_survivors_match_a_dict(picks: list[int], capacity: int, clash: bytes) -> None:
+    pool = same_home(40, clash) if clash else keys(40, 3)
     pool.append(NULL_KEY_HASH)  # index 40: the null key
     hashes = b"".join(pool[p] for p in picks)
     m = OffsetMap(capacity)
@@ -58,6 +59,33 @@ def test_insert_and_survivors_match_a_dict(picks: list[int], capacity: int, clas
     want = [not (5 + i < end and pool[p] in ref and ref[pool[p]] > 5 + i)
             for i, p in enumerate(picks)]
     assert out.tolist() == want and kept == sum(want)
+
+
+@pytest.mark.parametrize("capacity", [3_000, 30_000])
+def test_a_growing_map_matches_a_dict(capacity: int) -> None:
+    """Many keys through every growth step (and past capacity), in uneven blocks."""
+    rng = np.random.default_rng(capacity)
+    pool = keys(20_000, 1)
+    picks = rng.integers(0, len(pool), size=100_000)
+    hashes = b"".join(pool[p] for p in picks)
+    m = OffsetMap(capacity)
+    pos = 0
+    for size in rng.integers(1, 5_000, size=1_000):
+        block = hashes[16 * pos : 16 * (pos + int(size))]
+        consumed, _ = m.insert(block, pos)
+        pos += consumed
+        if consumed < len(block) // 16 or pos == len(picks):
+            break
+    ref: dict[bytes, int] = {}
+    for i, p in enumerate(picks[:pos]):
+        ref[pool[p]] = i
+    assert len(m) == len(ref) <= capacity
+    assert pos == len(picks) or (len(ref) == capacity and pool[picks[pos]] not in ref)
+    assert all(m.get(k) == ref.get(k) for k in pool)
+    out = np.empty(len(picks), dtype=np.bool_)
+    m.survivors(hashes, 0, pos, out.data)
+    want = [i >= pos or ref[pool[p]] == i for i, p in enumerate(picks)]
+    assert out.tolist() == want
 
 
 def test_grows_from_small_to_the_budget_and_no_further() -> None:
