@@ -153,3 +153,10 @@ def test_spool_reads_back_what_was_written(limit: int) -> None:
             spool.read(16)
         with pytest.raises(RuntimeError, match="being read"):
             spool.write(b"x")
+
+
+def test_compiled_map_is_built_with_the_current_abi() -> None:
+    import compactor.offsetmap as wrapper
+    from compactor import _offsetmap
+
+    assert _offsetmap.ABI == wrapper.ABI
