@@ -8,10 +8,9 @@ reopened. Per compacted partition, pass 1 streams the key hashes alone into the 
 (`dedupe.pass1`: memory bounded by the map, not by the records), then pass 2 copies
 surviving batches byte for byte and rewrites partially surviving ones from their
 survivors' record bytes (`filter_batch`: new header, same base offset, so every offset is
-unchanged), compressed with the topic's rewrite codec (Kafka's
-topic `compression.type`; `producer`: the input batch's own codec). Compacted-topic data
-and delete-policy data go to two different output objects, each streamed to the store
-(multipart when large).
+unchanged), compressed with the topic's rewrite codec (Kafka's topic `compression.type`;
+`producer`: the input batch's own codec). Compacted-topic data and delete-policy data go
+to two different output objects, each streamed to the store (multipart when large).
 """
 
 from __future__ import annotations
