@@ -48,13 +48,13 @@ from pyroaring import BitMap
 from fileformat.batch import (
     FRAME_SIZE,
     WRITABLE_COMPRESSIONS,
+    BatchEncoder,
     BatchHeader,
     CheckedBatch,
     Compression,
     Record,
     check_client_batch,
     iter_records,
-    new_builder,
     read_header,
     seal_batch,
     verify_batch,
@@ -284,8 +284,8 @@ def _bitmap_of(arr: np.ndarray[Any, np.dtype[np.int64]]) -> BitMap:
 class ChunkBuilder:
     """Accumulates one topic-partition's batches for one object.
 
-    Relative offsets start at 0 (the chunk base). Records from `append` are buffered into an
-    aiokafka builder and sealed into a batch once it reaches `max_batch_bytes`. Key hashes
+    Relative offsets start at 0 (the chunk base). Records from `append` are encoded by a
+    `BatchEncoder` and sealed into a batch once it reaches `max_batch_bytes`. Key hashes
     and tombstones are tracked only for keyed chunks (`hasher` given or `keyed=True`).
     With `sink`, sealed batches are handed to it instead of being kept (used by
     `FileWriter.open_chunk` so a large compacted chunk never sits in memory).
@@ -329,7 +329,7 @@ class ChunkBuilder:
         self._hashes = bytearray()
         self._min_ts: int | None = None
         self._max_ts: int | None = None
-        self._open: Any = None  # aiokafka builder of the batch being filled
+        self._open: BatchEncoder | None = None  # the batch being filled
         self._open_base = 0
         self._finished = False
         self._sink = sink
@@ -347,7 +347,7 @@ class ChunkBuilder:
 
     def size_in_bytes(self) -> int:
         """Approximate bytes this chunk adds to an object (for flush decisions)."""
-        open_size = self._open.size() if self._open is not None else 0
+        open_size = self._open.size if self._open is not None else 0
         return self._data_len + open_size + len(self._hashes)
 
     def _check_open(self) -> None:
@@ -375,15 +375,27 @@ class ChunkBuilder:
         self._frame_crc = crc32c.crc32c(batch[:FRAME_SIZE], self._frame_crc)
 
     def _seal_open(self) -> None:
-        if self._open is None:
+        encoder = self._open
+        if encoder is None:
             return
-        if self._next == self._open_base:  # only failed appends: nothing to seal
-            self._open = None
-            return
-        built = self._open.build()
         self._open = None
-        self._store(seal_batch(built, self._open_base, self._compression))
+        if not encoder.record_count:  # only failed appends: nothing to seal
+            return
+        self._timestamps(encoder.min_timestamp, encoder.max_timestamp)
+        if self._compression == Compression.NONE:
+            self._store(encoder.finish(self._open_base))
+        else:
+            self._store(seal_batch(encoder.finish(), self._open_base, self._compression))
         self._offsets.add_range(self._open_base, self._next)
+
+    def _start_batch(self) -> BatchEncoder:
+        """The encoder of a new open batch at the next offset (the append's checks that
+        hold for a whole batch are made here, once)."""
+        self._check_open()
+        self._need_hasher()
+        encoder = self._open = BatchEncoder()
+        self._open_base = self._next
+        return encoder
 
     def append(
         self,
@@ -392,35 +404,28 @@ class ChunkBuilder:
         value: bytes | None,
         headers: Sequence[tuple[str, bytes | None]] = (),
     ) -> int:
-        """Buffer one record; returns its relative offset. (Hot: checks are inlined.)"""
-        if self._finished:
-            raise RuntimeError("chunk builder already finished")
-        hasher = self._hasher
-        if hasher is None and self._keyed:
-            raise ValueError("keyed chunk without a hasher accepts only append_compacted")
+        """Buffer one record; returns its relative offset. On an error nothing is buffered.
+
+        The per-record hot path: the checks that hold for a whole batch are made when it
+        starts (`_start_batch`), the record is encoded in C, timestamps are tracked there.
+        """
+        encoder = self._open
+        if encoder is None:
+            encoder = self._start_batch()
         rel = self._next
         if rel >= MAX_OFFSET_SPAN:
             raise ValueError("chunk offset span exceeds 2**32")
-        builder = self._open
-        if builder is None:
-            builder = self._open = new_builder()
-            self._open_base = rel
-        builder.append(rel - self._open_base, timestamp, key, value,
-                       list(headers) if headers else [])
+        hasher = self._hasher
+        if hasher is not None:
+            digest = hasher.hash(key)  # may raise: before anything is appended
+        size = encoder.append(rel - self._open_base, timestamp, key, value, headers)
         self._next = rel + 1
         self._count += 1
         if hasher is not None:
-            self._hashes += hasher.hash(key)
+            self._hashes += digest
             if value is None:
                 self._tombstones.add(rel)
-        lo = self._min_ts
-        if lo is None:
-            self._min_ts = self._max_ts = timestamp
-        elif timestamp < lo:
-            self._min_ts = timestamp
-        elif timestamp > self._max_ts:  # type: ignore[operator]
-            self._max_ts = timestamp
-        if builder.size() >= self._max_batch_bytes:
+        if size >= self._max_batch_bytes:
             self._seal_open()
         return rel
 
