@@ -135,6 +135,9 @@ FLAG_KEYED = 0x1
 _KNOWN_FLAGS = FLAG_KEYED
 MAX_OFFSET_SPAN = 2**32  # relative offsets live in 32-bit roaring bitmaps
 _COPY_BLOCK = 1 << 20
+# FileWriter hands its output on in writes of about this size by default (one syscall or
+# upload-buffer append per MiB, not one per batch: an agent flush holds ~1,000 small chunks).
+WRITE_BLOCK = 1 << 20
 
 
 class Readable(Protocol):
@@ -618,11 +621,15 @@ class FileWriter:
     """Streams one object: chunk data goes out on `add`, META and footer on `finish`.
 
     Memory stays bounded: index entries and key hashes are spooled to a
-    SpooledTemporaryFile (in memory up to `spool_limit`, then a local temp file).
+    SpooledTemporaryFile (in memory up to `spool_limit`, then a local temp file), and the
+    bytes are passed to `write` in order, in blocks of at least `write_block` bytes (a
+    batch that large on its own) but the last, which `finish` writes.
     """
 
-    def __init__(self, write: Callable[[bytes], Any], *, spool_limit: int = 8 << 20) -> None:
+    def __init__(self, write: Callable[[bytes], Any], *, spool_limit: int = 8 << 20,
+                 write_block: int = WRITE_BLOCK) -> None:
         self._write = write
+        self._write_block = write_block
         self._spool = tempfile.SpooledTemporaryFile(max_size=spool_limit)  # noqa: SIM115
         # An abandoned writer (failed flush) must not leak the spool or warn about it.
         self._release = weakref.finalize(self, self._spool.close)
@@ -632,6 +639,8 @@ class FileWriter:
         self._last: tuple[str, int] | None = None
         self._open: tuple[ChunkBuilder, int] | None = None  # streamed chunk, its data_pos
         self._done = False
+        self._pending: list[bytes] = []  # written on, in order, once write_block is reached
+        self._pending_len = 0
         self._emit(OBJECT_HEADER.pack(OBJECT_MAGIC, FORMAT_VERSION, 0))
         self._pos = OBJECT_HEADER_SIZE
 
@@ -647,10 +656,25 @@ class FileWriter:
         self._release()
 
     def _emit(self, data: bytes) -> None:
-        self._write(data)
+        if len(data) >= self._write_block:
+            self._drain()
+            self._write(data)
+            return
+        self._pending.append(data)
+        self._pending_len += len(data)
+        if self._pending_len >= self._write_block:
+            self._drain()
+
+    def _drain(self) -> None:
+        """Write what is pending, as one block."""
+        pending = self._pending
+        if pending:
+            self._write(pending[0] if len(pending) == 1 else b"".join(pending))
+            self._pending = []
+            self._pending_len = 0
 
     def _emit_data(self, batch: bytes) -> None:
-        self._write(batch)
+        self._emit(batch)
         self._pos += len(batch)
 
     def _claim(self, topic: str, partition: int) -> None:
@@ -761,6 +785,7 @@ class FileWriter:
             ]
         )
         self._emit(footer)
+        self._drain()
         # The entries are this writer's own, unseen until now: make hash_pos absolute in
         # place (dataclasses.replace costs ~10 µs a chunk, 1,000 chunks per agent flush).
         for c in self._chunks:
