@@ -9,14 +9,22 @@ ABI: int
 def crc32c(data: Any, crc: int = 0, /) -> int:
     """CRC32C of a bytes-like `data`, continued from `crc`."""
 
+def crc32c_portable(data: Any, crc: int = 0, /) -> int:
+    """`crc32c` by the table path whatever the CPU (tests cover the fallback with it)."""
+
 class BatchEncoder:
     """One uncompressed Kafka RecordBatch v2, built record by record."""
 
-    record_count: int
-    size: int
-    min_timestamp: int
-    max_timestamp: int
-    last_offset_delta: int
+    @property
+    def record_count(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def min_timestamp(self) -> int: ...
+    @property
+    def max_timestamp(self) -> int: ...
+    @property
+    def last_offset_delta(self) -> int: ...
 
     def append(self, offset_delta: int, timestamp: int, key: Any, value: Any,
                headers: Sequence[tuple[str, Any]] = (), /) -> int: ...

@@ -425,8 +425,13 @@ class BatchEncoderReference:
         if not self.last_offset_delta < offset_delta <= 2**31 - 1:
             raise ValueError(f"offset deltas must increase within 0..2**31 - 1: {offset_delta}"
                              f" after {self.last_offset_delta}")
+        if not -(2**63) <= timestamp < 2**63:
+            raise OverflowError(f"timestamp {timestamp} does not fit in 64 bits")
+        ts_delta = timestamp - self._first if self.record_count else 0
+        if not -(2**63) <= ts_delta < 2**63:
+            raise ValueError("timestamp delta does not fit in 64 bits")
         body = bytearray(b"\x00")  # attributes
-        _zigzag(body, timestamp - self._first if self.record_count else 0)
+        _zigzag(body, ts_delta)
         _zigzag(body, offset_delta)
         _zigzag_blob(body, key)
         _zigzag_blob(body, value)
