@@ -44,8 +44,8 @@ import numpy as np
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatch
 
-from fileformat.native import _native
 from fileformat.errors import CorruptDataError, TruncatedError, UnsupportedError
+from fileformat.native import _native
 
 HEADER = struct.Struct(
     ">"
