@@ -23,7 +23,8 @@
  * 61-byte header (leaderEpoch -1, attributes 0, producer id/epoch/sequence -1, as aiokafka's
  * builder) and its CRC32C, returning the batch as bytes without copying it: the records
  * are written into a bytes object that grows by doubling and is handed over at the end.
- * A failed append leaves the encoder unchanged. The twin is fileformat.batch
+ * A failed append leaves the encoder unchanged; a failed finish (out of memory) empties it.
+ * The twin is fileformat.batch
  * .BatchEncoderReference; tests hold both to the same bytes. */
 
 #define ENC_HEADER_SIZE 61
@@ -309,7 +310,15 @@ static int enc_reserve(EncBatchEncoder *e, Py_ssize_t more) {
     while (cap < need) {
         cap *= 2;
     }
-    return _PyBytes_Resize(&e->buf, cap);  /* on failure buf is freed and NULL */
+    /* A new object and a copy (not _PyBytes_Resize, which frees the old one when it
+     * fails): a failed growth leaves the records appended so far as they were. */
+    PyObject *bigger = PyBytes_FromStringAndSize(NULL, cap);
+    if (bigger == NULL) {
+        return -1;
+    }
+    memcpy(PyBytes_AS_STRING(bigger), PyBytes_AS_STRING(e->buf), (size_t)e->len);
+    Py_SETREF(e->buf, bigger);
+    return 0;
 }
 
 /* append(offset_delta, timestamp, key, value, headers=()) -> int: the batch's size in bytes
@@ -382,11 +391,14 @@ static PyObject *enc_append(EncBatchEncoder *e, PyObject *const *args, Py_ssize_
         body += enc_varint_size(klen) + klen + enc_blob_size(&hv);
         enc_blob_release(&hv);
     }
-    if (enc_reserve(e, enc_varint_size(body) + body) < 0) {
+    Py_ssize_t reserved = enc_varint_size(body) + body;
+    if (enc_reserve(e, reserved) < 0) {
         goto done;
     }
-    /* Pass 2: write it (nothing fails from here on). */
+    /* Pass 2: write it. Only a header value whose length changed since pass 1 (an exotic
+     * buffer) can fail here; the bytes written past e->len are then simply not kept. */
     unsigned char *p = (unsigned char *)PyBytes_AS_STRING(e->buf) + e->len;
+    unsigned char *end = p + reserved;
     p = enc_varint(p, body);
     *p++ = 0; /* attributes */
     p = enc_varint(p, ts_delta);
@@ -402,9 +414,20 @@ static PyObject *enc_append(EncBatchEncoder *e, PyObject *const *args, Py_ssize_
         memcpy(p, k, (size_t)klen);
         p += klen;
         EncBlob hv;
-        (void)enc_blob(PyTuple_GET_ITEM(item, 1), &hv, "header value"); /* checked above */
+        if (enc_blob(PyTuple_GET_ITEM(item, 1), &hv, "header value") < 0) {
+            goto done;
+        }
+        if (enc_blob_size(&hv) > end - p) {
+            enc_blob_release(&hv);
+            PyErr_SetString(PyExc_RuntimeError, "a record header changed during append");
+            goto done;
+        }
         p = enc_blob_write(p, &hv);
         enc_blob_release(&hv);
+    }
+    if (p != end) {
+        PyErr_SetString(PyExc_RuntimeError, "a record header changed during append");
+        goto done;
     }
     e->len = (Py_ssize_t)(p - (unsigned char *)PyBytes_AS_STRING(e->buf));
     if (e->count == 0) {
@@ -445,7 +468,7 @@ static PyObject *enc_finish(EncBatchEncoder *e, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_ValueError, "a batch holds at most 2**31 - 1 records");
         return NULL;
     }
-    if (_PyBytes_Resize(&e->buf, e->len) < 0) {
+    if (_PyBytes_Resize(&e->buf, e->len) < 0) {  /* frees the records: the batch is lost */
         enc_reset(e);
         return NULL;
     }

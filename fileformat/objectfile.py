@@ -384,11 +384,17 @@ class ChunkBuilder:
         self._open = None
         if not encoder.record_count:  # only failed appends: nothing to seal
             return
-        self._timestamps(encoder.min_timestamp, encoder.max_timestamp)
-        if self._compression == Compression.NONE:
-            self._store(encoder.finish(self._open_base))
-        else:
-            self._store(seal_batch(encoder.finish(), self._open_base, self._compression))
+        low, high = encoder.min_timestamp, encoder.max_timestamp  # finish() empties it
+        try:
+            if self._compression == Compression.NONE:
+                batch = encoder.finish(self._open_base)
+            else:
+                batch = seal_batch(encoder.finish(), self._open_base, self._compression)
+        except BaseException:
+            self._finished = True  # the batch's records are lost: this chunk cannot be written
+            raise
+        self._timestamps(low, high)
+        self._store(batch)
         self._offsets.add_range(self._open_base, self._next)
 
     def _start_batch(self) -> BatchEncoder:

@@ -195,3 +195,44 @@ def test_file_writer_writes_blocks_and_the_same_bytes() -> None:
         through_writer.add(c)
     through_writer.finish()
     assert sum(through) == len(expected) and len(through) > 500  # a write per batch
+
+
+@settings(max_examples=50, deadline=None)
+@given(stamps=st.lists(st.integers(0, 2**45), min_size=1, max_size=40),
+       batch_bytes=st.integers(1, 400))
+def test_chunk_builder_batches_are_the_reference_encoders(stamps: list[int],
+                                                          batch_bytes: int) -> None:
+    """ChunkBuilder's batches (sealed by size) are what the reference encoder makes of the
+    same records, and its timestamps are the records' extremes."""
+    builder = ChunkBuilder("t", 0, max_batch_bytes=batch_bytes)
+    for i, ts in enumerate(stamps):
+        assert builder.append(ts, b"k%d" % i, b"v" * (i % 50), [("h", b"%d" % i)]) == i
+    chunk = builder.finish()
+    assert (chunk.min_timestamp, chunk.max_timestamp) == (min(stamps), max(stamps))
+    assert (chunk.record_count, chunk.offset_span) == (len(stamps), len(stamps))
+    rel = 0
+    for batch in chunk.batches:
+        reference = BatchEncoderReference()
+        for rec in decode_batch(batch):
+            reference.append(rec.offset - rel, rec.timestamp, rec.key, rec.value,
+                             list(rec.headers))
+        count = reference.record_count
+        assert batch == reference.finish(rel)
+        rel += count
+    assert rel == len(stamps)
+
+
+class _FailingFinish(BatchEncoderReference):
+    def finish(self, base_offset: int = 0) -> bytes:
+        raise MemoryError
+
+
+def test_a_batch_that_cannot_be_sealed_fails_the_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its records are lost, so the chunk must never be written (the flush fails)."""
+    monkeypatch.setattr("fileformat.objectfile.BatchEncoder", _FailingFinish)
+    builder = ChunkBuilder("t", 0, max_batch_bytes=100)
+    builder.append(1, b"k", b"v")
+    with pytest.raises(MemoryError):
+        builder.append(2, b"k", b"v" * 200)  # fills the batch: sealed in this call
+    with pytest.raises(RuntimeError, match="finished"):
+        builder.finish()
