@@ -1,7 +1,8 @@
 /* fileformat._native: the compiled hot loops over Kafka record batches.
  *
- * Pure functions over byte buffers (no I/O, no allocation kept across calls); every
- * function has a pure-Python twin in fileformat that tests run on the same inputs. */
+ * Pure functions over byte buffers (no I/O, no allocation kept across calls but a
+ * BatchEncoder's batch); every function has a pure-Python twin in fileformat that tests
+ * run on the same inputs. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -24,8 +25,7 @@
  * builder) and its CRC32C, returning the batch as bytes without copying it: the records
  * are written into a bytes object that grows by doubling and is handed over at the end.
  * A failed append leaves the encoder unchanged; a failed finish (out of memory) empties it.
- * The twin is fileformat.batch
- * .BatchEncoderReference; tests hold both to the same bytes. */
+ * The twin is fileformat.batch.BatchEncoderReference; tests hold both to the same bytes. */
 
 #define ENC_HEADER_SIZE 61
 #define ENC_LOG_OVERHEAD 12

@@ -409,6 +409,9 @@ class BatchEncoderReference:
     CreateTime, not transactional)."""
 
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
         self._records = bytearray()
         self.record_count = 0
         self.last_offset_delta = -1
@@ -462,7 +465,7 @@ class BatchEncoderReference:
                          self.last_offset_delta, self._first, self.max_timestamp, -1, -1, -1,
                          self.record_count)
         _CRC.pack_into(out, CRC_POS, crc32c.crc32c(memoryview(out)[ATTRIBUTES_POS:]))
-        self.__init__()  # type: ignore[misc]
+        self._reset()
         return bytes(out)
 
 
