@@ -51,6 +51,7 @@ from settings.load import Origin, Settings, Source, load_settings
 
 from . import groups as cg
 from .errors import CommandFailed
+from .interrupt import EXIT_INTERRUPTED, Interrupted, Stop, stop_on_signals
 from .jsonlines import LineError, consumed_to_json, parse_produce_line
 from .logs import configure as configure_logging
 from .logs import log_format_option
@@ -508,15 +509,40 @@ def groups_delete(ctx: Context, group: str) -> None:
 # ---------------------------------------------------------------------------- produce
 
 
-def _print_acks(pending: deque[tuple[int, ProduceFuture]], *, wait: bool) -> int:
-    """Print `{"partition", "offset"}` for acknowledged records, in input order."""
-    printed = 0
-    while pending and (wait or pending[0][1].done()):
-        partition, fut = pending.popleft()
-        offset = fut.result()
-        click.echo(json.dumps({"partition": partition, "offset": offset}))
-        printed += 1
-    return printed
+class _AckPrinter:
+    """Prints `{"partition", "offset"}` for acknowledged records, in input order, as soon as
+    they are acknowledged: also from the flusher's callback, so the offsets of what was
+    typed show while `silt produce` waits for the next line."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: deque[tuple[int, ProduceFuture]] = deque()
+        self.printed = 0
+
+    def add(self, partition: int, fut: ProduceFuture) -> None:
+        with self._lock:
+            self._pending.append((partition, fut))
+        fut.add_done_callback(self._on_done)
+
+    def _on_done(self, fut: ProduceFuture) -> None:
+        self.drain(wait=False)
+
+    def drain(self, *, wait: bool) -> None:
+        """Print the acknowledged head of the queue; with `wait`, all of it (the first failed
+        record raises its error). Waits outside the lock: the flusher's callback takes it."""
+        while True:
+            with self._lock:
+                pending = self._pending
+                while pending and pending[0][1].done() and pending[0][1].exception() is None:
+                    partition, fut = pending.popleft()
+                    click.echo(json.dumps({"partition": partition, "offset": fut.result()}))
+                    self.printed += 1
+                if not wait or not pending:
+                    return
+                head = pending[0][1]
+                if head.done():
+                    head.result()  # raises the failure
+            head.exception()  # until it is done
 
 
 @cli.command()
@@ -538,6 +564,8 @@ def produce(ctx: Context, topic: str, source: IO[str], linger_ms: int | None,
 
     Prints one {"partition", "offset"} line per record once it is committed. A malformed
     line stops the run: records before it are committed, nothing after it is produced.
+    Ctrl-C or SIGTERM stops reading, waits for the records in flight, prints their offsets,
+    says from which input line to resume, and exits 130.
     """
     flags: dict[str, object | None] = {f"agent.{LINGER_MS}": linger_ms,
                                        f"agent.{FLUSH_BYTES}": flush_bytes}
@@ -546,36 +574,62 @@ def produce(ctx: Context, topic: str, source: IO[str], linger_ms: int | None,
         flags[buffer_key] = max(flush_bytes * 8, ctx.settings.agent.buffer_memory)
     config = ctx.load(flags).agent
     info = ctx.metadata.get_topic(topic)
-    partitioner = DefaultPartitioner()
-    pending: deque[tuple[int, ProduceFuture]] = deque()
-    bad: tuple[int, str] | None = None
-    acked = 0
-    with progress("producing") as advance, Agent(ctx.store, ctx.metadata, config) as agent:
-        for lineno, line in enumerate(source, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = parse_produce_line(line)
-                partition = rec.partition
-                if partition is None:
-                    partition = partitioner.partition(rec.key, info.partitions)
-                fut = agent.produce(topic, partition, rec.key, rec.value, rec.headers)
-            except (LineError, AgentError) as exc:
-                bad = (lineno, str(exc))
-                break
-            pending.append((partition, fut))
-            n = _print_acks(pending, wait=False)
-            acked += n
-            advance(1)
-    acked += _print_acks(pending, wait=True)
+    with stop_on_signals() as stop:  # held until the offsets are printed
+        acked, lineno, bad = _produce_lines(stop, agent_config=config, ctx=ctx, topic=topic,
+                                            source=source, partitions=info.partitions)
     if bad is not None:
-        lineno, message = bad
+        bad_line, message = bad
         click.echo(
-            f"silt: line {lineno}: {message}; the {acked} record(s) before it were committed"
-            f" (printed above), nothing from line {lineno} on was produced",
+            f"silt: line {bad_line}: {message}; the {acked} record(s) before it were committed"
+            f" (printed above), nothing from line {bad_line} on was produced",
             err=True,
         )
         sys.exit(1)
+    if stop.requested:
+        committed = f"{acked} lines committed" if acked else "nothing was committed"
+        name = "-" if source.name == "<stdin>" else source.name
+        click.echo(f"interrupted: {committed}; resume from line {lineno + 1}"
+                   f" (tail -n +{lineno + 1} {name} | silt produce {topic})", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _produce_lines(stop: Stop, *, agent_config: AgentConfig, ctx: Context, topic: str,
+                   source: IO[str], partitions: int) -> tuple[int, int, tuple[int, str] | None]:
+    """Produce `source`'s lines until its end, a bad line or a stop signal; print the offsets
+    of every record produced. Returns (records committed, input lines handled, the bad line
+    and why). A failed flush raises (the offsets before it are printed)."""
+    partitioner = DefaultPartitioner()
+    acks = _AckPrinter()
+    bad: tuple[int, str] | None = None
+    lineno = 0  # the input lines handled (produced, or blank)
+    with progress("producing") as advance, Agent(ctx.store, ctx.metadata, agent_config) as agent:
+        lines = iter(source)
+        try:
+            while True:
+                with stop.wait():  # a signal while reading: stop here, this line unread
+                    line = next(lines, None)
+                if line is None:
+                    break
+                if line.strip():
+                    try:
+                        rec = parse_produce_line(line)
+                        partition = rec.partition
+                        if partition is None:
+                            partition = partitioner.partition(rec.key, partitions)
+                        fut = agent.produce(topic, partition, rec.key, rec.value, rec.headers)
+                    except (LineError, AgentError) as exc:
+                        bad = (lineno + 1, str(exc))
+                        break
+                    acks.add(partition, fut)
+                    advance(1)
+                lineno += 1
+        except Interrupted:
+            pass
+        if stop.requested:
+            click.echo(f"silt: {signal.Signals(stop.signum or signal.SIGINT).name}: stopped"
+                       " reading; waiting for the records in flight", err=True)
+    acks.drain(wait=True)
+    return acks.printed, lineno, bad
 
 
 # ---------------------------------------------------------------------------- consume
