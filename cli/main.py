@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -57,6 +58,7 @@ from .logs import configure as configure_logging
 from .logs import log_format_option
 
 MIB = 1024 * 1024
+FOLLOW_POLL_S = 0.5  # silt consume --follow: seconds between looks for new records
 log = logging.getLogger(__name__)
 
 KNOWN_ERRORS: tuple[type[BaseException], ...] = (
@@ -338,8 +340,8 @@ def topics_delete(ctx: Context, name: str) -> None:
 
 @topics.command("alter")
 @click.argument("name")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="Override a topic config. Repeatable.")
+@click.option("--set", "--config", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Override a topic config (validated). Repeatable.")
 @click.option("--delete", "deletes", multiple=True, metavar="KEY",
               help="Remove an override (back to the default). Repeatable.")
 @pass_ctx
@@ -643,11 +645,17 @@ def _produce_lines(stop: Stop, *, agent_config: AgentConfig, ctx: Context, topic
               help="First offset to read (default: each partition's log start).")
 @click.option("--max-records", type=click.IntRange(min=0), default=None,
               help="Stop after this many records in total.")
+@click.option("--follow", is_flag=True,
+              help="Then keep polling for new records until Ctrl-C or SIGTERM (exit 0).")
 @pass_ctx
 @one_line_errors
 def consume(ctx: Context, topic: str, partition: int | None, from_offset: int | None,
-            max_records: int | None) -> None:
-    """Print records of TOPIC as JSON lines, in offset order per partition."""
+            max_records: int | None, follow: bool) -> None:
+    """Print records of TOPIC as JSON lines, in offset order per partition.
+
+    A start offset at or past a partition's log end is said on stderr (with the log end).
+    A closed stdout (`| head`) ends the command quietly, exit 0.
+    """
     parts = ctx.metadata.partitions(topic)
     if partition is not None:
         if partition >= len(parts):
@@ -657,15 +665,47 @@ def consume(ctx: Context, topic: str, partition: int | None, from_offset: int | 
     reader = Reader(ctx.store, ctx.metadata)
     remaining = max_records
     out = sys.stdout
-    for p in parts:
-        start = p.log_start_offset if from_offset is None else from_offset
-        for rec in reader.read(topic, p.partition, start, remaining):
-            out.write(consumed_to_json(rec) + "\n")
-            if remaining is not None:
-                remaining -= 1
-        if remaining is not None and remaining <= 0:
-            break
-    out.flush()
+    # Per partition, the next offset to read.
+    position = {p.partition: p.log_start_offset if from_offset is None else from_offset
+                for p in parts}
+    if from_offset is not None:
+        past = [p for p in parts if from_offset >= p.next_offset]
+        for p in past:
+            click.echo(f"silt: {topic}/{p.partition}: offset {from_offset} is at or past the"
+                       f" log end ({p.next_offset}): no records", err=True)
+
+    def read_all(stop: Stop | None) -> None:
+        nonlocal remaining
+        for p in position:
+            for rec in reader.read(topic, p, position[p], remaining):
+                if stop is not None and stop.requested:
+                    return
+                out.write(consumed_to_json(rec) + "\n")
+                position[p] = rec.offset + 1
+                if remaining is not None:
+                    remaining -= 1
+            if remaining is not None and remaining <= 0:
+                return
+        out.flush()
+
+    try:
+        if not follow:
+            read_all(None)
+        else:
+            with stop_on_signals() as stop:
+                read_all(stop)
+                while remaining is None or remaining > 0:
+                    with stop.wait():  # a signal now (or received while reading) ends it
+                        time.sleep(FOLLOW_POLL_S)
+                    ends = {p.partition: p.next_offset for p in ctx.metadata.partitions(topic)}
+                    if any(ends.get(p, 0) > position[p] for p in position):
+                        read_all(stop)
+        out.flush()
+    except Interrupted:
+        out.flush()
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly; stdout cannot be flushed at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 # ---------------------------------------------------------------------------- stats
