@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -55,7 +56,7 @@ from .errors import CommandFailed
 from .interrupt import EXIT_INTERRUPTED, Interrupted, Stop, stop_on_signals
 from .jsonlines import LineError, consumed_to_json, parse_produce_line
 from .logs import configure as configure_logging
-from .logs import log_format_option
+from .logs import configure_command, log_format_option
 
 MIB = 1024 * 1024
 FOLLOW_POLL_S = 0.5  # silt consume --follow: seconds between looks for new records
@@ -72,6 +73,9 @@ KNOWN_ERRORS: tuple[type[BaseException], ...] = (
     ValueError,
 )
 
+# Long-running commands: they log as services do (--log-format), not as the short commands.
+SERVICES = frozenset({"agent", "compactor", "up"})
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -84,6 +88,10 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except KNOWN_ERRORS as exc:
+            obj = click.get_current_context(silent=True)
+            own = isinstance(exc, CommandFailed) and exc.__cause__ is None  # nothing to trace
+            if obj is not None and getattr(obj.find_object(Context), "verbose", False) and not own:
+                traceback.print_exc()
             message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             click.echo(f"silt: {message}", err=True)
             sys.exit(1)
@@ -97,6 +105,7 @@ class Context:
 
     config_path: Path | None
     flags: dict[str, object | None] = field(default_factory=dict)  # full key -> global flag
+    verbose: bool = False
     _settings: Settings | None = None
     _store: ObjectStore | None = None
     _metadata: MetadataStore | None = None
@@ -182,11 +191,17 @@ def _default(section: type[Section], key: str, scale: int = 1, unit: str = "") -
 @click.option("--metadata", default=None, metavar="URL",
               show_default=_default(MetadataConfig, URL),
               help=f"Metadata URL (sqlite:///path, postgresql://...). Env: {METADATA_ENV}.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Show tracebacks and informational log lines (errors stay one line"
+                   " without it).")
 @click.pass_context
 def cli(ctx: click.Context, config_path: Path | None, store: str | None,
-        metadata: str | None) -> None:
+        metadata: str | None, verbose: bool) -> None:
     """siltstream: a log on object storage with key-deduplicating compaction."""
-    obj = Context(config_path, {f"store.{URL}": store, f"metadata.{URL}": metadata})
+    obj = Context(config_path, {f"store.{URL}": store, f"metadata.{URL}": metadata},
+                  verbose=verbose)
+    if ctx.invoked_subcommand not in SERVICES:  # those configure their own logging
+        configure_command(ctx.invoked_subcommand, verbose)
     ctx.obj = obj
     ctx.call_on_close(obj.close)
 
