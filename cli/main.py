@@ -731,7 +731,11 @@ def consume(ctx: Context, topic: str, partition: int | None, from_offset: int | 
 @pass_ctx
 @one_line_errors
 def stats(ctx: Context, as_json: bool) -> None:
-    """Files, bytes and segments per level."""
+    """Files, bytes and segments per level (live data); files and bytes per state, so
+    what is retired and awaiting GC shows too: live + the states awaiting GC is what the
+    store holds."""
+    from metadata import schema as ms
+
     st = ctx.metadata.stats()
     data = st.as_dict()
     if as_json:
@@ -740,6 +744,26 @@ def stats(ctx: Context, as_json: bool) -> None:
     click.echo("level  files  bytes  segments")
     for row in data["levels"]:
         click.echo(f"{row['level']:>5}  {row['files']:>5}  {row['bytes']:>5}  {row['segments']:>8}")
+    rows = [["state", "files", "bytes", ""]]
+    for state in ms.FILE_STATES:
+        if state == ms.FILE_DELETED or not st.files_by_state.get(state):
+            continue  # deleted files are gone from the store
+        rows.append([state, str(st.files_by_state[state]), str(st.bytes_by_state[state]),
+                     STATE_NOTES.get(state, "")])
+    for line in cg.columns(rows, indent=""):
+        click.echo(line.rstrip())
+    held = sum(b for state, b in st.bytes_by_state.items() if state != ms.FILE_DELETED)
+    click.echo(f"in the store: {held} bytes (live {st.bytes_by_state.get(ms.FILE_LIVE, 0)},"
+               f" awaiting GC {held - st.bytes_by_state.get(ms.FILE_LIVE, 0)})")
+
+
+# What `silt stats` says of each file state.
+STATE_NOTES = {
+    "pending": "being written (a crashed write's stay until GC)",
+    "retired": "replaced by compaction or retention; deleted after the GC grace period",
+    "abandoned": "a failed write; deleted by GC",
+    "deleting": "being deleted by GC",
+}
 
 
 @cli.command()
