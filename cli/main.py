@@ -164,13 +164,15 @@ def _interactive() -> bool:
 
 @contextmanager
 def progress(description: str, total: int | None = None) -> Iterator[Callable[[int], None]]:
-    """A rich progress bar on a terminal; silent when stderr is piped."""
+    """A rich progress bar on stderr when it is a terminal (stdout may be redirected: the
+    bar never mixes with the output); silent when stderr is piped."""
     if not _interactive():
         yield lambda n: None
         return
+    from rich.console import Console
     from rich.progress import Progress
 
-    with Progress(transient=True) as bar:
+    with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n: bar.advance(task, n)
 
@@ -1039,6 +1041,8 @@ def costs(partitions: str, files_per_round: int, rounds: int, records_per_partit
     with progress("measuring") as advance:
         def step(msg: str) -> None:
             advance(1)
+            if not _interactive():  # a log, not a terminal: one line per step
+                click.echo(f"silt costs: measuring {msg}", err=True)
         results = run_costs(w, prices, step)
     report = costs_json(w, price_table, results)
     report["prices_per_request"] = prices
