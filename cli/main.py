@@ -821,12 +821,28 @@ def doctor(ctx: Context, deep: bool, fix: bool, as_json: bool) -> None:
 @pass_ctx
 @one_line_errors
 def plan(ctx: Context, as_json: bool, everything: bool) -> None:
-    """Show the compaction jobs the planner would run now, and what it waits for."""
+    """Show the compaction jobs `silt compact --once` would run now, and what it waits for.
+
+    Also when the plan next changes with no new data (an age or lag threshold passing:
+    a later `compact --once` then runs other jobs) and what retention is due (a round
+    applies it before planning, which can change the jobs).
+    """
+    from datetime import datetime
+
     from compactor import Compactor
-    from planner import describe
+    from planner import describe, next_change, propose, propose_all
 
     comp = Compactor(ctx.store, ctx.metadata, ctx.settings.compactor)
-    out = describe(comp.plan(everything=everything))
+    config = ctx.settings.compactor.planner
+    _, snap = comp.snapshot()
+    now = comp.clock.now_ms()  # one instant for the plan and the next change
+    out = describe((propose_all if everything else propose)(snap, now, config))
+    change = None if everything else next_change(snap, now, config)
+    due = ctx.metadata.retention_due()
+    out["now_ms"] = now
+    out["next_change"] = None if change is None else {"at_ms": change.at_ms,
+                                                      "reason": change.reason}
+    out["retention_due"] = [asdict(c) for c in due]
     if as_json:
         click.echo(json.dumps(out))
         return
@@ -839,6 +855,14 @@ def plan(ctx: Context, as_json: bool, everything: bool) -> None:
         click.echo("no job to run now")
     for line in out["waiting"]:
         click.echo(f"waiting: {line}")
+    if change is not None:
+        at = datetime.fromtimestamp(change.at_ms / 1000).strftime("%H:%M:%S")
+        click.echo(f"changes: at {at} (in {(change.at_ms - now) / 1000:.1f} s)"
+                   f" {change.reason}")
+    for c in due:
+        click.echo(f"retention due: {c.topic}/{c.partition} log start -> {c.log_start_offset}"
+                   f" ({c.segments} segments, {c.records} records, {c.bytes} bytes);"
+                   " compact --once applies it before planning")
 
 
 def _print_reports(reports: list[Any], as_json: bool) -> None:
