@@ -530,32 +530,50 @@ def groups_delete(ctx: Context, group: str) -> None:
 
 class _AckPrinter:
     """Prints `{"partition", "offset"}` for acknowledged records, in input order, as soon as
-    they are acknowledged: also from the flusher's callback, so the offsets of what was
-    typed show while `silt produce` waits for the next line."""
+    they are acknowledged: from a callback on the head record's flush (one per flush, not
+    per record), so the offsets of what was typed show while `silt produce` waits for the
+    next line."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pending: deque[tuple[int, ProduceFuture]] = deque()
+        self._watching = False  # a callback waits on the head record's flush
         self.printed = 0
 
     def add(self, partition: int, fut: ProduceFuture) -> None:
         with self._lock:
             self._pending.append((partition, fut))
+            if self._watching:
+                return
+            self._watching = True
         fut.add_done_callback(self._on_done)
 
-    def _on_done(self, fut: ProduceFuture) -> None:
-        self.drain(wait=False)
+    def _on_done(self, _: ProduceFuture) -> None:
+        with self._lock:
+            self._print_ready()
+            head = self._pending[0][1] if self._pending else None
+            if head is not None and head.done():
+                head = None  # it failed: drain(wait=True) raises it
+            self._watching = head is not None
+        if head is not None:  # the next flush's first record (runs now if done already)
+            head.add_done_callback(self._on_done)
+
+    def _print_ready(self) -> None:
+        """Print the acknowledged head of the queue (holding the lock); a failed record
+        stops it, left for `drain(wait=True)` to raise."""
+        pending = self._pending
+        while pending and pending[0][1].done() and pending[0][1].exception() is None:
+            partition, fut = pending.popleft()
+            click.echo(json.dumps({"partition": partition, "offset": fut.result()}))
+            self.printed += 1
 
     def drain(self, *, wait: bool) -> None:
         """Print the acknowledged head of the queue; with `wait`, all of it (the first failed
         record raises its error). Waits outside the lock: the flusher's callback takes it."""
         while True:
             with self._lock:
+                self._print_ready()
                 pending = self._pending
-                while pending and pending[0][1].done() and pending[0][1].exception() is None:
-                    partition, fut = pending.popleft()
-                    click.echo(json.dumps({"partition": partition, "offset": fut.result()}))
-                    self.printed += 1
                 if not wait or not pending:
                     return
                 head = pending[0][1]
