@@ -1,10 +1,13 @@
 """Ctrl-C and SIGTERM for commands that stop at a safe point (`silt produce`, `silt consume
 --follow`): the signal is recorded, and raises only where the command waits for input, so it
-never lands half-way through handing a record to the agent."""
+never lands half-way through handing a record to the agent. A second signal while the
+command finishes (a flush that hangs) exits at once."""
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,6 +45,12 @@ class Stop:
             self.waiting = False
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is not None and not self.waiting:  # a second one: give up waiting
+            sys.stdout.flush()
+            print(f"silt: second {signal.Signals(signum).name}: exiting now; records in"
+                  " flight may or may not be committed (the offsets printed are)",
+                  file=sys.stderr, flush=True)
+            os._exit(EXIT_INTERRUPTED)
         if self.signum is None:
             self.signum = signum
         if self.waiting:
