@@ -82,15 +82,23 @@ REPORTED_BY = {
 }
 
 
+_command_handler: logging.Handler | None = None  # the one configure_command installed
+
+
 def configure_command(command: str | None, verbose: bool) -> None:
-    """Logging of the short commands: `silt: level: message` lines on stderr, WARNING and
-    up; with --verbose, INFO and up with tracebacks, nothing held back."""
+    """Logging of the short commands: `silt: level: name: message` lines on stderr, WARNING
+    and up; with --verbose, INFO and up with tracebacks, nothing held back. Replaces only the
+    handler it installed before (a test's own capture stays)."""
+    global _command_handler
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("silt: %(levelname)s: %(name)s: %(message)s"))
     if not verbose:
         handler.addFilter(_Quiet(REPORTED_BY.get(command or "", frozenset())))
+        handler.setLevel(logging.WARNING)
     root = logging.getLogger()
-    for old in root.handlers[:]:
-        root.removeHandler(old)
+    if _command_handler is not None:
+        root.removeHandler(_command_handler)
     root.addHandler(handler)
-    root.setLevel(logging.INFO if verbose else logging.WARNING)
+    _command_handler = handler
+    if verbose:
+        root.setLevel(logging.INFO)
