@@ -318,7 +318,7 @@ def _merge_partition(
                 else:
                     # Survivors' record bytes are copied as they are; the batch keeps its
                     # base offset and timestamp, so their deltas (offsets) stay valid.
-                    raw = filter_batch(view, header, sel.tolist(), compression=(
+                    raw = filter_batch(view, header, bk, compression=(
                         header.compression if codec is None else codec))
                     stats.batches_reencoded += 1
                 hashes = b""
