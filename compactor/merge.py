@@ -30,7 +30,6 @@ from fileformat import (
     Compression,
     FileWriter,
     Readable,
-    iter_batches,
     iter_meta,
 )
 from fileformat.batch import filter_batch
@@ -40,6 +39,10 @@ from objectstore import ObjectStore
 from .dedupe import MAP_BYTES_PER_KEY, dedupe, split_hashes
 
 log = logging.getLogger(__name__)
+
+RUN_BYTES = 8 << 20
+"""Output batches buffered (as views of input chunks or filtered copies) before they are
+appended to the output chunk in one call: bounds pass 2's memory, amortises its checks."""
 
 TopicPartition = tuple[str, int]
 
@@ -291,56 +294,65 @@ def _merge_partition(
                 # Tombstones retained now get their first-cleaned time.
                 fresh = keep & tomb_mask & (tomb_cleaned == 0) & in_range
                 tomb_cleaned[fresh] = now_ms
-    # ---- pass 2: survivors from stream B, in the same order.
+    # ---- pass 2: survivors from stream B, in the same order. Per batch only Python ints
+    # (kept counts from prefix sums of `keep`); the output batches are appended in runs of
+    # up to RUN_BYTES whose index data (offsets, hashes, tombstones) numpy slices at once.
     builder: ChunkBuilder | None = None
-    start = 0
+    kept_before = np.concatenate(([0], np.cumsum(keep, dtype=np.int64))).tolist()
+    survivors = np.flatnonzero(keep)
+    hv = np.frombuffer(all_hashes, dtype="V16") if keyed else None
+    raws: list[Any] = []
+    bases: list[int] = []
+    run_from = run_size = 0  # first survivor (index into `survivors`) and bytes of the run
+
+    def flush(upto: int) -> None:
+        nonlocal builder, run_from, run_size
+        idx = survivors[run_from:upto]
+        rel = offsets[idx] - out_base
+        hashes = b""
+        tombs: Any = ()
+        tomb_times: Any = None
+        if hv is not None:
+            hashes = hv[idx].tobytes()
+            tsel = tomb_mask[idx]
+            tombs = rel[tsel]
+            tomb_times = tomb_cleaned[idx][tsel]
+        if builder is None:
+            builder = out.writer.open_chunk(topic, partition, base_offset=out_base, keyed=keyed)
+        builder.append_compacted_run(raws, bases=bases, offsets=rel, tombstones=tombs,
+                                     key_hashes=hashes, tombstone_cleaned_at=tomb_times)
+        stats.records_out += upto - run_from
+        raws.clear()
+        bases.clear()
+        run_from, run_size = upto, 0
+
+    pos = 0
     for (ci, _, base), cnt, i in zip(heads, counts, inputs, strict=True):
-        data = i.data.read_chunk(ci)
-        k = keep[start : start + cnt]
-        if not k.any():
-            start += cnt
-            continue
-        pos = start
-        for header, view in iter_batches(data):
+        batches = i.data.read_batches(ci)
+        chunk_end = pos + cnt
+        for header, view in batches:
             bn = header.record_count
-            bk = keep[pos : pos + bn]
-            if bk.any():
-                if builder is None:
-                    builder = out.writer.open_chunk(
-                        topic, partition, base_offset=out_base, keyed=keyed,
-                    )
-                rel = offsets[pos : pos + bn] - out_base
-                sel = np.flatnonzero(bk)
-                new_base: int = header.base_offset + base - out_base
-                if bk.all():
-                    raw = bytes(view)
-                    stats.batches_copied += 1
-                else:
-                    # Survivors' record bytes are copied as they are; the batch keeps its
-                    # base offset and timestamp, so their deltas (offsets) stay valid.
-                    raw = filter_batch(view, header, bk, compression=(
-                        header.compression if codec is None else codec))
-                    stats.batches_reencoded += 1
-                hashes = b""
-                tombs: Any = ()
-                tomb_times: Any = None
-                if keyed:
-                    idx = pos + sel
-                    hv = np.frombuffer(all_hashes, dtype="V16")
-                    hashes = hv[idx].tobytes()
-                    tsel = tomb_mask[idx]
-                    tombs = rel[sel][tsel]
-                    tomb_times = tomb_cleaned[idx][tsel]
-                builder.append_compacted(
-                    raw, base=new_base, offsets=rel[sel], tombstones=tombs, key_hashes=hashes,
-                    tombstone_cleaned_at=tomb_times,
-                )
-                stats.records_out += len(sel)
+            kept = kept_before[pos + bn] - kept_before[pos]
+            if kept == bn:
+                raws.append(view)
+                stats.batches_copied += 1
+            elif kept:
+                # Survivors' record bytes are copied as they are; the batch keeps its
+                # base offset and timestamp, so their deltas (offsets) stay valid.
+                raws.append(filter_batch(view, header, keep[pos : pos + bn], compression=(
+                    header.compression if codec is None else codec)))
+                stats.batches_reencoded += 1
             pos += bn
-        if pos != start + cnt:
-            raise RuntimeError(f"{topic}/{partition}: batches hold {pos - start} records,"
-                               f" index says {cnt}")
-        start += cnt
+            if kept:
+                bases.append(header.base_offset + base - out_base)
+                run_size += len(raws[-1])
+                if run_size >= RUN_BYTES:
+                    flush(kept_before[pos])
+        if pos != chunk_end:
+            raise RuntimeError(f"{topic}/{partition}: batches hold {cnt + pos - chunk_end}"
+                               f" records, index says {cnt}")
+    if raws:
+        flush(len(survivors))
     if builder is not None:
         chunk = builder.finish()
         out.writer.add(chunk)

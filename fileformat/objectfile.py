@@ -326,6 +326,9 @@ class ChunkBuilder:
         # Non-zero first-cleaned times from append_compacted: (relative offsets, ms) arrays.
         self._tomb_rels: list[np.ndarray[Any, np.dtype[np.int64]]] = []
         self._tomb_times: list[np.ndarray[Any, np.dtype[np.int64]]] = []
+        # Offsets and tombstones of append_compacted_run, folded into the bitmaps at finish.
+        self._offset_parts: list[np.ndarray[Any, np.dtype[np.int64]]] = []
+        self._tomb_parts: list[np.ndarray[Any, np.dtype[np.int64]]] = []
         self._hashes = bytearray()
         self._min_ts: int | None = None
         self._max_ts: int | None = None
@@ -465,7 +468,7 @@ class ChunkBuilder:
 
     def append_compacted(
         self,
-        raw: bytes,
+        raw: Any,
         *,
         base: int,
         offsets: Any,
@@ -481,58 +484,95 @@ class ChunkBuilder:
         tombstone's first-cleaned time in ms (0 = not yet); None means all 0. The batch is
         CRC-checked, not decoded. On ValueError the builder is unchanged.
         """
+        self.append_compacted_run([raw], bases=[base], offsets=offsets, tombstones=tombstones,
+                                  key_hashes=key_hashes, tombstone_cleaned_at=tombstone_cleaned_at)
+
+    def append_compacted_run(
+        self,
+        raws: Sequence[Any],
+        *,
+        bases: Sequence[int],
+        offsets: Any,
+        tombstones: Any = (),
+        key_hashes: bytes = b"",
+        tombstone_cleaned_at: Any = None,
+    ) -> None:
+        """`append_compacted` for consecutive batches at once (batch i at relative
+        `bases[i]`), with the index data of all of them concatenated: what a compaction
+        appends per input chunk, checked with one vectorised pass instead of one per batch.
+        Every batch is CRC-checked; on ValueError the builder is unchanged.
+        """
         self._check_open()
-        view = memoryview(raw)
-        header = verify_batch(view)
-        if header.length != len(view):
-            raise CorruptDataError(f"batch declares {header.length} bytes, got {len(view)}")
+        if not raws or len(bases) != len(raws):
+            raise ValueError("need one base per batch, and at least one batch")
+        views = [memoryview(r) for r in raws]
+        headers = [verify_batch(v) for v in views]
+        for h, v in zip(headers, views, strict=True):
+            if h.length != len(v):
+                raise CorruptDataError(f"batch declares {h.length} bytes, got {len(v)}")
         self._seal_open()
-        if base < self._next:
-            raise ValueError(f"base {base} is below the next free offset {self._next}")
-        span_end = base + header.last_offset_delta + 1
+        base_arr = np.asarray(bases, dtype=np.int64)
+        counts = np.fromiter((h.record_count for h in headers), np.int64, len(headers))
+        span_ends = base_arr + np.fromiter((h.last_offset_delta for h in headers), np.int64,
+                                           len(headers)) + 1
+        floors = np.concatenate(([self._next], span_ends[:-1]))
+        if np.any(base_arr < floors):
+            raise ValueError(f"a base is below the next free offset (from {self._next})")
+        span_end = int(span_ends[-1])
         if span_end > MAX_OFFSET_SPAN:
             raise ValueError("chunk offset span exceeds 2**32")
         offs = _as_offsets(offsets)
         n = len(offs)
-        if n != header.record_count or n == 0:
-            raise ValueError(f"{n} offsets given for a batch of {header.record_count} records")
-        rising = n == 1 or bool(np.all(np.diff(offs) > 0))
-        if offs[0] < base or offs[-1] != span_end - 1 or not rising:
-            raise ValueError("offsets must rise strictly within the batch, ending at its last")
+        if n != int(counts.sum()) or np.any(counts == 0):
+            raise ValueError(f"{n} offsets given for batches of {counts.tolist()} records")
+        ends = np.cumsum(counts)
+        if (np.any(offs[ends - counts] < base_arr) or np.any(offs[ends - 1] != span_ends - 1)
+                or (n > 1 and not bool(np.all(offs[1:] > offs[:-1])))):
+            raise ValueError("offsets must rise strictly within each batch, ending at its last")
         tomb_arr = _as_offsets(tombstones)
-        present = _bitmap_of(offs)
         if len(tomb_arr):
-            if len(tomb_arr) > 1 and not bool(np.all(np.diff(tomb_arr) > 0)):
+            if len(tomb_arr) > 1 and not bool(np.all(tomb_arr[1:] > tomb_arr[:-1])):
                 raise ValueError("tombstones must rise strictly")
-            tombs = _bitmap_of(tomb_arr)
-            if not tombs.issubset(present) or tomb_arr[0] < 0:
+            at = np.minimum(np.searchsorted(offs, tomb_arr), n - 1)
+            if np.any(offs[at] != tomb_arr):
                 raise ValueError("tombstones must be a subset of offsets")
-        else:
-            tombs = BitMap()
         times = None
         if tombstone_cleaned_at is not None:
             times = _as_cleaned_at(tombstone_cleaned_at, len(tomb_arr))
         if self._keyed:
             if len(key_hashes) != n * KEY_HASH_SIZE:
                 raise ValueError(f"need {n} key hashes, got {len(key_hashes)} bytes")
-        elif key_hashes or tombs:
+        elif key_hashes or len(tomb_arr):
             raise ValueError("key hashes/tombstones given for an unkeyed chunk")
+        # Nothing below fails: the builder changes only now. Bitmaps are built at finish.
         if self._keyed:
             self._hashes += key_hashes
-            self._tombstones |= tombs
-            if times is not None and times.any():
-                self._tomb_rels.append(tomb_arr.copy())  # the caller may reuse it
-                self._tomb_times.append(times)
-        self._offsets |= present
-        self._timestamps(header.first_timestamp, header.max_timestamp)
-        self._store(with_base_offset(view, base))
+            if len(tomb_arr):
+                self._tomb_parts.append(tomb_arr.copy())  # the caller may reuse it
+                if times is not None and times.any():
+                    self._tomb_rels.append(self._tomb_parts[-1])
+                    self._tomb_times.append(times)
+        self._offset_parts.append(offs.copy())
+        for h, v, b in zip(headers, views, bases, strict=True):
+            self._timestamps(h.first_timestamp, h.max_timestamp)
+            self._store(with_base_offset(v, b))
         self._next = span_end
         self._count += n
+
+    def _fold_parts(self) -> None:
+        """Add the offsets and tombstones gathered by append_compacted_run to the bitmaps."""
+        if self._offset_parts:
+            self._offsets |= _bitmap_of(np.concatenate(self._offset_parts))
+            self._offset_parts = []
+        if self._tomb_parts:
+            self._tombstones |= _bitmap_of(np.concatenate(self._tomb_parts))
+            self._tomb_parts = []
 
     def finish(self) -> Chunk:
         """Seal the open batch and return the chunk; the builder is then unusable."""
         self._check_open()
         self._seal_open()
+        self._fold_parts()
         self._finished = True
         return Chunk(
             topic=self.topic,
@@ -1074,10 +1114,18 @@ class DataReader:
 
     def read_chunk(self, index: ChunkIndex) -> bytes:
         """Read and verify one chunk's batches (skipping forward to it if needed)."""
+        data = self._read(index)
+        verify_chunk(data, index)
+        return data
+
+    def read_batches(self, index: ChunkIndex) -> list[tuple[BatchHeader, memoryview]]:
+        """`read_chunk`, returning its verified batches as (header, view) slices of it."""
+        return _walk_chunk(self._read(index), None, index)
+
+    def _read(self, index: ChunkIndex) -> bytes:
         self._advance_to(index)
         data = _read_exact(self._stream, index.data_len, f"chunk {index.topic!r}")
         self._pos += index.data_len
-        verify_chunk(data, index)
         return data
 
     def skip_chunk(self, index: ChunkIndex) -> None:
