@@ -33,7 +33,7 @@ from fileformat import (
     iter_meta,
 )
 from fileformat.batch import filter_batch
-from fileformat.objectfile import DataReader
+from fileformat.objectfile import DataReader, ReadAhead
 from objectstore import ObjectStore
 
 from .dedupe import MAP_BYTES_PER_KEY, dedupe, split_hashes
@@ -131,7 +131,7 @@ class _Input:
     def __init__(self, f: InputFile, meta: Readable, data: Readable) -> None:
         self.file = f
         self._meta: Iterator[tuple[ChunkIndex, bytes]] = iter_meta(
-            meta, f.meta_offset, f.meta_length
+            ReadAhead(meta), f.meta_offset, f.meta_length
         )
         self.data = DataReader(data, f.data_offset)
         self.head: tuple[ChunkIndex, bytes] | None = None

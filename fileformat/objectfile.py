@@ -52,6 +52,7 @@ from fileformat.batch import (
     CheckedBatch,
     Compression,
     Record,
+    check_batch,
     check_client_batch,
     iter_records,
     new_builder,
@@ -141,6 +142,35 @@ class Readable(Protocol):
     """A forward-only byte stream (e.g. an object-store range GET body)."""
 
     def read(self, n: int, /) -> bytes: ...
+
+
+class ReadAhead:
+    """A Readable serving small reads (META entries: a few per chunk) from reads of at least
+    `block` bytes of `stream`, which it may read up to its end: for a stream over exactly
+    one section (a range GET), so each read need not be a call into the store."""
+
+    def __init__(self, stream: Readable, block: int = _COPY_BLOCK) -> None:
+        self._stream = stream
+        self._block = block
+        self._buf = b""
+        self._pos = 0
+
+    def read(self, n: int, /) -> bytes:
+        pos, buf = self._pos, self._buf
+        if n <= len(buf) - pos:
+            self._pos = pos + n
+            return buf[pos : pos + n]
+        parts = [buf[pos:]]
+        want = n - len(parts[0])
+        while want > 0:
+            more = self._stream.read(max(want, self._block))
+            if not more:
+                break
+            parts.append(more)
+            want -= len(more)
+        data = b"".join(parts)
+        self._buf, self._pos = data, min(n, len(data))
+        return data[:n]
 
 
 # ---------------------------------------------------------------------------------------
@@ -1046,7 +1076,7 @@ def _walk_chunk(
         next_rel = header.next_offset
         if offset_span is not None and next_rel > offset_span:
             raise CorruptDataError(f"batch at {pos}: offsets reach {next_rel} > span {offset_span}")
-        verify_batch(view, pos)
+        check_batch(view, header, pos)
         frame = crc32c.crc32c(view[pos : pos + FRAME_SIZE], frame)
         out.append((header, view[pos : pos + header.length]))
         records += header.record_count

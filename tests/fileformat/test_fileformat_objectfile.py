@@ -43,6 +43,7 @@ from fileformat.objectfile import (
     FOOTER_CRC_POS,
     OBJECT_HEADER_SIZE,
     TRAILER,
+    ReadAhead,
     meta_entry_end,
 )
 
@@ -511,3 +512,13 @@ def test_failed_append_leaves_the_builder_consistent() -> None:
     ci, _ = read_object(data)[1][0]
     records = list(iter_chunk_records(data[ci.data_pos : ci.data_end], 0, index=ci))
     assert [(r.offset, r.value) for r in records] == [(0, b"a"), (1, b"c")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300), st.lists(st.integers(0, 80), max_size=20), st.integers(1, 64))
+def test_read_ahead_reads_what_the_stream_holds(data: bytes, sizes: list[int],
+                                                block: int) -> None:
+    ahead = ReadAhead(io.BytesIO(data), block)
+    plain = io.BytesIO(data)
+    for n in sizes:
+        assert ahead.read(n) == plain.read(n)
