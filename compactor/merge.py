@@ -333,18 +333,21 @@ def _merge_partition(
         for header, view in batches:
             bn = header.record_count
             kept = kept_before[pos + bn] - kept_before[pos]
+            new_base = header.base_offset + base - out_base
             if kept == bn:
                 raws.append(view)
                 stats.batches_copied += 1
             elif kept:
                 # Survivors' record bytes are copied as they are; the batch keeps its
-                # base offset and timestamp, so their deltas (offsets) stay valid.
-                raws.append(filter_batch(view, header, keep[pos : pos + bn], compression=(
-                    header.compression if codec is None else codec)))
+                # base offset (placed in the output chunk) and timestamp, so their deltas
+                # (offsets) stay valid.
+                raws.append(filter_batch(
+                    view, header, keep[pos : pos + bn], base_offset=new_base,
+                    compression=header.compression if codec is None else codec))
                 stats.batches_reencoded += 1
             pos += bn
             if kept:
-                bases.append(header.base_offset + base - out_base)
+                bases.append(new_base)
                 run_size += len(raws[-1])
                 if run_size >= RUN_BYTES:
                     flush(kept_before[pos])

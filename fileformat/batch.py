@@ -550,7 +550,7 @@ def _filter_records_native(batch: Any, start: int, mask: Any) -> FilteredRecords
 
 
 def _filter(view: memoryview, header: BatchHeader, keep: Any, compression: Compression,
-            walk: RecordsWalk) -> bytes:
+            base_offset: int | None, walk: RecordsWalk) -> bytearray:
     if len(keep) != header.record_count:
         raise ValueError(f"keep mask of {len(keep)} for a batch of {header.record_count} records")
     out, kept, last_delta, max_delta = walk(uncompressed_view(view, header), HEADER_SIZE, keep)
@@ -566,13 +566,14 @@ def _filter(view: memoryview, header: BatchHeader, keep: Any, compression: Compr
     max_ts = (header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK
               else header.first_timestamp + max_delta)
     HEADER.pack_into(
-        out, 0, header.base_offset, len(out) - LOG_OVERHEAD, header.leader_epoch, MAGIC, 0,
+        out, 0, header.base_offset if base_offset is None else base_offset,
+        len(out) - LOG_OVERHEAD, header.leader_epoch, MAGIC, 0,
         (header.attributes & ~CODEC_MASK) | int(compression), last_delta,
         header.first_timestamp, max_ts, header.producer_id, header.producer_epoch,
         header.base_sequence, kept,
     )
     _CRC.pack_into(out, CRC_POS, crc32c.crc32c(memoryview(out)[ATTRIBUTES_POS:]))
-    return bytes(out)
+    return out
 
 
 def filter_batch(
@@ -581,19 +582,21 @@ def filter_batch(
     keep: Any,
     *,
     compression: Compression = Compression.NONE,
-) -> bytes:
+    base_offset: int | None = None,
+) -> bytearray:
     """A copy of a VERIFIED batch holding only the records whose `keep` mask entry is set
     (one bool or byte per record, e.g. a numpy bool array; at least one set).
 
     The kept records' bytes are copied as they are (no decode, no re-encode): the copy
-    keeps the batch's baseOffset and firstTimestamp, against which every record's offset
-    and timestamp deltas are stored, so offsets and timestamps are unchanged. The header
+    keeps the batch's baseOffset (or gets `base_offset`: where it is placed) and
+    firstTimestamp, against which every record's offset and timestamp deltas are stored,
+    so offsets and timestamps are unchanged (relative to the base). The header
     gets the new record count, the last kept record's offset delta, the kept records'
     largest timestamp (unless LogAppendTime), the codec `compression` and a new CRC;
     producer id, epoch, sequence and leader epoch are kept. The walk over every record's
     length prefix and the copy run in C (`_native.filter_records`).
     """
-    return _filter(view, header, keep, compression, _filter_records_native)
+    return _filter(view, header, keep, compression, base_offset, _filter_records_native)
 
 
 def filter_batch_reference(
@@ -602,9 +605,10 @@ def filter_batch_reference(
     keep: Any,
     *,
     compression: Compression = Compression.NONE,
-) -> bytes:
+    base_offset: int | None = None,
+) -> bytearray:
     """`filter_batch` with the records walk in pure Python: what tests hold the C to."""
-    return _filter(view, header, keep, compression, _filter_records_py)
+    return _filter(view, header, keep, compression, base_offset, _filter_records_py)
 
 
 def decode_batch(buf: Any) -> list[Record]:

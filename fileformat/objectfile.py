@@ -530,7 +530,9 @@ class ChunkBuilder:
         """`append_compacted` for consecutive batches at once (batch i at relative
         `bases[i]`), with the index data of all of them concatenated: what a compaction
         appends per input chunk, checked with one vectorised pass instead of one per batch.
-        Every batch is CRC-checked; on ValueError the builder is unchanged.
+        Every batch is CRC-checked; on ValueError the builder is unchanged. A bytes or
+        bytearray batch whose baseOffset is already its base is kept as it is, not copied
+        (the builder then owns it).
         """
         self._check_open()
         if not raws or len(bases) != len(raws):
@@ -583,9 +585,10 @@ class ChunkBuilder:
                     self._tomb_rels.append(self._tomb_parts[-1])
                     self._tomb_times.append(times)
         self._offset_parts.append(offs.copy())
-        for h, v, b in zip(headers, views, bases, strict=True):
+        for h, v, raw, b in zip(headers, views, raws, bases, strict=True):
             self._timestamps(h.first_timestamp, h.max_timestamp)
-            self._store(with_base_offset(v, b))
+            placed = h.base_offset == b and isinstance(raw, bytes | bytearray)
+            self._store(raw if placed else with_base_offset(v, b))
         self._next = span_end
         self._count += n
 

@@ -400,7 +400,7 @@ def test_append_compacted_run_places_several_batches_or_none() -> None:
     first = build_batch([(0, 10, b"a", b"1", ()), (3, 11, b"b", None, ())])
     second = build_batch([(1, 12, b"c", b"3", ())], compression=Compression.LZ4)
     hashes = HASHER.hash_many([b"a", b"b", b"c"])
-    good = {"offsets": [10, 13, 21], "tombstones": [13], "key_hashes": hashes,
+    good: dict[str, Any] = {"offsets": [10, 13, 21], "tombstones": [13], "key_hashes": hashes,
             "tombstone_cleaned_at": [7]}
     bad: list[tuple[dict[str, Any], str]] = [
         ({"bases": [10, 13]}, "below"),  # the second batch overlaps the first

@@ -149,3 +149,13 @@ def test_bad_arguments_are_refused() -> None:
         _native.filter_records(b"abc", 4, b"")
     with pytest.raises(TypeError):
         _native.filter_records("text", 0, b"")
+
+
+def test_a_new_base_offset_moves_the_records_with_it() -> None:
+    records: list[RecordTuple] = [(d, 1000 + d, b"k%d" % d, b"v", ()) for d in range(4)]
+    batch = build_batch(records, base_offset=10)
+    header = verify_batch(batch)
+    out = filter_batch(memoryview(batch), header, b"\x00\x01\x00\x01", base_offset=500)
+    assert out == filter_batch_reference(memoryview(batch), header, b"\x00\x01\x00\x01",
+                                         base_offset=500)
+    assert [(r.offset, r.timestamp) for r in decode_batch(out)] == [(501, 1001), (503, 1003)]
