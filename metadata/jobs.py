@@ -293,6 +293,14 @@ def _commit_body(db: Database, conn: sa.Connection, lease: Lease,
         if (ids[name], part) not in next_offset:
             raise UnknownPartitionError(f"topic {name!r} has no partition {part}")
     rows = []
+    # The first live non-input segment ending at or after an output's base_offset is the
+    # only candidate overlap (live segments are ordered and disjoint). One statement for
+    # every output segment, with its values bound per execution (building a statement per
+    # partition cost more than running it).
+    first_after = (sa.select(sg.id, sg.base_offset).where(
+        sg.topic_id == sa.bindparam("tid"), sg.partition == sa.bindparam("part"), s.LIVE,
+        sg.last_offset >= sa.bindparam("base"), sg.file_id.not_in(inputs))
+        .order_by(sg.last_offset).limit(1))
     for o in outputs:
         for x in o.segments:
             tid = ids[x.topic]
@@ -300,13 +308,8 @@ def _commit_body(db: Database, conn: sa.Connection, lease: Lease,
                 raise InvalidCommitError(
                     f"output {x.topic}/{x.partition} ends at {x.last_offset},"
                     f" past the log end {next_offset[(tid, x.partition)]}")
-            # The first live non-input segment ending at or after base_offset is the only
-            # candidate (live segments are ordered and disjoint).
-            nxt = conn.execute(
-                sa.select(sg.id, sg.base_offset).where(
-                    sg.topic_id == tid, sg.partition == x.partition, s.LIVE,
-                    sg.last_offset >= x.base_offset, sg.file_id.not_in(inputs))
-                .order_by(sg.last_offset).limit(1)).first()
+            nxt = conn.execute(first_after, {"tid": tid, "part": x.partition,
+                                             "base": x.base_offset}).first()
             if nxt is not None and nxt.base_offset <= x.last_offset:
                 raise CommitConflictError(
                     f"output {x.topic}/{x.partition} [{x.base_offset}, "
