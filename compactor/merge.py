@@ -41,8 +41,9 @@ from .dedupe import MAP_BYTES_PER_KEY, dedupe, split_hashes
 log = logging.getLogger(__name__)
 
 RUN_BYTES = 8 << 20
-"""Output batches buffered (as views of input chunks or filtered copies) before they are
-appended to the output chunk in one call: bounds pass 2's memory, amortises its checks."""
+"""Bytes held by output batches waiting to be appended to the output chunk in one call
+(filtered copies, and the whole input chunk a copied batch is a view of): bounds pass 2's
+memory, amortises its checks."""
 
 TopicPartition = tuple[str, int]
 
@@ -294,16 +295,16 @@ def _merge_partition(
                 # Tombstones retained now get their first-cleaned time.
                 fresh = keep & tomb_mask & (tomb_cleaned == 0) & in_range
                 tomb_cleaned[fresh] = now_ms
-    # ---- pass 2: survivors from stream B, in the same order. Per batch only Python ints
-    # (kept counts from prefix sums of `keep`); the output batches are appended in runs of
-    # up to RUN_BYTES whose index data (offsets, hashes, tombstones) numpy slices at once.
+    # ---- pass 2: survivors from stream B, in the same order. Per batch one count of its
+    # survivors; the output batches are appended in runs of up to RUN_BYTES whose index
+    # data (offsets, hashes, tombstones) numpy slices at once.
     builder: ChunkBuilder | None = None
-    kept_before = np.concatenate(([0], np.cumsum(keep, dtype=np.int64))).tolist()
     survivors = np.flatnonzero(keep)
+    seen = 0  # survivors in the batches walked so far
     hv = np.frombuffer(all_hashes, dtype="V16") if keyed else None
     raws: list[Any] = []
     bases: list[int] = []
-    run_from = run_size = 0  # first survivor (index into `survivors`) and bytes of the run
+    run_from = run_size = 0  # first survivor (index into `survivors`), bytes the run holds
 
     def flush(upto: int) -> None:
         nonlocal builder, run_from, run_size
@@ -330,12 +331,16 @@ def _merge_partition(
     for (ci, _, base), cnt, i in zip(heads, counts, inputs, strict=True):
         batches = i.data.read_batches(ci)
         chunk_end = pos + cnt
+        holding = False  # a pending copied batch is a view of this chunk's bytes
         for header, view in batches:
             bn = header.record_count
-            kept = kept_before[pos + bn] - kept_before[pos]
+            kept = int(np.count_nonzero(keep[pos : pos + bn]))
             new_base = header.base_offset + base - out_base
             if kept == bn:
                 raws.append(view)
+                if not holding:  # the run holds the whole chunk's bytes
+                    run_size += ci.data_len
+                    holding = True
                 stats.batches_copied += 1
             elif kept:
                 # Survivors' record bytes are copied as they are; the batch keeps its
@@ -344,13 +349,15 @@ def _merge_partition(
                 raws.append(filter_batch(
                     view, header, keep[pos : pos + bn], base_offset=new_base,
                     compression=header.compression if codec is None else codec))
+                run_size += len(raws[-1])
                 stats.batches_reencoded += 1
             pos += bn
             if kept:
+                seen += kept
                 bases.append(new_base)
-                run_size += len(raws[-1])
                 if run_size >= RUN_BYTES:
-                    flush(kept_before[pos])
+                    flush(seen)
+                    holding = False
         if pos != chunk_end:
             raise RuntimeError(f"{topic}/{partition}: batches hold {cnt + pos - chunk_end}"
                                f" records, index says {cnt}")
