@@ -334,12 +334,17 @@ def _commit_body(db: Database, conn: sa.Connection, lease: Lease,
         conn.execute(s.files.update().where(f.id.in_(inputs)).values(
             state=s.FILE_RETIRED, state_changed_at_ms=now, job_id=None))
     conn.execute(s.files.update().where(f.job_id == lease.job_id).values(job_id=None))
-    # 6. Advance cleaner checkpoints (never backwards, never past the log end).
-    for (topic, part), offset in sorted(checkpoints.items()):
+    # 6. Advance cleaner checkpoints (never backwards, never past the log end): one
+    # statement, executed for every partition's values.
+    if checkpoints:
+        offset: sa.BindParameter[int] = sa.bindparam("offset")
         conn.execute(s.partitions.update().where(
-            pc.topic_id == ids[topic], pc.partition == part, pc.clean_offset < offset,
+            pc.topic_id == sa.bindparam("tid"), pc.partition == sa.bindparam("part"),
+            pc.clean_offset < offset,
         ).values(clean_offset=sa.func.least(offset, pc.next_offset)
-                 if db.pg else sa.func.min(offset, pc.next_offset)))
+                 if db.pg else sa.func.min(offset, pc.next_offset)),
+            [{"tid": ids[topic], "part": part, "offset": off}
+             for (topic, part), off in sorted(checkpoints.items())])
     conn.execute(s.jobs.update().where(s.jobs.c.id == lease.job_id).values(
         state=s.JOB_COMMITTED, updated_at_ms=now,
         result=None if result is None else json.dumps(result, default=str)))
