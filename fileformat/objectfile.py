@@ -885,7 +885,7 @@ def _decode_tombstones(raw: bytes) -> tuple[BitMap, np.ndarray[Any, np.dtype[np.
     bitmap = _deserialize(raw[TOMB_HEAD.size : TOMB_HEAD.size + blen], "tombstones")
     tail = raw[TOMB_HEAD.size + blen :]
     if not tail:
-        return bitmap, _frozen(np.zeros(len(bitmap), dtype=np.int64))
+        return bitmap, _NO_TIMES if not bitmap else _frozen(np.zeros(len(bitmap), np.int64))
     if len(tail) != CLEANED_AT_DTYPE.itemsize * len(bitmap):
         raise CorruptDataError(f"tombstone times: {len(tail)} bytes for {len(bitmap)} tombstones")
     stored = np.frombuffer(tail, dtype=CLEANED_AT_DTYPE)
