@@ -399,13 +399,20 @@ class ChunkBuilder:
             self._max_ts = high
 
     def _store(self, batch: bytes) -> None:
+        self._store_many([batch])
+
+    def _store_many(self, batches: Sequence[bytes]) -> None:
+        """Keep `batches` (in order), or hand them to the sink in one write."""
         if self._sink is None:
-            self._batches.append(batch)
+            self._batches.extend(batches)
         else:
-            self._sink(batch)
-        self._batch_count += 1
-        self._data_len += len(batch)
-        self._frame_crc = crc32c.crc32c(batch[:FRAME_SIZE], self._frame_crc)
+            self._sink(batches[0] if len(batches) == 1 else b"".join(batches))
+        frame = self._frame_crc
+        for batch in batches:
+            self._data_len += len(batch)
+            frame = crc32c.crc32c(batch[:FRAME_SIZE], frame)
+        self._frame_crc = frame
+        self._batch_count += len(batches)
 
     def _seal_open(self) -> None:
         if self._open is None:
@@ -585,10 +592,12 @@ class ChunkBuilder:
                     self._tomb_rels.append(self._tomb_parts[-1])
                     self._tomb_times.append(times)
         self._offset_parts.append(offs.copy())
+        placed = []
         for h, v, raw, b in zip(headers, views, raws, bases, strict=True):
             self._timestamps(h.first_timestamp, h.max_timestamp)
-            placed = h.base_offset == b and isinstance(raw, bytes | bytearray)
-            self._store(raw if placed else with_base_offset(v, b))
+            own = h.base_offset == b and isinstance(raw, bytes | bytearray)
+            placed.append(raw if own else with_base_offset(v, b))
+        self._store_many(placed)
         self._next = span_end
         self._count += n
 
