@@ -6,11 +6,12 @@ pass 1) and stream B over the DATA section (record batches, pass 2). All inputs 
 partition by partition in the common (topic, partition) order; no stream seeks back or is
 reopened. Per compacted partition, pass 1 decides the survivors from the key hashes alone
 (`dedupe`), then pass 2 copies surviving batches byte for byte and rewrites partially
-surviving ones from their survivors' record bytes (`filter_batch`: new header, same base
-offset, so every offset is unchanged), compressed with the topic's rewrite codec (Kafka's
-topic `compression.type`; `producer`: the input batch's own codec). Compacted-topic data
-and delete-policy data go to two different output objects, each streamed to the store
-(multipart when large).
+surviving ones from their survivors' record bytes (`filter_batch`, whose record walk and
+copy run in C: new header, same offsets), compressed with the topic's rewrite codec (Kafka's
+topic `compression.type`; `producer`: the input batch's own codec); output batches go to
+the output chunk in runs (`RUN_BYTES`), checked and written once per run. Compacted-topic
+data and delete-policy data go to two different output objects, each streamed to the
+store (multipart when large).
 """
 
 from __future__ import annotations
