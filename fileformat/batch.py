@@ -551,9 +551,11 @@ def _filter_records_native(batch: Any, start: int, mask: Any) -> FilteredRecords
 
 def _filter(view: memoryview, header: BatchHeader, keep: Any, compression: Compression,
             base_offset: int | None, walk: RecordsWalk) -> bytearray:
-    if len(keep) != header.record_count:
-        raise ValueError(f"keep mask of {len(keep)} for a batch of {header.record_count} records")
-    out, kept, last_delta, max_delta = walk(uncompressed_view(view, header), HEADER_SIZE, keep)
+    mask = memoryview(keep)  # a bytes-like mask; TypeError for anything else
+    if mask.nbytes != header.record_count:
+        raise ValueError(f"keep mask of {mask.nbytes} bytes for a batch of "
+                         f"{header.record_count} records")
+    out, kept, last_delta, max_delta = walk(uncompressed_view(view, header), HEADER_SIZE, mask)
     if not kept:
         raise ValueError("a batch needs at least one record")
     if last_delta > header.last_offset_delta or last_delta < 0:
@@ -585,7 +587,8 @@ def filter_batch(
     base_offset: int | None = None,
 ) -> bytearray:
     """A copy of a VERIFIED batch holding only the records whose `keep` mask entry is set
-    (one bool or byte per record, e.g. a numpy bool array; at least one set).
+    (bytes-like, one byte per record: bytes or a contiguous numpy bool array; at least one
+    set).
 
     The kept records' bytes are copied as they are (no decode, no re-encode): the copy
     keeps the batch's baseOffset (or gets `base_offset`: where it is placed) and

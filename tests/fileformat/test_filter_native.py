@@ -80,6 +80,11 @@ def test_a_numpy_mask_is_accepted() -> None:
     out = filter_batch(memoryview(batch), header, mask[:6])
     assert [r.offset for r in decode_batch(out)] == [0, 3, 4]
     assert out == filter_batch_reference(memoryview(batch), header, mask)
+    for fn in (filter_batch, filter_batch_reference):  # one byte per record, nothing else
+        with pytest.raises(ValueError, match="mask of 48 bytes"):
+            fn(memoryview(batch), header, mask.astype(np.int64))
+        with pytest.raises(TypeError):
+            fn(memoryview(batch), header, [True] * 6)
 
 
 def test_control_batches_filter_alike() -> None:
