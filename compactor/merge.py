@@ -335,7 +335,11 @@ def _merge_partition(
         holding = False  # a pending copied batch is a view of this chunk's bytes
         for header, view in batches:
             bn = header.record_count
-            kept = int(np.count_nonzero(keep[pos : pos + bn]))
+            mask = keep[pos : pos + bn]
+            pos += bn
+            kept = int(np.count_nonzero(mask))
+            if not kept:
+                continue
             new_base = header.base_offset + base - out_base
             if kept == bn:
                 raws.append(view)
@@ -343,22 +347,20 @@ def _merge_partition(
                     run_size += ci.data_len
                     holding = True
                 stats.batches_copied += 1
-            elif kept:
+            else:
                 # Survivors' record bytes are copied as they are; the batch keeps its
                 # base offset (placed in the output chunk) and timestamp, so their deltas
                 # (offsets) stay valid.
                 raws.append(filter_batch(
-                    view, header, keep[pos : pos + bn], base_offset=new_base,
+                    view, header, mask, base_offset=new_base,
                     compression=header.compression if codec is None else codec))
                 run_size += len(raws[-1])
                 stats.batches_reencoded += 1
-            pos += bn
-            if kept:
-                seen += kept
-                bases.append(new_base)
-                if run_size >= RUN_BYTES:
-                    flush(seen)
-                    holding = False
+            seen += kept
+            bases.append(new_base)
+            if run_size >= RUN_BYTES:
+                flush(seen)
+                holding = False
         if pos != chunk_end:
             raise RuntimeError(f"{topic}/{partition}: batches hold {cnt + pos - chunk_end}"
                                f" records, index says {cnt}")
