@@ -12,5 +12,7 @@ setup(
     ext_modules=[
         # Kafka record-batch hot loops: record boundary walk and survivor copy.
         Extension("fileformat._native", ["fileformat/_native.c"], extra_compile_args=_FLAGS),
+        # Pass 1's offset map (key hash -> latest position), bounded by the memory budget.
+        Extension("compactor._offsetmap", ["compactor/_offsetmap.c"], extra_compile_args=_FLAGS),
     ],
 )

@@ -4,14 +4,15 @@ For every input file we open exactly two forward-only streams (two GET requests)
 many partitions it holds: stream A over the META section (index entries + key hashes,
 pass 1) and stream B over the DATA section (record batches, pass 2). All inputs are walked
 partition by partition in the common (topic, partition) order; no stream seeks back or is
-reopened. Per compacted partition, pass 1 decides the survivors from the key hashes alone
-(`dedupe`), then pass 2 copies surviving batches byte for byte and rewrites partially
-surviving ones from their survivors' record bytes (`filter_batch`, whose record walk and
-copy run in C: new header, same offsets), compressed with the topic's rewrite codec (Kafka's
-topic `compression.type`; `producer`: the input batch's own codec); output batches go to
-the output chunk in runs (`RUN_BYTES`), checked and written once per run. Compacted-topic
-data and delete-policy data go to two different output objects, each streamed to the
-store (multipart when large).
+reopened. Per compacted partition, pass 1 streams the key hashes alone into the offset map
+(`dedupe.pass1`: memory bounded by the map, not by the records), then pass 2 copies
+surviving batches byte for byte and rewrites partially surviving ones from their
+survivors' record bytes (`filter_batch`: new header, same base offset, so every offset is
+unchanged; the record walk and copy run in C), compressed with the topic's rewrite codec
+(Kafka's topic `compression.type`; `producer`: the input batch's own codec). Output batches
+go to the output chunk in runs (`RUN_BYTES`), checked and written once per run.
+Compacted-topic data and delete-policy data go to two different output objects, each
+streamed to the store (multipart when large).
 """
 
 from __future__ import annotations
@@ -29,15 +30,17 @@ from fileformat import (
     ChunkBuilder,
     ChunkIndex,
     Compression,
+    EntryHashes,
     FileWriter,
     Readable,
-    iter_meta,
+    iter_meta_streamed,
 )
 from fileformat.batch import filter_batch
 from fileformat.objectfile import DataReader, ReadAhead
 from objectstore import ObjectStore
 
-from .dedupe import MAP_BYTES_PER_KEY, dedupe, split_hashes
+from .dedupe import Pass1, map_capacity, pass1
+from .offsetmap import HashSpool
 
 log = logging.getLogger(__name__)
 
@@ -132,11 +135,11 @@ class _Input:
 
     def __init__(self, f: InputFile, meta: Readable, data: Readable) -> None:
         self.file = f
-        self._meta: Iterator[tuple[ChunkIndex, bytes]] = iter_meta(
+        self._meta: Iterator[tuple[ChunkIndex, EntryHashes]] = iter_meta_streamed(
             ReadAhead(meta), f.meta_offset, f.meta_length
         )
         self.data = DataReader(data, f.data_offset)
-        self.head: tuple[ChunkIndex, bytes] | None = None
+        self.head: tuple[ChunkIndex, EntryHashes] | None = None
         self.advance()
 
     def advance(self) -> None:
@@ -171,15 +174,18 @@ def merge(
     codecs: Mapping[str, Compression | None] | None = None,
     heartbeat: Callable[[], None] = lambda: None,
     open_input: InputOpener = open_streams,
+    after_pass1: Callable[[TopicPartition], None] = lambda tp: None,
 ) -> MergeStats:
     """Merge `inputs` into the outputs created on demand by `compacted_out`/`delete_out`.
 
     `codecs` gives, per topic, the codec partially surviving batches are rewritten in;
     None or a missing topic: each keeps its input codec (Kafka's `producer`). `open_input`
     opens each input's two sections (default: two streams, two GETs per file).
+    `after_pass1` is called after each partition's pass 1, before its pass 2 (the memory
+    benchmark reads the peak there).
     """
     stats = MergeStats(input_files=len(inputs))
-    capacity = max(1, memory_budget // MAP_BYTES_PER_KEY)
+    capacity = map_capacity(memory_budget)
     targets: dict[bool, OutputTarget] = {}
 
     def target(compacted: bool) -> OutputTarget:
@@ -209,12 +215,63 @@ def merge(
                 _merge_partition(
                     tp, live, target(compacted), compacted, rules.get(tp), stats,
                     capacity=capacity, now_ms=now_ms, codec=(codecs or {}).get(tp[0]),
+                    after_pass1=after_pass1,
                 )
                 stats.partitions += 1
             heartbeat()
         for i in opened:
             i.finish()
     return stats
+
+
+class _OutputRun:
+    """Output batches of one partition waiting to be appended in one call, with their
+    records' index data gathered per input chunk: chunk-relative offsets and, for keyed
+    chunks, key hashes, tombstone flags and first-cleaned times."""
+
+    def __init__(self) -> None:
+        self.raws: list[Any] = []
+        self.bases: list[int] = []
+        self.size = 0  # bytes it holds (see RUN_BYTES)
+        self._parts: list[tuple[Any, Any, Any, Any]] = []
+
+    def add_index(self, rel: Any, hashes: Any, tombs: Any, times: Any) -> None:
+        """The index data of the next survivors (`hashes` None: an unkeyed chunk)."""
+        self._parts.append((rel, hashes, tombs, times))
+
+    def flush(self, builder: ChunkBuilder) -> int:
+        """Append the run's batches to `builder`, then empty it; returns their records."""
+        parts, self._parts = self._parts, []
+        rel = np.concatenate([p[0] for p in parts])
+        if parts[0][1] is None:
+            builder.append_compacted_run(self.raws, bases=self.bases, offsets=rel)
+        else:
+            tombs = np.concatenate([p[2] for p in parts])
+            builder.append_compacted_run(
+                self.raws, bases=self.bases, offsets=rel, tombstones=rel[tombs],
+                key_hashes=b"".join(p[1].tobytes() for p in parts),
+                tombstone_cleaned_at=np.concatenate([p[3] for p in parts])[tombs])
+        self.raws, self.bases, self.size = [], [], 0
+        return len(rel)
+
+
+def _records_below(heads: Sequence[tuple[ChunkIndex, Any, int]], offset: int) -> int:
+    """How many of the heads' records lie below `offset` (the heads in offset order)."""
+    below = 0
+    for ci, _, base in heads:
+        c = offset - base
+        if c > 0:
+            below += ci.record_count if c > ci.offset_span else ci.offsets.rank(c - 1)
+    return below
+
+
+def _offset_at(heads: Sequence[tuple[ChunkIndex, Any, int]], position: int) -> int:
+    """The absolute offset of the heads' record at `position` (< their record count)."""
+    for ci, _, base in heads:
+        if position < ci.record_count:
+            return base + int(ci.offsets[position])
+        position -= ci.record_count
+    raise IndexError("position beyond the heads' records")
 
 
 def _merge_partition(
@@ -228,110 +285,106 @@ def _merge_partition(
     capacity: int,
     now_ms: int,
     codec: Compression | None,
+    after_pass1: Callable[[TopicPartition], None],
 ) -> None:
     """Pass 1 over the META heads of `inputs`, then pass 2 over their DATA streams."""
+    with HashSpool() as spool:
+        _merge_partition_spooled(tp, inputs, out, compacted, rule, stats, spool,
+                                 capacity=capacity, now_ms=now_ms, codec=codec,
+                                 after_pass1=after_pass1)
+
+
+def _merge_partition_spooled(
+    tp: TopicPartition,
+    inputs: list[_Input],
+    out: OutputTarget,
+    compacted: bool,
+    rule: PartitionRule | None,
+    stats: MergeStats,
+    spool: HashSpool,
+    *,
+    capacity: int,
+    now_ms: int,
+    codec: Compression | None,
+    after_pass1: Callable[[TopicPartition], None],
+) -> None:
     topic, partition = tp
     segs = [i.file.segments[tp] for i in inputs]
     out_base = segs[0][0]
     out_last = max(s[1] for s in segs)
-    # ---- pass 1: (absolute offset, key hash) of every record, from stream A only.
-    heads: list[tuple[ChunkIndex, bytes, int]] = []
+    # ---- pass 1: every record's key hash, from stream A only, into the map and the spool.
+    heads: list[tuple[ChunkIndex, EntryHashes, int]] = []
     for i, seg in zip(inputs, segs, strict=True):
         assert i.head is not None
-        ci, hashes = i.head
-        heads.append((ci, hashes, seg[0]))
-        i.advance()
+        heads.append((i.head[0], i.head[1], seg[0]))
     keyed = compacted and all(ci.keyed for ci, _, _ in heads)
     counts = [ci.record_count for ci, _, _ in heads]
     n = sum(counts)
     stats.records_in += n
-    keep = np.ones(n, dtype=np.bool_)
-    tomb_drop = np.zeros(n, dtype=np.bool_)
-    offsets = np.concatenate([_offsets_of(ci, base) for ci, _, base in heads]) if n else (
-        np.zeros(0, dtype=np.int64))
-    tomb_mask = np.zeros(n, dtype=np.bool_)
-    tomb_cleaned = np.zeros(n, dtype=np.int64)
-    all_hashes = b""
+    p1: Pass1 | None = None
     if keyed and n:
-        all_hashes = b"".join(h for _, h, _ in heads)
-        start = 0
-        for (ci, _, base), cnt in zip(heads, counts, strict=True):
-            if len(ci.tombstones):
-                rel = np.frombuffer(ci.tombstones.to_array(), dtype=np.uint32).astype(np.int64)
-                where = start + np.searchsorted(offsets[start : start + cnt], rel + base)
-                tomb_mask[where] = True
-                tomb_cleaned[where] = ci.tombstone_cleaned_at
-            start += cnt
+        window = None
         if rule is not None:
-            hi, lo = split_hashes(all_hashes)
-            cleanable = int(np.searchsorted(offsets, rule.clean_upto_offset, side="left"))
-            dirty = int(np.searchsorted(offsets, rule.dirty_start_offset, side="left"))
-            result = dedupe(hi, lo, cleanable, capacity, dirty)
+            cleanable = _records_below(heads, rule.clean_upto_offset)
+            dirty = min(_records_below(heads, rule.dirty_start_offset), n)
+            window = (dirty, max(cleanable, dirty))
+        p1 = pass1([h for _, h, _ in heads], window, capacity, spool)
+        if rule is not None:
             if rule.whole_log:
                 # The whole log was rewritten against the map: the dirty records up to the
                 # map's end are now clean (Kafka's cleaner checkpoint advances the same way).
-                stats.checkpoints[tp] = (int(offsets[result.map_end])
-                                         if result.map_end < n else out_last + 1)
-            keep = result.keep
-            stats.duplicates_dropped += int(n - np.count_nonzero(keep))
-            if result.map_end < cleanable:
+                stats.checkpoints[tp] = (_offset_at(heads, p1.map_end)
+                                         if p1.map_end < n else out_last + 1)
+            if p1.map_end < cleanable:
                 stats.partial_cleans += 1
                 log.info("%s/%d: offset map full after %d keys; partial clean up to offset %d",
-                         topic, partition, result.distinct_keys, int(offsets[result.map_end]))
-            if result.null_keys:
-                stats.null_keys_kept += result.null_keys
+                         topic, partition, p1.distinct_keys, _offset_at(heads, p1.map_end))
+            if p1.null_keys:
+                stats.null_keys_kept += p1.null_keys
                 log.warning("%s/%d: %d records with null keys on a compacted topic were kept",
-                            topic, partition, result.null_keys)
-            if rule.whole_log:
-                # Kafka's delete horizon: a tombstone goes once delete.retention.ms passed
-                # since a whole-log clean first retained it; only inside the cleaned range.
-                in_range = np.zeros(n, dtype=np.bool_)
-                in_range[: result.map_end] = True
-                tomb_drop = (
-                    keep & tomb_mask & in_range & (tomb_cleaned > 0)
-                    & (tomb_cleaned + rule.delete_retention_ms <= now_ms)
-                )
-                keep &= ~tomb_drop
-                stats.tombstones_dropped += int(np.count_nonzero(tomb_drop))
-                # Tombstones retained now get their first-cleaned time.
-                fresh = keep & tomb_mask & (tomb_cleaned == 0) & in_range
-                tomb_cleaned[fresh] = now_ms
-    # ---- pass 2: survivors from stream B, in the same order. Per batch one count of its
-    # survivors; the output batches are appended in runs of up to RUN_BYTES whose index
-    # data (offsets, hashes, tombstones) numpy slices at once.
+                            topic, partition, p1.null_keys)
+    for i in inputs:
+        i.advance()  # every entry's hashes were read (or are skipped): its CRC is checked
+    after_pass1(tp)
+    # ---- pass 2: survivors from stream B, in the same order, one chunk's records at a time.
     builder: ChunkBuilder | None = None
-    survivors = np.flatnonzero(keep)
-    seen = 0  # survivors in the batches walked so far
-    hv = np.frombuffer(all_hashes, dtype="V16") if keyed else None
-    raws: list[Any] = []
-    bases: list[int] = []
-    run_from = run_size = 0  # first survivor (index into `survivors`), bytes the run holds
-
-    def flush(upto: int) -> None:
-        nonlocal builder, run_from, run_size
-        idx = survivors[run_from:upto]
-        rel = offsets[idx] - out_base
-        hashes = b""
-        tombs: Any = ()
-        tomb_times: Any = None
-        if hv is not None:
-            hashes = hv[idx].tobytes()
-            tsel = tomb_mask[idx]
-            tombs = rel[tsel]
-            tomb_times = tomb_cleaned[idx][tsel]
-        if builder is None:
-            builder = out.writer.open_chunk(topic, partition, base_offset=out_base, keyed=keyed)
-        builder.append_compacted_run(raws, bases=bases, offsets=rel, tombstones=tombs,
-                                     key_hashes=hashes, tombstone_cleaned_at=tomb_times)
-        stats.records_out += upto - run_from
-        raws.clear()
-        bases.clear()
-        run_from, run_size = upto, 0
-
-    pos = 0
+    run = _OutputRun()
+    start = 0  # position of the chunk's first record among the partition's
     for (ci, _, base), cnt, i in zip(heads, counts, inputs, strict=True):
         batches = i.data.read_batches(ci)
-        chunk_end = pos + cnt
+        offsets = _offsets_of(ci, base)
+        all_hashes, keep = p1.take(cnt) if p1 is not None else (b"", np.ones(cnt, np.bool_))
+        stats.duplicates_dropped += int(cnt - np.count_nonzero(keep))
+        tomb_mask = np.zeros(cnt, dtype=np.bool_)
+        tomb_cleaned = np.zeros(cnt, dtype=np.int64)
+        if keyed and len(ci.tombstones):
+            rel = np.frombuffer(ci.tombstones.to_array(), dtype=np.uint32).astype(np.int64)
+            where = np.searchsorted(offsets, rel + base)
+            tomb_mask[where] = True
+            tomb_cleaned[where] = ci.tombstone_cleaned_at
+        if p1 is not None and rule is not None and rule.whole_log:
+            # Kafka's delete horizon: a tombstone goes once delete.retention.ms passed
+            # since a whole-log clean first retained it; only inside the cleaned range.
+            in_range = np.zeros(cnt, dtype=np.bool_)
+            in_range[: max(0, p1.map_end - start)] = True
+            tomb_drop = (
+                keep & tomb_mask & in_range & (tomb_cleaned > 0)
+                & (tomb_cleaned + rule.delete_retention_ms <= now_ms)
+            )
+            keep &= ~tomb_drop
+            stats.tombstones_dropped += int(np.count_nonzero(tomb_drop))
+            # Tombstones retained now get their first-cleaned time.
+            fresh = keep & tomb_mask & (tomb_cleaned == 0) & in_range
+            tomb_cleaned[fresh] = now_ms
+        start += cnt
+        sel = np.flatnonzero(keep)
+        if not len(sel):
+            continue
+        # The chunk's survivors' index data, sliced into the runs its batches go to.
+        c_rel = offsets[sel] - out_base
+        c_hashes = np.frombuffer(all_hashes, dtype="V16")[sel] if keyed else None
+        c_tombs, c_times = tomb_mask[sel], tomb_cleaned[sel]
+        pos = taken = seen = 0  # records walked; survivors handed to the run; walked
         holding = False  # a pending copied batch is a view of this chunk's bytes
         for header, view in batches:
             bn = header.record_count
@@ -342,30 +395,41 @@ def _merge_partition(
                 continue
             new_base = header.base_offset + base - out_base
             if kept == bn:
-                raws.append(view)
+                run.raws.append(view)
                 if not holding:  # the run holds the whole chunk's bytes
-                    run_size += ci.data_len
+                    run.size += ci.data_len
                     holding = True
                 stats.batches_copied += 1
             else:
                 # Survivors' record bytes are copied as they are; the batch keeps its
-                # base offset (placed in the output chunk) and timestamp, so their deltas
-                # (offsets) stay valid.
-                raws.append(filter_batch(
+                # base offset (placed in the output chunk) and timestamp, so their
+                # deltas (offsets) stay valid.
+                run.raws.append(filter_batch(
                     view, header, mask, base_offset=new_base,
                     compression=header.compression if codec is None else codec))
-                run_size += len(raws[-1])
+                run.size += len(run.raws[-1])
                 stats.batches_reencoded += 1
+            run.bases.append(new_base)
             seen += kept
-            bases.append(new_base)
-            if run_size >= RUN_BYTES:
-                flush(seen)
+            if run.size >= RUN_BYTES:
+                run.add_index(c_rel[taken:seen], None if c_hashes is None
+                              else c_hashes[taken:seen], c_tombs[taken:seen], c_times[taken:seen])
+                taken = seen
+                if builder is None:
+                    builder = out.writer.open_chunk(topic, partition, base_offset=out_base,
+                                                    keyed=keyed)
+                stats.records_out += run.flush(builder)
                 holding = False
-        if pos != chunk_end:
-            raise RuntimeError(f"{topic}/{partition}: batches hold {cnt + pos - chunk_end}"
-                               f" records, index says {cnt}")
-    if raws:
-        flush(len(survivors))
+        if pos != cnt:
+            raise RuntimeError(f"{topic}/{partition}: batches hold {pos} records,"
+                               f" index says {cnt}")
+        if seen > taken:
+            run.add_index(c_rel[taken:], None if c_hashes is None else c_hashes[taken:],
+                          c_tombs[taken:], c_times[taken:])
+    if run.raws:
+        if builder is None:
+            builder = out.writer.open_chunk(topic, partition, base_offset=out_base, keyed=keyed)
+        stats.records_out += run.flush(builder)
     if builder is not None:
         chunk = builder.finish()
         out.writer.add(chunk)

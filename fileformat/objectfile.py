@@ -26,8 +26,9 @@ Keyed chunks record, per tombstone, the time (ms) a whole-log clean first retain
 not yet): the base of Kafka's delete horizon, kept per record instead of per batch. Writers
 omit the times when all are 0; readers always expose one value per tombstone.
 
-Readers are forward-only: `iter_meta` reads the META section as one sequential stream and
-`DataReader` reads the DATA section chunk by chunk; neither seeks.
+Readers are forward-only: `iter_meta` reads the META section as one sequential stream
+(`iter_meta_streamed`: the same, with each entry's key hashes read in blocks as the consumer
+asks) and `DataReader` reads the DATA section chunk by chunk; neither seeks.
 """
 
 from __future__ import annotations
@@ -910,6 +911,63 @@ def _deserialize(raw: bytes, what: str) -> BitMap:
         raise CorruptDataError(f"{what} bitmap does not deserialize: {exc}") from exc
 
 
+class EntryHashes:
+    """The key hashes of one META entry, read forward in blocks (`iter_meta_streamed`).
+
+    The entry's CRC covers them and is checked once the last one is read; whatever the
+    consumer leaves unread is read (and checked) before the next entry.
+    """
+
+    __slots__ = ("_crc", "_left", "_running", "_stream", "_where", "count")
+
+    def __init__(self, stream: Readable, count: int, crc: int, running: int, where: str) -> None:
+        self._stream = stream
+        self._left = count * KEY_HASH_SIZE
+        self._crc = crc
+        self._running = running
+        self._where = where
+        self.count = count
+        """How many hashes the entry holds."""
+        if not self._left:
+            self._check()
+
+    @property
+    def remaining(self) -> int:
+        """Hashes not read yet."""
+        return self._left // KEY_HASH_SIZE
+
+    def read(self, max_hashes: int) -> bytes:
+        """Up to `max_hashes` next hashes (16 bytes each); b"" once all were read."""
+        n = min(self._left, max(max_hashes, 1) * KEY_HASH_SIZE)
+        if not n:
+            return b""
+        data = _read_exact(self._stream, n, f"{self._where} key hashes")
+        self._crc = crc32c.crc32c(data, self._crc)
+        self._running = crc32c.crc32c(data, self._running)
+        self._left -= n
+        if not self._left:
+            self._check()
+        return data
+
+    def read_all(self) -> bytes:
+        """Every hash not read yet."""
+        return self.read(self.remaining) if self._left else b""
+
+    def _check(self) -> None:
+        raw = _read_exact(self._stream, ENTRY_CRC.size, f"{self._where} CRC")
+        (stored,) = ENTRY_CRC.unpack(raw)
+        if self._crc != stored:
+            raise CorruptDataError(f"{self._where}: CRC32C {self._crc:#010x} != {stored:#010x}")
+        self._running = crc32c.crc32c(raw, self._running)
+        self._crc = -1  # checked
+
+    def _finish(self) -> int:
+        """Read what is left; the running CRC of the META section after this entry."""
+        while self._left:
+            self.read(_COPY_BLOCK // KEY_HASH_SIZE)
+        return self._running
+
+
 def iter_meta(
     stream: Readable,
     meta_offset: int,
@@ -923,6 +981,23 @@ def iter_meta(
     yielded; the trailer (chunk count + CRC of all entries) and, if given, the footer's
     `expected_crc` of the whole section are checked at the end.
     """
+    for index, hashes in iter_meta_streamed(stream, meta_offset, meta_length,
+                                            expected_crc=expected_crc):
+        yield index, hashes.read_all()
+
+
+def iter_meta_streamed(
+    stream: Readable,
+    meta_offset: int,
+    meta_length: int,
+    *,
+    expected_crc: int | None = None,
+) -> Iterator[tuple[ChunkIndex, EntryHashes]]:
+    """`iter_meta` without holding an entry's key hashes: yield (ChunkIndex, EntryHashes)
+    as soon as an entry's fixed part, topic, offsets and tombstones are read; the hashes
+    are then read in blocks as the consumer asks (memory per block, not per chunk). The
+    entry's CRC is checked after its last hash, so its index is not trustworthy until the
+    consumer read every hash (or the next entry was asked for)."""
     if meta_length < TRAILER.size:
         raise CorruptDataError(f"meta section of {meta_length} bytes cannot hold its trailer")
     end = meta_length - TRAILER.size
@@ -960,12 +1035,9 @@ def iter_meta(
         hashes_len = size - var_fixed - topic_len - offsets_len - tombs_len
         if hashes_len != hash_count * KEY_HASH_SIZE:
             raise CorruptDataError(f"meta entry at {pos}: field lengths do not add up to {size}")
-        rest = _read_exact(stream, size - ENTRY.size, f"meta entry at {pos}")
-        body_end = len(rest) - ENTRY_CRC.size
-        (stored,) = ENTRY_CRC.unpack_from(rest, body_end)
-        crc = crc32c.crc32c(memoryview(rest)[:body_end], crc32c.crc32c(fixed))
-        if crc != stored:
-            raise CorruptDataError(f"meta entry at {pos}: CRC32C {crc:#010x} != {stored:#010x}")
+        head_len = topic_len + offsets_len + tombs_len
+        rest = _read_exact(stream, head_len, f"meta entry at {pos}")
+        crc = crc32c.crc32c(rest, crc32c.crc32c(fixed))
         running = crc32c.crc32c(rest, crc32c.crc32c(fixed, running))
         view = memoryview(rest)
         try:
@@ -975,7 +1047,6 @@ def iter_meta(
         cut = topic_len + offsets_len
         offsets = _deserialize(bytes(view[topic_len:cut]), "offsets")
         tombstones, cleaned_at = _decode_tombstones(bytes(view[cut : cut + tombs_len]))
-        hashes = bytes(view[cut + tombs_len : body_end])
         where = f"meta entry {count} ({topic!r}, {partition})"
         key = (topic, partition)
         if prev is not None and key <= prev:
@@ -1016,9 +1087,11 @@ def iter_meta(
             frame_crc,
             cleaned_at,
         )
+        hashes = EntryHashes(stream, hash_count, crc, running, where)
         pos += size
         count += 1
         yield index, hashes
+        running = hashes._finish()
     if pos != end:
         raise CorruptDataError(f"meta entries overrun the trailer by {pos - end} bytes")
     trailer = _read_exact(stream, TRAILER.size, "meta trailer")
