@@ -235,9 +235,13 @@ class _OutputRun:
         self.size = 0  # bytes it holds (see RUN_BYTES)
         self._parts: list[tuple[Any, Any, Any, Any]] = []
 
-    def add_index(self, rel: Any, hashes: Any, tombs: Any, times: Any) -> None:
-        """The index data of the next survivors (`hashes` None: an unkeyed chunk)."""
-        self._parts.append((rel, hashes, tombs, times))
+    def add_index(self, rel: Any, hashes: Any, tombs: Any, times: Any, lo: int,
+                  hi: int) -> None:
+        """Survivors [lo, hi) of a chunk's survivors' arrays: offsets, hashes (None: an
+        unkeyed chunk), tombstone flags and first-cleaned times (None: no tombstones)."""
+        self._parts.append((rel[lo:hi], None if hashes is None else hashes[lo:hi],
+                            None if tombs is None else tombs[lo:hi],
+                            None if times is None else times[lo:hi]))
 
     def flush(self, builder: ChunkBuilder) -> int:
         """Append the run's batches to `builder`, then empty it; returns their records."""
@@ -246,11 +250,18 @@ class _OutputRun:
         if parts[0][1] is None:
             builder.append_compacted_run(self.raws, bases=self.bases, offsets=rel)
         else:
-            tombs = np.concatenate([p[2] for p in parts])
-            builder.append_compacted_run(
-                self.raws, bases=self.bases, offsets=rel, tombstones=rel[tombs],
-                key_hashes=b"".join(p[1].tobytes() for p in parts),
-                tombstone_cleaned_at=np.concatenate([p[3] for p in parts])[tombs])
+            hashes = b"".join(p[1].tobytes() for p in parts)
+            if all(p[2] is None for p in parts):
+                builder.append_compacted_run(self.raws, bases=self.bases, offsets=rel,
+                                             key_hashes=hashes)
+            else:
+                tombs = np.concatenate([np.zeros(len(p[0]), np.bool_) if p[2] is None
+                                        else p[2] for p in parts])
+                times = np.concatenate([np.zeros(len(p[0]), np.int64) if p[3] is None
+                                        else p[3] for p in parts])
+                builder.append_compacted_run(
+                    self.raws, bases=self.bases, offsets=rel, tombstones=rel[tombs],
+                    key_hashes=hashes, tombstone_cleaned_at=times[tombs])
         self.raws, self.bases, self.size = [], [], 0
         return len(rel)
 
@@ -355,14 +366,16 @@ def _merge_partition_spooled(
         offsets = _offsets_of(ci, base)
         all_hashes, keep = p1.take(cnt) if p1 is not None else (b"", np.ones(cnt, np.bool_))
         stats.duplicates_dropped += int(cnt - np.count_nonzero(keep))
-        tomb_mask = np.zeros(cnt, dtype=np.bool_)
-        tomb_cleaned = np.zeros(cnt, dtype=np.int64)
+        tomb_mask = tomb_cleaned = None  # the chunk's tombstones (None: it has none)
         if keyed and len(ci.tombstones):
+            tomb_mask = np.zeros(cnt, dtype=np.bool_)
+            tomb_cleaned = np.zeros(cnt, dtype=np.int64)
             rel = np.frombuffer(ci.tombstones.to_array(), dtype=np.uint32).astype(np.int64)
             where = np.searchsorted(offsets, rel + base)
             tomb_mask[where] = True
             tomb_cleaned[where] = ci.tombstone_cleaned_at
-        if p1 is not None and rule is not None and rule.whole_log:
+        if (tomb_mask is not None and tomb_cleaned is not None and p1 is not None
+                and rule is not None and rule.whole_log):
             # Kafka's delete horizon: a tombstone goes once delete.retention.ms passed
             # since a whole-log clean first retained it; only inside the cleaned range.
             in_range = np.zeros(cnt, dtype=np.bool_)
@@ -383,7 +396,8 @@ def _merge_partition_spooled(
         # The chunk's survivors' index data, sliced into the runs its batches go to.
         c_rel = offsets[sel] - out_base
         c_hashes = np.frombuffer(all_hashes, dtype="V16")[sel] if keyed else None
-        c_tombs, c_times = tomb_mask[sel], tomb_cleaned[sel]
+        c_tombs = None if tomb_mask is None else tomb_mask[sel]
+        c_times = None if tomb_cleaned is None else tomb_cleaned[sel]
         pos = taken = seen = 0  # records walked; survivors handed to the run; walked
         holding = False  # a pending copied batch is a view of this chunk's bytes
         for header, view in batches:
@@ -412,8 +426,7 @@ def _merge_partition_spooled(
             run.bases.append(new_base)
             seen += kept
             if run.size >= RUN_BYTES:
-                run.add_index(c_rel[taken:seen], None if c_hashes is None
-                              else c_hashes[taken:seen], c_tombs[taken:seen], c_times[taken:seen])
+                run.add_index(c_rel, c_hashes, c_tombs, c_times, taken, seen)
                 taken = seen
                 if builder is None:
                     builder = out.writer.open_chunk(topic, partition, base_offset=out_base,
@@ -424,8 +437,7 @@ def _merge_partition_spooled(
             raise RuntimeError(f"{topic}/{partition}: batches hold {pos} records,"
                                f" index says {cnt}")
         if seen > taken:
-            run.add_index(c_rel[taken:], None if c_hashes is None else c_hashes[taken:],
-                          c_tombs[taken:], c_times[taken:])
+            run.add_index(c_rel, c_hashes, c_tombs, c_times, taken, seen)
     if run.raws:
         if builder is None:
             builder = out.writer.open_chunk(topic, partition, base_offset=out_base, keyed=keyed)
