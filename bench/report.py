@@ -138,24 +138,25 @@ as the verified slices its CRC walk made and appends output batches in runs of u
 
 Where the rest of the job's CPU goes (timers around each step, 1 KiB / 100 B values, this
 run's conditions): reading the inputs from the page cache and CRC32C-checking them
-~45 / 25 ms; the META entries of stream A (CRCs, two bitmaps and one index object per
-chunk: 2,600 / 1,300 chunks) ~25 / 18 ms; pass 1's dedupe ~14 / 45 ms (a stable argsort
-of each partition's key hashes: the largest single cost with 100 B values); the records
-walk ~11 / 9 ms; appending and writing the output ~30 / 18 ms; the metadata commit
+~48 / 27 ms; the META entries of stream A (CRCs, two bitmaps and one index object per
+chunk: 2,600 / 1,300 chunks) ~23 / 16 ms; pass 1 (the key hashes into the offset map and
+the spool) ~14 / 29 ms, and each chunk's survivors from the map ~10 / 12 ms; the records
+walk ~12 / 10 ms; appending and writing the output ~29 / 22 ms; the metadata commit
 ~15 / 13 ms; two snapshots (the plan's, the compactor's first, which reads every segment,
-then the job's validation) ~22 / 13 ms; the rest is per-partition numpy and Python. The
-job runs ~0.2 s of CPU, so a figure moves by 10-15 % between runs.
+then the job's validation) ~23 / 13 ms; the rest is per-chunk numpy and Python. The job
+runs ~0.2 s of CPU, so a figure moves by 10-15 % between runs.
 
 "Floor": measured in the same run right after the job, on the same input objects in the
 same store (file://: from the page cache, as the job read them): stream every byte (1 MiB
 reads), CRC32C it and write back as many bytes as the job wrote ("output MiB"), over that
 work's CPU seconds; "ratio" is the job's input MB/s per core over it. Last run (machine
-shared with other benchmarks and tests, load ~7 on 2 cores): floor ~4.7 GB/s per core;
-1 KiB values at 0.22 of it (1,017 MB/s per core), 100 B values at 0.13 (637 MB/s, 4.58 M
+shared with other benchmarks and tests, load ~5 on 2 cores): floor ~4.8 GB/s per core;
+1 KiB values at 0.20 of it (998 MB/s per core), 100 B values at 0.15 (685 MB/s, 4.9 M
 records/s per core). Before the C walk and the pass-2 runs, on the same machine under the
-same load (best of 3): 491 MB/s and 1.59 M records/s per core. The issue's ~900 MB/s floor
-was measured on another machine; here the floor is about five times that, so both goals
-are met while the ratio stays far below one half; compare ratios within one run.
+same load (best of 3): 543 MB/s and 1.71 M records/s per core (491 MB/s and 1.59 M before
+the streamed pass 1 too). The issue's ~900 MB/s floor was measured on another machine;
+here the floor is about five times that, so both goals are met while the ratio stays far
+below one half; compare ratios within one run.
 """
 
 
