@@ -49,6 +49,7 @@ from pyroaring import BitMap
 from fileformat.batch import (
     FRAME_SIZE,
     WRITABLE_COMPRESSIONS,
+    BatchEncoder,
     BatchHeader,
     CheckedBatch,
     Compression,
@@ -56,7 +57,6 @@ from fileformat.batch import (
     check_batch,
     check_client_batch,
     iter_records,
-    new_builder,
     read_header,
     seal_batch,
     verify_batch,
@@ -137,6 +137,9 @@ FLAG_KEYED = 0x1
 _KNOWN_FLAGS = FLAG_KEYED
 MAX_OFFSET_SPAN = 2**32  # relative offsets live in 32-bit roaring bitmaps
 _COPY_BLOCK = 1 << 20
+# FileWriter hands its output on in writes of about this size by default (one syscall or
+# upload-buffer append per MiB, not one per batch: an agent flush holds ~1,000 small chunks).
+WRITE_BLOCK = 1 << 20
 
 
 class Readable(Protocol):
@@ -315,8 +318,8 @@ def _bitmap_of(arr: np.ndarray[Any, np.dtype[np.int64]]) -> BitMap:
 class ChunkBuilder:
     """Accumulates one topic-partition's batches for one object.
 
-    Relative offsets start at 0 (the chunk base). Records from `append` are buffered into an
-    aiokafka builder and sealed into a batch once it reaches `max_batch_bytes`. Key hashes
+    Relative offsets start at 0 (the chunk base). Records from `append` are encoded by a
+    `BatchEncoder` and sealed into a batch once it reaches `max_batch_bytes`. Key hashes
     and tombstones are tracked only for keyed chunks (`hasher` given or `keyed=True`).
     With `sink`, sealed batches are handed to it instead of being kept (used by
     `FileWriter.open_chunk` so a large compacted chunk never sits in memory).
@@ -363,7 +366,7 @@ class ChunkBuilder:
         self._hashes = bytearray()
         self._min_ts: int | None = None
         self._max_ts: int | None = None
-        self._open: Any = None  # aiokafka builder of the batch being filled
+        self._open: BatchEncoder | None = None  # the batch being filled
         self._open_base = 0
         self._finished = False
         self._sink = sink
@@ -381,7 +384,7 @@ class ChunkBuilder:
 
     def size_in_bytes(self) -> int:
         """Approximate bytes this chunk adds to an object (for flush decisions)."""
-        open_size = self._open.size() if self._open is not None else 0
+        open_size = self._open.size if self._open is not None else 0
         return self._data_len + open_size + len(self._hashes)
 
     def _check_open(self) -> None:
@@ -416,15 +419,33 @@ class ChunkBuilder:
         self._batch_count += len(batches)
 
     def _seal_open(self) -> None:
-        if self._open is None:
+        encoder = self._open
+        if encoder is None:
             return
-        if self._next == self._open_base:  # only failed appends: nothing to seal
-            self._open = None
-            return
-        built = self._open.build()
         self._open = None
-        self._store(seal_batch(built, self._open_base, self._compression))
+        if not encoder.record_count:  # only failed appends: nothing to seal
+            return
+        low, high = encoder.min_timestamp, encoder.max_timestamp  # finish() empties it
+        try:
+            if self._compression == Compression.NONE:
+                batch = encoder.finish(self._open_base)
+            else:
+                batch = seal_batch(encoder.finish(), self._open_base, self._compression)
+        except BaseException:
+            self._finished = True  # the batch's records are lost: this chunk cannot be written
+            raise
+        self._timestamps(low, high)
+        self._store(batch)
         self._offsets.add_range(self._open_base, self._next)
+
+    def _start_batch(self) -> BatchEncoder:
+        """The encoder of a new open batch at the next offset (the append's checks that
+        hold for a whole batch are made here, once)."""
+        self._check_open()
+        self._need_hasher()
+        encoder = self._open = BatchEncoder()
+        self._open_base = self._next
+        return encoder
 
     def append(
         self,
@@ -433,35 +454,28 @@ class ChunkBuilder:
         value: bytes | None,
         headers: Sequence[tuple[str, bytes | None]] = (),
     ) -> int:
-        """Buffer one record; returns its relative offset. (Hot: checks are inlined.)"""
-        if self._finished:
-            raise RuntimeError("chunk builder already finished")
-        hasher = self._hasher
-        if hasher is None and self._keyed:
-            raise ValueError("keyed chunk without a hasher accepts only append_compacted")
+        """Buffer one record; returns its relative offset. On an error nothing is buffered.
+
+        The per-record hot path: the checks that hold for a whole batch are made when it
+        starts (`_start_batch`), the record is encoded in C, timestamps are tracked there.
+        """
+        encoder = self._open
+        if encoder is None:
+            encoder = self._start_batch()
         rel = self._next
         if rel >= MAX_OFFSET_SPAN:
             raise ValueError("chunk offset span exceeds 2**32")
-        builder = self._open
-        if builder is None:
-            builder = self._open = new_builder()
-            self._open_base = rel
-        builder.append(rel - self._open_base, timestamp, key, value,
-                       list(headers) if headers else [])
+        hasher = self._hasher
+        if hasher is not None:
+            digest = hasher.hash(key)  # may raise: before anything is appended
+        size = encoder.append(rel - self._open_base, timestamp, key, value, headers)
         self._next = rel + 1
         self._count += 1
         if hasher is not None:
-            self._hashes += hasher.hash(key)
+            self._hashes += digest
             if value is None:
                 self._tombstones.add(rel)
-        lo = self._min_ts
-        if lo is None:
-            self._min_ts = self._max_ts = timestamp
-        elif timestamp < lo:
-            self._min_ts = timestamp
-        elif timestamp > self._max_ts:  # type: ignore[operator]
-            self._max_ts = timestamp
-        if builder.size() >= self._max_batch_bytes:
+        if size >= self._max_batch_bytes:
             self._seal_open()
         return rel
 
@@ -696,11 +710,15 @@ class FileWriter:
     """Streams one object: chunk data goes out on `add`, META and footer on `finish`.
 
     Memory stays bounded: index entries and key hashes are spooled to a
-    SpooledTemporaryFile (in memory up to `spool_limit`, then a local temp file).
+    SpooledTemporaryFile (in memory up to `spool_limit`, then a local temp file), and the
+    bytes are passed to `write` in order, in blocks of at least `write_block` bytes (a
+    batch that large on its own) but the last, which `finish` writes.
     """
 
-    def __init__(self, write: Callable[[bytes], Any], *, spool_limit: int = 8 << 20) -> None:
+    def __init__(self, write: Callable[[bytes], Any], *, spool_limit: int = 8 << 20,
+                 write_block: int = WRITE_BLOCK) -> None:
         self._write = write
+        self._write_block = write_block
         self._spool = tempfile.SpooledTemporaryFile(max_size=spool_limit)  # noqa: SIM115
         # An abandoned writer (failed flush) must not leak the spool or warn about it.
         self._release = weakref.finalize(self, self._spool.close)
@@ -710,6 +728,8 @@ class FileWriter:
         self._last: tuple[str, int] | None = None
         self._open: tuple[ChunkBuilder, int] | None = None  # streamed chunk, its data_pos
         self._done = False
+        self._pending: list[bytes] = []  # written on, in order, once write_block is reached
+        self._pending_len = 0
         self._emit(OBJECT_HEADER.pack(OBJECT_MAGIC, FORMAT_VERSION, 0))
         self._pos = OBJECT_HEADER_SIZE
 
@@ -725,10 +745,25 @@ class FileWriter:
         self._release()
 
     def _emit(self, data: bytes) -> None:
-        self._write(data)
+        if len(data) >= self._write_block:
+            self._drain()
+            self._write(data)
+            return
+        self._pending.append(data)
+        self._pending_len += len(data)
+        if self._pending_len >= self._write_block:
+            self._drain()
+
+    def _drain(self) -> None:
+        """Write what is pending, as one block."""
+        pending = self._pending
+        if pending:
+            self._write(pending[0] if len(pending) == 1 else b"".join(pending))
+            self._pending = []
+            self._pending_len = 0
 
     def _emit_data(self, batch: bytes) -> None:
-        self._write(batch)
+        self._emit(batch)
         self._pos += len(batch)
 
     def _claim(self, topic: str, partition: int) -> None:
@@ -839,6 +874,7 @@ class FileWriter:
             ]
         )
         self._emit(footer)
+        self._drain()
         # The entries are this writer's own, unseen until now: make hash_pos absolute in
         # place (dataclasses.replace costs ~10 µs a chunk, 1,000 chunks per agent flush).
         for c in self._chunks:
