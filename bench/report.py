@@ -154,13 +154,13 @@ runs ~0.2 s of CPU, so a figure moves by 10-15 % between runs.
 same store (file://: from the page cache, as the job read them): stream every byte (1 MiB
 reads), CRC32C it and write back as many bytes as the job wrote ("output MiB"), over that
 work's CPU seconds; "ratio" is the job's input MB/s per core over it. Last run (machine
-shared with other benchmarks and tests, load ~5 on 2 cores): floor ~4.8 GB/s per core;
-1 KiB values at 0.20 of it (998 MB/s per core), 100 B values at 0.15 (685 MB/s, 4.9 M
+shared with other benchmarks and tests, load ~4.7 on 2 cores): floor ~6.7 GB/s per core;
+1 KiB values at 0.16 of it (1,076 MB/s per core), 100 B values at 0.10 (648 MB/s, 4.67 M
 records/s per core). Before the C walk and the pass-2 runs, on the same machine under the
 same load (best of 3): 543 MB/s and 1.71 M records/s per core (491 MB/s and 1.59 M before
 the streamed pass 1 too). The issue's ~900 MB/s floor was measured on another machine;
-here the floor is about five times that, so both goals are met while the ratio stays far
-below one half; compare ratios within one run.
+here the floor is five to seven times that, so both goals are met while the ratio stays
+far below one half; compare ratios within one run.
 """
 
 
