@@ -34,6 +34,7 @@ from fileformat import (
     iter_meta,
 )
 from fileformat.batch import filter_batch
+from fileformat.errors import naming
 from fileformat.objectfile import DataReader
 from objectstore import ObjectStore
 
@@ -130,12 +131,24 @@ class _Input:
         self._meta: Iterator[tuple[ChunkIndex, bytes]] = iter_meta(
             meta, f.meta_offset, f.meta_length
         )
-        self.data = DataReader(data, f.data_offset)
+        self._data = DataReader(data, f.data_offset)
         self.head: tuple[ChunkIndex, bytes] | None = None
         self.advance()
 
+    # Every read of the input names its object in a FormatError (a corrupt input fails
+    # the job with the key in its error, and nothing built from it is committed).
+
     def advance(self) -> None:
-        self.head = next(self._meta, None)
+        with naming(self.file.object_key):
+            self.head = next(self._meta, None)
+
+    def read_chunk(self, index: ChunkIndex) -> bytes:
+        with naming(self.file.object_key):
+            return self._data.read_chunk(index)
+
+    def skip_chunk(self, index: ChunkIndex) -> None:
+        with naming(self.file.object_key):
+            self._data.skip_chunk(index)
 
     @property
     def key(self) -> TopicPartition | None:
@@ -144,7 +157,7 @@ class _Input:
     def finish(self) -> None:
         """Drain both streams to their ends so every CRC (incl. META trailer) is checked."""
         while self.head is not None:
-            self.data.skip_chunk(self.head[0])
+            self.skip_chunk(self.head[0])
             self.advance()
 
 
@@ -195,7 +208,7 @@ def merge(
             for i in holders:
                 if i not in live:  # a dead chunk: read past it in both streams
                     assert i.head is not None
-                    i.data.skip_chunk(i.head[0])
+                    i.skip_chunk(i.head[0])
                     i.advance()
             if live:
                 # Inputs in offset order of this partition's segments.
@@ -295,7 +308,7 @@ def _merge_partition(
     builder: ChunkBuilder | None = None
     start = 0
     for (ci, _, base), cnt, i in zip(heads, counts, inputs, strict=True):
-        data = i.data.read_chunk(ci)
+        data = i.read_chunk(ci)
         k = keep[start : start + cnt]
         if not k.any():
             start += cnt

@@ -33,14 +33,16 @@ def _bad_range(start: int, end: int | None) -> bool:
     return start < 0 or (end is not None and end < start)
 
 
-def _check_range(size: int, start: int, end: int | None) -> int:
-    """The range's end, or InvalidRangeError exactly where S3 would answer 416 or short."""
+def _check_range(key: str, size: int, start: int, end: int | None) -> int:
+    """The range's end, or InvalidRangeError (naming the object) exactly where S3 would
+    answer 416 or short."""
     if end is None:
         if start == 0:
             return size
         end = size if start < size else -1  # S3: `bytes=N-` with N >= size is 416
     if start < 0 or end < start or end > size:
-        raise InvalidRangeError(f"range [{start}, {end}) outside an object of {size} bytes")
+        raise InvalidRangeError(
+            f"range [{start}, {end}) outside object {key!r} of {size} bytes")
     return end
 
 
@@ -160,7 +162,7 @@ class FileStore(Backend):
             return _empty_stream(self._report)
         f = path.open("rb")
         try:
-            stop = _check_range(os.fstat(f.fileno()).st_size, start, end)
+            stop = _check_range(key, os.fstat(f.fileno()).st_size, start, end)
         except BaseException:
             f.close()
             raise
@@ -255,7 +257,7 @@ class MemoryStore(Backend):
         if end == start:
             return _empty_stream(self._report)
         data = self._get(key)
-        stop = _check_range(len(data), start, end)
+        stop = _check_range(key, len(data), start, end)
         self._report(GET, 0, 0)
         return _FileRangeStream(io.BytesIO(data), start, stop, self._report)
 
