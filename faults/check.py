@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -37,34 +37,43 @@ def latest_per_key(records: Iterable[K]) -> dict[bytes | None, K]:
     return out
 
 
+# Violation kinds (each count's promise is 0).
+CRASH_KINDS = (
+    "lost",  # acked and not readable (nor superseded by a later record of its key)
+    "duplicated",  # a record read more than once
+    "out_of_order",  # offsets not strictly increasing, or an acked record at another offset
+    "unknown",  # a record read that no agent produced
+    "compaction_mismatch",  # a compacted log other than the one Kafka's cleaner leaves
+    "orphans",  # objects no live file references (after GC)
+    "missing",  # live files whose object is gone
+)
+
+
 @dataclass
 class Tally:
-    """Counts over trials; every field but the first two is a violation count (0 is the
-    promise). `examples` keeps the first few violations, described."""
+    """Records checked and violations found over a suite's trials, by kind (`kinds`, the
+    ones the suite reports); `examples` keeps the first few violations, described."""
 
+    kinds: tuple[str, ...] = CRASH_KINDS
     acked: int = 0  # acknowledged records checked
     read: int = 0  # records read back
-    lost: int = 0  # acked and not readable (nor superseded by a later record of its key)
-    duplicated: int = 0  # a value read more than once
-    out_of_order: int = 0  # offsets not strictly increasing, or an acked record moved
-    unknown: int = 0  # a record read that no agent produced
-    compaction_mismatch: int = 0  # a compacted log other than Kafka's cleaner leaves
-    orphans: int = 0  # objects no live file references (after GC)
-    missing: int = 0  # live files whose object is gone
+    counts: Counter[str] = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)
 
     def violations(self) -> int:
-        return sum(getattr(self, f.name) for f in fields(self)
-                   if f.name not in ("acked", "read", "examples"))
+        return sum(self.counts.values())
 
-    def note(self, what: str, count: int, example: str) -> None:
+    def note(self, kind: str, count: int, example: str) -> None:
+        """Count `count` violations of `kind` (nothing if 0), describing the first few."""
+        assert kind in self.kinds, kind
         if count:
-            setattr(self, what, getattr(self, what) + count)
+            self.counts[kind] += count
             if len(self.examples) < MAX_EXAMPLES:
-                self.examples.append(f"{what}: {example}")
+                self.examples.append(f"{kind}: {example}")
 
     def figures(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "examples"}
+        return {"acked": self.acked, "read": self.read,
+                **{kind: self.counts[kind] for kind in self.kinds}}
 
 
 def read_acks(path: Path) -> dict[TP, list[Ack]]:
