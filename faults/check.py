@@ -3,6 +3,7 @@ result, and objects against the metadata; each finding is counted in a `Tally`."
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -101,7 +102,7 @@ def check_log(tally: Tally, tp: TP, log: Sequence[ConsumedRecord], acked: Sequen
     tally.acked += len(acked)
     tally.read += len(log)
     offsets = [r.offset for r in log]
-    tally.note("out_of_order", sum(b <= a for a, b in zip(offsets, offsets[1:], strict=False)),
+    tally.note("out_of_order", sum(b <= a for a, b in itertools.pairwise(offsets)),
                f"{tp} offsets {offsets[:20]}")
     counts = Counter(r.value for r in log)
     dups = [v for v, n in counts.items() if n > 1]
