@@ -86,8 +86,9 @@ def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def arm(spec: str, *, on_kill: Callable[[], None] = die) -> None:
-    """Patch this process so that it dies the Nth time it reaches the step (`parse`)."""
+def arm(spec: str, *, on_kill: Callable[[], None] = die) -> Callable[[], None]:
+    """Patch this process so that it dies (`on_kill`) the Nth time it reaches the step
+    (`parse`); returns the function that takes the patch out again."""
     name, nth = parse(spec)
     step = STEPS[name]
     original = getattr(step.owner, step.method)
@@ -108,6 +109,7 @@ def arm(spec: str, *, on_kill: Callable[[], None] = die) -> None:
         return result
 
     setattr(step.owner, step.method, patched)
+    return lambda: setattr(step.owner, step.method, original)
 
 
 def arm_from_env() -> str | None:

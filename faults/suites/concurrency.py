@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -69,7 +70,7 @@ def fresh_database(admin_url: str = POSTGRES_URL) -> Iterator[str]:
         admin.dispose()
 
 
-def run(trials: int, seed: int, admin_url: str = POSTGRES_URL) -> dict[str, object]:
+def run(trials: int, seed: int, admin_url: str = POSTGRES_URL) -> dict[str, Any]:
     """Run `trials` trials; the figures (see faults/chaos.py)."""
     rng = random.Random(seed)
     tally = Tally(KINDS)

@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agent import Agent, AgentConfig
 from agent.reader import ConsumedRecord
@@ -168,7 +169,7 @@ class Case:
             self.tally.note("wrong_data", int(not right), f"{what}: {tp} read differs")
 
 
-def run(trials: int, seed: int) -> dict[str, object]:
+def run(trials: int, seed: int) -> dict[str, Any]:
     """`trials` hypothesis cases drawn from `seed`; the figures (see faults/chaos.py)."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed

@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from multiprocessing.process import BaseProcess
 from pathlib import Path
+from typing import Any
 
 from clock import ManualClock
 from compactor import Compactor, CompactorConfig
@@ -70,7 +71,7 @@ def plan(i: int, rng: random.Random) -> Plan:
     return Plan(rng.choice(["agent", "compactor", "gc"]), moment=rng.random())
 
 
-def run(trials: int, seed: int) -> dict[str, object]:
+def run(trials: int, seed: int) -> dict[str, Any]:
     """Run `trials` trials; the figures (see faults/chaos.py)."""
     rng = random.Random(seed)
     tally = Tally()
