@@ -47,6 +47,7 @@ COMPACTED = {"c"}
 STEPS = [*killpoints.steps("produce"), *killpoints.steps("compact"), *killpoints.steps("gc")]
 ROLE_OF_STEP = {"produce": "agent", "compact": "compactor", "gc": "gc"}
 AHEAD_MS = 10 * 60_000
+TEMP_UPLOADS = "upload temp files left on the file store (not objects)"
 FIRST_GUESS_S = 0.2  # a process's duration before one was measured
 
 
@@ -142,6 +143,9 @@ def trial(where: Path, kill: Plan, tally: Tally, errors: list[str],
             errors.append(f"{kill.describe()}: {role} exit {code}: "
                           + (log.read_text().strip().splitlines()[-1] if log.exists() else ""))
     _verify(where, store_url, md_url, tally)
+    # A file store's upload in progress is a temp file beside its key, renamed on close;
+    # never listed, so neither GC nor doctor sees one a kill left behind.
+    tally.info[TEMP_UPLOADS] += sum(1 for _ in (where / "store").rglob(".upload-*"))
     victim_killed = ended[kill.victim] == procs.KILLED
     if kill.step:
         return "step" if victim_killed else "step not reached"
