@@ -59,7 +59,6 @@ class Tally:
     acked: int = 0  # acknowledged records checked
     read: int = 0  # records read back
     counts: Counter[str] = field(default_factory=Counter)
-    info: Counter[str] = field(default_factory=Counter)  # other findings, not violations
     examples: list[str] = field(default_factory=list)
 
     def violations(self) -> int:
@@ -75,7 +74,7 @@ class Tally:
 
     def figures(self) -> dict[str, int]:
         return {"acked": self.acked, "read": self.read,
-                **{kind: self.counts[kind] for kind in self.kinds}, **self.info}
+                **{kind: self.counts[kind] for kind in self.kinds}}
 
 
 def read_acks(path: Path) -> dict[TP, list[Ack]]:

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("step", crash.STEPS)
 def test_killed_at_each_named_step_keeps_every_promise(tmp_path: Path, step: str) -> None:
-    tally, errors = Tally(), list[str]()
+    tally, errors = Tally(crash.KINDS), list[str]()
     kill = crash.Plan(crash.ROLE_OF_STEP[step.split(".")[0]], f"{step}@1")
     outcome = crash.trial(tmp_path, kill, tally, errors, {})
     assert outcome == "step", f"{step} was never reached"
