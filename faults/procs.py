@@ -4,8 +4,8 @@ A trial starts a few short-lived processes. A fresh interpreter importing what `
 imports took 2.5 s on a loaded 2-core machine; a forkserver (`multiprocessing`'s) imports
 siltstream once and forks each process from that state: 28 ms a process, start to exit.
 Each one runs a `Work` (picklable): arms its kill point (faults/killpoints.py), then
-produces or compacts against the store and metadata URLs given, and exits 0 (or 1, its
-traceback in `Work.log`). An agent writes one
+produces or compacts against the store and metadata URLs given, and exits 0 (or 1: the error
+on the first line of `Work.log`, then its traceback). An agent writes one
 line per acknowledged record to `Work.acks` (`topic partition offset key value`), after its
 flush returned, so the file holds exactly the records a client was told are stored.
 """
@@ -87,8 +87,9 @@ def run(work: Work) -> None:
             _compact(work)
         else:
             raise ValueError(f"unknown role {work.role!r}")
-    except BaseException:
-        work.log.write_text(traceback.format_exc())
+    except BaseException as exc:
+        summary = " ".join("".join(traceback.format_exception_only(exc)).split())
+        work.log.write_text(f"{summary}\n{traceback.format_exc()}")
         os._exit(1)
 
 

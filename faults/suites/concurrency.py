@@ -119,7 +119,7 @@ def trial(where: Path, md_url: str, rng: random.Random, tally: Tally, errors: li
     for w, proc in running:
         proc.join()
         if proc.exitcode != 0:
-            last = w.log.read_text().strip().splitlines()[-1] if w.log.exists() else ""
+            last = w.log.read_text().splitlines()[0][:300] if w.log.exists() else ""
             errors.append(f"{w.log.stem} exit {proc.exitcode}: {last}")
     totals["agents"] += len(agents)
     totals["compactors"] += len(compactors)

@@ -147,7 +147,7 @@ def trial(where: Path, kill: Plan, tally: Tally, errors: list[str],
         if code not in (0, procs.KILLED) or (code == procs.KILLED and role != kill.victim):
             log = where / f"{role}.log"
             errors.append(f"{kill.describe()}: {role} exit {code}: "
-                          + (log.read_text().strip().splitlines()[-1] if log.exists() else ""))
+                          + (log.read_text().splitlines()[0][:300] if log.exists() else ""))
     _verify(where, store_url, md_url, tally)
     # A file store's upload in progress is a temp file beside its key, renamed on close;
     # never listed, so neither GC nor doctor sees one a kill left behind.
