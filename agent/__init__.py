@@ -12,6 +12,7 @@ from .errors import (
 )
 from .producer import Agent, FlushReport, FlushTotals, ProduceFuture
 from .reader import ConsumedRecord, Reader
+from .runtime import tune_gc
 
 __all__ = [
     "Agent",
@@ -28,4 +29,5 @@ __all__ = [
     "ProduceFuture",
     "Reader",
     "RecordTooLargeError",
+    "tune_gc",
 ]

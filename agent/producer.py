@@ -210,6 +210,8 @@ class Agent:
         self._store = store
         self._metadata = metadata
         self._config = config or AgentConfig()
+        self._buffer_memory = self._config.buffer_memory  # read per record: one attribute
+        self._flush_bytes = self._config.flush_bytes
         self._clock = clock
         self._hasher = KeyHasher(metadata.cluster_secret())
         # Per topic: (info, compacted, max.message.bytes); the configs are unpacked once so
@@ -285,17 +287,25 @@ class Agent:
                 f" of topic {topic!r}"
             )
         ts = self._clock.now_ms() if timestamp is None else timestamp
+        tp = (topic, partition)
         with self._lock:  # the condition's lock (its __enter__ is a Python-level call)
-            if self._in_flight_bytes + size > self._config.buffer_memory:
+            if self._in_flight_bytes + size > self._buffer_memory:
                 self._wait_for_room(size, None)
-            pb = self._buffer.partitions.get((topic, partition))
+            buf = self._buffer
+            pb = buf.partitions.get(tp)
             if pb is None:  # left empty if the append fails: a flush skips it
-                pb = self._buffer.partitions[(topic, partition)] = self._new_partition_buffer(
-                    info, partition)
+                pb = buf.partitions[tp] = self._new_partition_buffer(info, partition)
             rel = pb.builder.append(ts, key, value, headers)
-            done = self._buffer.done  # before _account, which may seal this buffer
-            self._account(size)
-            return ProduceFuture(done, (topic, partition), rel)
+            # _account(size), inlined: this runs once per record
+            if not buf.records:
+                buf.first_at = self._clock.monotonic()
+                self._cond.notify_all()  # the flusher starts the linger clock
+            buf.records += 1
+            buf.nbytes += size
+            self._in_flight_bytes += size
+            if buf.nbytes >= self._flush_bytes:
+                self._seal()
+            return ProduceFuture(buf.done, tp, rel)
 
     def forget_topics(self) -> None:
         """Drop the cached topics (after a topic was deleted, grew or changed configs): the

@@ -3,9 +3,8 @@
 Throughput is input bytes (and records) over the job's CPU seconds. Each compaction row
 also has the floor measured in the same run on the same input objects: read them from the
 same store (the page cache for file://), CRC32C them and write back as many bytes as the
-job wrote, over that work's CPU seconds; the ratio is compaction over floor. The dedupe-memory
-benchmark runs pass 1 on one partition with N distinct keys and reports the peak memory
-that numpy allocates for it (tracemalloc traces numpy's buffers) per distinct key.
+job wrote, over that work's CPU seconds; the ratio is compaction over floor. Pass-1
+memory is bench/memory.py.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-import tracemalloc
 from typing import Any
 
 import crc32c
@@ -21,7 +19,6 @@ import numpy as np
 
 from agent import Agent, AgentConfig
 from compactor import Compactor, CompactorConfig
-from compactor.dedupe import MAP_BYTES_PER_KEY, dedupe, split_hashes
 from metadata import MetadataStore
 from objectstore import ObjectStore, open_store
 
@@ -99,28 +96,3 @@ def measure_floor(store: ObjectStore, keys: list[str], output_bytes: int) -> tup
     store.delete_many([FLOOR_KEY])
     assert out.bytes_written == output_bytes <= read, (out.bytes_written, output_bytes, read)
     return read, cpu
-
-
-def run_dedupe_memory(distinct_keys: int, budget: int = 128 * 1024 * 1024) -> dict[str, Any]:
-    """Pass 1 over one partition holding `distinct_keys` keys (each written once)."""
-    rng = np.random.default_rng(1)
-    hashes = rng.bytes(16 * distinct_keys)
-    hi, lo = split_hashes(hashes)
-    tracemalloc.start()
-    t0 = time.process_time()
-    res = dedupe(hi, lo, distinct_keys, budget // MAP_BYTES_PER_KEY)
-    cpu = time.process_time() - t0
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    return {
-        "benchmark": "dedupe_memory",
-        "distinct_keys": distinct_keys,
-        "budget_mib": budget // 2**20,
-        "keys_in_map": res.distinct_keys,
-        "partial_clean": res.map_end < distinct_keys,
-        "peak_mib": round(peak / 2**20, 1),
-        "peak_bytes_per_key": round(peak / distinct_keys, 1),
-        "input_arrays_bytes_per_key": 16 + 1,
-        "cpu_s": round(cpu, 3),
-        "keys_per_s": round(distinct_keys / cpu),
-    }

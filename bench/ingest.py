@@ -6,18 +6,21 @@ Reports MiB/s and records/s per core (bytes over the process's CPU seconds, whic
 Two entry points of the agent are measured: `produce` (one record per call, encoded by the
 agent) and `produce_batch` (client-encoded RecordBatch v2 of `batch_records` records, as a
 Kafka producer sends them with batch.size 16 KiB; stored byte for byte after a CRC check).
-The client batches are built before the clock starts: that work is the client's.
+The client batches are built before the clock starts: that work is the client's. The
+garbage collector is tuned as the `silt` command tunes it (`agent.tune_gc`), and restored
+after the run.
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from agent import Agent, AgentConfig
+from agent import Agent, AgentConfig, tune_gc
 from agent.producer import ProduceFuture
 from fileformat.batch import build_batch
 from metadata import MetadataStore
@@ -38,6 +41,16 @@ class IngestParams:
 
 def run_ingest(p: IngestParams) -> dict[str, Any]:
     """Produce `records` records of `value_size` bytes round robin over `partitions`."""
+    thresholds = gc.get_threshold()
+    tune_gc()
+    try:
+        return _run_ingest(p)
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
+
+
+def _run_ingest(p: IngestParams) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="silt-bench-") as tmp:
         store_url = f"file://{tmp}/objects" if p.store == "file" else p.store
         md = MetadataStore.open(f"sqlite:///{tmp}/md.db")

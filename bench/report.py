@@ -66,10 +66,11 @@ GROUPS_ROWS_COLUMNS = [
     ("other_rows_per_commit", "other rows per commit"), ("other_rows", "other rows"),
 ]
 MEMORY_COLUMNS = [
-    ("distinct_keys", "distinct keys"), ("budget_mib", "budget MiB"),
-    ("keys_in_map", "keys deduplicated"), ("partial_clean", "partial clean"),
-    ("peak_mib", "pass-1 peak MiB"), ("peak_bytes_per_key", "peak B per key"),
-    ("keys_per_s", "keys/s"),
+    ("records", "records"), ("distinct_keys", "distinct keys"), ("budget_mib", "budget MiB"),
+    ("keys_in_map", "keys in map"), ("partial_clean", "partial clean"),
+    ("peak_growth_mib", "peak RSS growth MiB"), ("goal_mib", "goal MiB"),
+    ("within_goal", "within goal"), ("peak_bytes_per_record", "peak B per record"),
+    ("peak_bytes_per_key", "peak B per key"), ("records_per_s", "records/s"),
 ]
 
 
@@ -110,12 +111,16 @@ def _ingest(report: dict[str, Any]) -> str:
 Goal for `file://`: >= 100 MiB/s per core with 1 KiB values. `produce_batch` takes
 client-encoded RecordBatch v2 batches of 16 records (what a Kafka producer sends; built
 before the clock starts) and stores them byte for byte after a CRC check. `produce` takes
-one record per call and encodes it in the agent: about 4 µs of Python a call measured
-alone, about twice that while the flusher thread runs beside it (one interpreter lock).
-A flush costs about 40 µs per partition chunk (sealing its batch, encoding its index
-entry), so 40 ms for 1,000 partitions, plus one metadata commit of 1,000 segment rows
-(~16 ms on SQLite) and the object write. Per 1 KiB record that is about 20 µs of CPU in
-all, which bounds `produce` below the goal; batches from clients skip the per-record work.
+one record per call and encodes it in the agent, in C (`fileformat._native.BatchEncoder`:
+varints into the batch's own bytes object, CRC32C at the end): about 1.7 µs a call at
+1 KiB and 1.4 µs at 100 B measured alone (thread CPU time, 1,000 partitions), most of it
+the call's Python (checks, the lock, the future). A flush of 1,000 partition chunks costs
+about 27 ms of CPU: ~6 ms sealing the chunks, ~8 ms for the object's index entries and
+the write (in ~1 MiB writes), ~11 ms for the metadata commit of 1,000 segment rows
+(SQLite). Per 1 KiB record that is about 5 µs of CPU in all, plus the interpreter lock
+shared with the flusher thread. The garbage collector is tuned as `silt` tunes it
+(`agent.tune_gc`: start-up objects frozen, young threshold 10,000): at CPython's defaults
+full collections over the whole heap took ~18 % of the `produce` run's CPU.
 Acks wait for the flush after the one in progress: latency is the linger plus flush time.
 """
 
@@ -221,13 +226,29 @@ partition per fetch (about a third of the agent's CPU in a profile).
 
 def _memory(report: dict[str, Any]) -> str:
     return f"""\
-## Pass-1 memory (one partition, distinct keys, default 128 MiB budget)
+## Pass-1 memory (one partition in one input file, default 128 MiB budget, worker peak RSS)
 
 {_table(_rows(report, "dedupe_memory"), MEMORY_COLUMNS)}
 
-Goal: 5 M keys deduplicated in one job with <= 24 B per key of map memory. The figure is
-the peak that pass 1 allocates (sort order 8 B + flags) on top of the 16-byte key hashes it
-reads; the budget admits 128 MiB / 24 B = 5.59 M keys, like Kafka's SkimpyOffsetMap.
+Goal: pass 1's peak <= the budget + 32 MiB whatever the job's size; 50 M records over 10 k
+keys in one pass within it; 5 M distinct keys in the 128 MiB map. Each row is a fresh
+process (`python -m bench.memory RECORDS KEYS BUDGET`) running `compactor.merge.merge` on
+an input whose META section is generated as it is read; "peak RSS growth" is the kernel's
+high-water mark (VmHWM, reset through /proc/self/clear_refs just before the merge) at the
+end of pass 1 minus the RSS before it. Pass 1 streams each input's key hashes (1 MiB reads,
+`fileformat.iter_meta_streamed`) into the compiled offset map (compactor/_offsetmap.c: 16 B
+hash + 4 B position per slot, load <= 0.9, Robin Hood probing) and into a spool that pass 2
+reads back (8 MiB in memory, then an unnamed temp file: 16 B per record on disk). The map
+holds at most budget / 24 B keys (5.59 M at 128 MiB) and grows from 64 slots, doubling while
+at most 1/16 of its largest size and then to that size, so old + new tables never exceed
+the budget. With 10 k keys the peak is the spool's 8 MiB plus read blocks, whatever the
+record count; with 5 M keys it is the full-size table (118.5 MiB: 24.9 B per key held,
+22.2 B when full) + the previous table while it grows (7.4 MiB) + the spool. Past its keys
+(10 M row) the map ends early and the rest is kept as it is (Kafka's partial clean; the
+next clean goes on from the checkpoint), in the same memory. Before (a numpy sort of the
+whole job's hashes), 20 M records over 10 k keys grew the peak by 839 MiB on top of the
+305 MiB of hashes it was handed. Pass 2 holds one input chunk at a time (its bytes, and
+its records' hashes and keep flags: ~35 B per record of that chunk).
 """
 
 

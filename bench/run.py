@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .compaction import run_compaction, run_dedupe_memory
+from .compaction import run_compaction
 from .consume import run_consume
 from .ingest import IngestParams, run_ingest
 
@@ -144,8 +144,15 @@ def run_planning_suite(quick: bool) -> list[dict[str, Any]]:
 
 
 def run_memory_suite(quick: bool) -> list[dict[str, Any]]:
-    """Pass-1 memory for one partition with 5 M distinct keys under the 128 MiB budget."""
-    return [run_dedupe_memory(50_000 if quick else 5_000_000)]
+    """Pass-1 peak RSS of a worker process, default 128 MiB budget: 50 M records over 10 k
+    keys, 5 M distinct keys (each written once), and 10 M (more than the map holds)."""
+    from .memory import run_dedupe_memory
+
+    if quick:
+        return [run_dedupe_memory(200_000, 1_000), run_dedupe_memory(50_000, 50_000),
+                run_dedupe_memory(50_000, 50_000, budget=1 << 20)]
+    return [run_dedupe_memory(n, keys) for n, keys in
+            ((50_000_000, 10_000), (5_000_000, 5_000_000), (10_000_000, 10_000_000))]
 
 
 def run_consume_suite(quick: bool) -> list[dict[str, Any]]:

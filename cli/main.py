@@ -25,7 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import click
 
-from agent import Agent, AgentConfig, AgentError, Reader
+from agent import Agent, AgentConfig, AgentError, Reader, tune_gc
 from agent.config import (
     ADVERTISED_LISTENERS,
     BUFFER_MEMORY,
@@ -35,14 +35,19 @@ from agent.config import (
 )
 from agent.partitioner import DefaultPartitioner
 from agent.producer import ProduceFuture
-from compactor.config import MEMORY_BUDGET, POLL_INTERVAL_S, CompactorConfig
+from compactor.config import (
+    FILE_DELETE_DELAY_MS,
+    MEMORY_BUDGET,
+    POLL_INTERVAL_S,
+    CompactorConfig,
+)
 from fileformat.errors import FormatError
 from metadata import MetadataStore
 from metadata.config import ENV_URL as METADATA_ENV
 from metadata.config import MetadataConfig
 from metadata.errors import MetadataError
 from metadata.topicconfig import AlterOp, ConfigChange
-from objectstore import ObjectStore, open_store
+from objectstore import ObjectStore, RetryPolicy, open_store
 from objectstore.config import ENV_URL as STORE_ENV
 from objectstore.config import URL, StoreConfig
 from objectstore.errors import ObjectStoreError
@@ -120,7 +125,7 @@ class Context:
     @property
     def store(self) -> ObjectStore:
         if self._store is None:
-            self._store = open_store(self.store_url)
+            self._store = open_store(self.store_url, retry=RetryPolicy.of(self.settings.store))
         return self._store
 
     @property
@@ -655,6 +660,34 @@ def retention(ctx: Context, as_json: bool) -> None:
 
 
 @cli.command()
+@click.option("--grace-ms", type=click.IntRange(min=0), default=None,
+              show_default=_default(CompactorConfig, FILE_DELETE_DELAY_MS, unit=" ms"),
+              help="Delete files retired at least this long ago (0: all of them now).")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+@one_line_errors
+def gc(ctx: Context, grace_ms: int | None, as_json: bool) -> None:
+    """Collect garbage now, as the compactor does every compactor.gc.interval.ms.
+
+    Deletes the objects of files retired (by compaction or retention) or abandoned at least
+    the grace period ago; uploads still pending are left for compactor.lease.ms at least,
+    so writes under way never fail. Then prunes old history rows from the metadata.
+    """
+    from compactor import Compactor
+
+    config = ctx.load({f"compactor.{FILE_DELETE_DELAY_MS}": grace_ms}).compactor
+    comp = Compactor(ctx.store, ctx.metadata, config)
+    deleted = comp.collect_garbage()
+    waiting = len(ctx.metadata.files_to_gc(comp.clock.now_ms()))
+    if as_json:
+        click.echo(json.dumps({"deleted": len(deleted), "keys": deleted, "waiting": waiting,
+                               "grace_ms": config.grace_ms}))
+        return
+    click.echo(f"deleted {len(deleted)} objects; {waiting} files wait for their grace period"
+               f" ({config.grace_ms:,} ms) or lease ({config.lease_ms:,} ms)")
+
+
+@cli.command()
 @click.option("--deep", is_flag=True,
               help="Also read every live object: every batch CRC, the index (two GETs each).")
 @click.option("--fix", is_flag=True,
@@ -1020,5 +1053,7 @@ def demo(ctx: Context, records: int, partitions: int) -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point (the process's garbage collector tuned for the produce
+    path first: `agent.tune_gc`)."""
+    tune_gc()
     cli(prog_name="silt")

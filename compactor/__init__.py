@@ -8,7 +8,7 @@ rounds of jobs plus retention and GC on timers of their own.
 """
 
 from .config import CompactorConfig
-from .dedupe import DEFAULT_MEMORY_BUDGET, MAP_BYTES_PER_KEY, dedupe
+from .dedupe import DEFAULT_MEMORY_BUDGET, MAP_BYTES_PER_KEY, dedupe, map_capacity
 from .merge import MergeStats
 from .service import CompactorService
 from .worker import Compactor, JobReport
@@ -22,4 +22,5 @@ __all__ = [
     "JobReport",
     "MergeStats",
     "dedupe",
+    "map_capacity",
 ]

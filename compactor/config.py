@@ -27,12 +27,13 @@ COMPRESSION_CHOICES = {**{name: name for name in TOPIC_COMPRESSIONS}, "none": "u
 
 @dataclass(frozen=True, slots=True)
 class CompactorConfig(Section):
-    """Worker settings: the offset map's memory budget per job, how long a job's lease lasts
-    (renewed every third of it), how long replaced files stay readable before GC deletes
-    them (Kafka's file.delete.delay.ms), how often the worker loop polls, and the codec of
-    rewritten batches for topics that do not set their own `compression.type` (as Kafka's
-    broker-level compression.type is the default of the topic's; `producer`: each batch
-    keeps its input codec).
+    """Worker settings: the offset map's memory budget per job (at most budget / 24 B keys;
+    pass 1 also keeps up to 8 MiB of key hashes in memory, the rest in a temp file), how
+    long a job's lease lasts (renewed every third of it), how long replaced files stay
+    readable before GC deletes them (Kafka's file.delete.delay.ms), how often the worker
+    loop polls, and the codec of rewritten batches for topics that do not set their own
+    `compression.type` (as Kafka's broker-level compression.type is the default of the
+    topic's; `producer`: each batch keeps its input codec).
 
     The service (`silt compactor`, `compactor/service.py`) also applies retention every
     retention.check.interval.ms (Kafka's log.retention.check.interval.ms) and collects

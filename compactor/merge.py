@@ -4,13 +4,13 @@ For every input file we open exactly two forward-only streams (two GET requests)
 many partitions it holds: stream A over the META section (index entries + key hashes,
 pass 1) and stream B over the DATA section (record batches, pass 2). All inputs are walked
 partition by partition in the common (topic, partition) order; no stream seeks back or is
-reopened. Per compacted partition, pass 1 decides the survivors from the key hashes alone
-(`dedupe`), then pass 2 copies surviving batches byte for byte and rewrites partially
-surviving ones from their survivors' record bytes (`filter_batch`: new header, same base
-offset, so every offset is unchanged), compressed with the topic's rewrite codec (Kafka's
-topic `compression.type`; `producer`: the input batch's own codec). Compacted-topic data
-and delete-policy data go to two different output objects, each streamed to the store
-(multipart when large).
+reopened. Per compacted partition, pass 1 streams the key hashes alone into the offset map
+(`dedupe.pass1`: memory bounded by the map, not by the records), then pass 2 copies
+surviving batches byte for byte and rewrites partially surviving ones from their
+survivors' record bytes (`filter_batch`: new header, same base offset, so every offset is
+unchanged), compressed with the topic's rewrite codec (Kafka's topic `compression.type`;
+`producer`: the input batch's own codec). Compacted-topic data and delete-policy data go
+to two different output objects, each streamed to the store (multipart when large).
 """
 
 from __future__ import annotations
@@ -28,17 +28,19 @@ from fileformat import (
     ChunkBuilder,
     ChunkIndex,
     Compression,
+    EntryHashes,
     FileWriter,
     Readable,
     iter_batches,
-    iter_meta,
+    iter_meta_streamed,
 )
 from fileformat.batch import filter_batch
 from fileformat.errors import naming
 from fileformat.objectfile import DataReader
 from objectstore import ObjectStore
 
-from .dedupe import MAP_BYTES_PER_KEY, dedupe, split_hashes
+from .dedupe import Pass1, map_capacity, pass1
+from .offsetmap import HashSpool
 
 log = logging.getLogger(__name__)
 
@@ -128,11 +130,11 @@ class _Input:
 
     def __init__(self, f: InputFile, meta: Readable, data: Readable) -> None:
         self.file = f
-        self._meta: Iterator[tuple[ChunkIndex, bytes]] = iter_meta(
+        self._meta: Iterator[tuple[ChunkIndex, EntryHashes]] = iter_meta_streamed(
             meta, f.meta_offset, f.meta_length
         )
         self._data = DataReader(data, f.data_offset)
-        self.head: tuple[ChunkIndex, bytes] | None = None
+        self.head: tuple[ChunkIndex, EntryHashes] | None = None
         self.advance()
 
     # Every read of the input names its object in a FormatError (a corrupt input fails
@@ -179,15 +181,18 @@ def merge(
     codecs: Mapping[str, Compression | None] | None = None,
     heartbeat: Callable[[], None] = lambda: None,
     open_input: InputOpener = open_streams,
+    after_pass1: Callable[[TopicPartition], None] = lambda tp: None,
 ) -> MergeStats:
     """Merge `inputs` into the outputs created on demand by `compacted_out`/`delete_out`.
 
     `codecs` gives, per topic, the codec partially surviving batches are rewritten in;
     None or a missing topic: each keeps its input codec (Kafka's `producer`). `open_input`
     opens each input's two sections (default: two streams, two GETs per file).
+    `after_pass1` is called after each partition's pass 1, before its pass 2 (the memory
+    benchmark reads the peak there).
     """
     stats = MergeStats(input_files=len(inputs))
-    capacity = max(1, memory_budget // MAP_BYTES_PER_KEY)
+    capacity = map_capacity(memory_budget)
     targets: dict[bool, OutputTarget] = {}
 
     def target(compacted: bool) -> OutputTarget:
@@ -217,12 +222,32 @@ def merge(
                 _merge_partition(
                     tp, live, target(compacted), compacted, rules.get(tp), stats,
                     capacity=capacity, now_ms=now_ms, codec=(codecs or {}).get(tp[0]),
+                    after_pass1=after_pass1,
                 )
                 stats.partitions += 1
             heartbeat()
         for i in opened:
             i.finish()
     return stats
+
+
+def _records_below(heads: Sequence[tuple[ChunkIndex, Any, int]], offset: int) -> int:
+    """How many of the heads' records lie below `offset` (the heads in offset order)."""
+    below = 0
+    for ci, _, base in heads:
+        c = offset - base
+        if c > 0:
+            below += ci.record_count if c > ci.offset_span else ci.offsets.rank(c - 1)
+    return below
+
+
+def _offset_at(heads: Sequence[tuple[ChunkIndex, Any, int]], position: int) -> int:
+    """The absolute offset of the heads' record at `position` (< their record count)."""
+    for ci, _, base in heads:
+        if position < ci.record_count:
+            return base + int(ci.offsets[position])
+        position -= ci.record_count
+    raise IndexError("position beyond the heads' records")
 
 
 def _merge_partition(
@@ -236,84 +261,100 @@ def _merge_partition(
     capacity: int,
     now_ms: int,
     codec: Compression | None,
+    after_pass1: Callable[[TopicPartition], None],
 ) -> None:
     """Pass 1 over the META heads of `inputs`, then pass 2 over their DATA streams."""
+    with HashSpool() as spool:
+        _merge_partition_spooled(tp, inputs, out, compacted, rule, stats, spool,
+                                 capacity=capacity, now_ms=now_ms, codec=codec,
+                                 after_pass1=after_pass1)
+
+
+def _merge_partition_spooled(
+    tp: TopicPartition,
+    inputs: list[_Input],
+    out: OutputTarget,
+    compacted: bool,
+    rule: PartitionRule | None,
+    stats: MergeStats,
+    spool: HashSpool,
+    *,
+    capacity: int,
+    now_ms: int,
+    codec: Compression | None,
+    after_pass1: Callable[[TopicPartition], None],
+) -> None:
     topic, partition = tp
     segs = [i.file.segments[tp] for i in inputs]
     out_base = segs[0][0]
     out_last = max(s[1] for s in segs)
-    # ---- pass 1: (absolute offset, key hash) of every record, from stream A only.
-    heads: list[tuple[ChunkIndex, bytes, int]] = []
+    # ---- pass 1: every record's key hash, from stream A only, into the map and the spool.
+    heads: list[tuple[ChunkIndex, EntryHashes, int]] = []
     for i, seg in zip(inputs, segs, strict=True):
         assert i.head is not None
-        ci, hashes = i.head
-        heads.append((ci, hashes, seg[0]))
-        i.advance()
+        heads.append((i.head[0], i.head[1], seg[0]))
     keyed = compacted and all(ci.keyed for ci, _, _ in heads)
     counts = [ci.record_count for ci, _, _ in heads]
     n = sum(counts)
     stats.records_in += n
-    keep = np.ones(n, dtype=np.bool_)
-    tomb_drop = np.zeros(n, dtype=np.bool_)
-    offsets = np.concatenate([_offsets_of(ci, base) for ci, _, base in heads]) if n else (
-        np.zeros(0, dtype=np.int64))
-    tomb_mask = np.zeros(n, dtype=np.bool_)
-    tomb_cleaned = np.zeros(n, dtype=np.int64)
-    all_hashes = b""
+    p1: Pass1 | None = None
     if keyed and n:
-        all_hashes = b"".join(h for _, h, _ in heads)
-        start = 0
-        for (ci, _, base), cnt in zip(heads, counts, strict=True):
-            if len(ci.tombstones):
-                rel = np.frombuffer(ci.tombstones.to_array(), dtype=np.uint32).astype(np.int64)
-                where = start + np.searchsorted(offsets[start : start + cnt], rel + base)
-                tomb_mask[where] = True
-                tomb_cleaned[where] = ci.tombstone_cleaned_at
-            start += cnt
+        window = None
         if rule is not None:
-            hi, lo = split_hashes(all_hashes)
-            cleanable = int(np.searchsorted(offsets, rule.clean_upto_offset, side="left"))
-            dirty = int(np.searchsorted(offsets, rule.dirty_start_offset, side="left"))
-            result = dedupe(hi, lo, cleanable, capacity, dirty)
+            cleanable = _records_below(heads, rule.clean_upto_offset)
+            dirty = min(_records_below(heads, rule.dirty_start_offset), n)
+            window = (dirty, max(cleanable, dirty))
+        p1 = pass1([h for _, h, _ in heads], window, capacity, spool)
+        if rule is not None:
             if rule.whole_log:
                 # The whole log was rewritten against the map: the dirty records up to the
                 # map's end are now clean (Kafka's cleaner checkpoint advances the same way).
-                stats.checkpoints[tp] = (int(offsets[result.map_end])
-                                         if result.map_end < n else out_last + 1)
-            keep = result.keep
-            stats.duplicates_dropped += int(n - np.count_nonzero(keep))
-            if result.map_end < cleanable:
+                stats.checkpoints[tp] = (_offset_at(heads, p1.map_end)
+                                         if p1.map_end < n else out_last + 1)
+            if p1.map_end < cleanable:
                 stats.partial_cleans += 1
                 log.info("%s/%d: offset map full after %d keys; partial clean up to offset %d",
-                         topic, partition, result.distinct_keys, int(offsets[result.map_end]))
-            if result.null_keys:
-                stats.null_keys_kept += result.null_keys
+                         topic, partition, p1.distinct_keys, _offset_at(heads, p1.map_end))
+            if p1.null_keys:
+                stats.null_keys_kept += p1.null_keys
                 log.warning("%s/%d: %d records with null keys on a compacted topic were kept",
-                            topic, partition, result.null_keys)
-            if rule.whole_log:
-                # Kafka's delete horizon: a tombstone goes once delete.retention.ms passed
-                # since a whole-log clean first retained it; only inside the cleaned range.
-                in_range = np.zeros(n, dtype=np.bool_)
-                in_range[: result.map_end] = True
-                tomb_drop = (
-                    keep & tomb_mask & in_range & (tomb_cleaned > 0)
-                    & (tomb_cleaned + rule.delete_retention_ms <= now_ms)
-                )
-                keep &= ~tomb_drop
-                stats.tombstones_dropped += int(np.count_nonzero(tomb_drop))
-                # Tombstones retained now get their first-cleaned time.
-                fresh = keep & tomb_mask & (tomb_cleaned == 0) & in_range
-                tomb_cleaned[fresh] = now_ms
-    # ---- pass 2: survivors from stream B, in the same order.
+                            topic, partition, p1.null_keys)
+    for i in inputs:
+        i.advance()  # every entry's hashes were read (or are skipped): its CRC is checked
+    after_pass1(tp)
+    # ---- pass 2: survivors from stream B, in the same order, one chunk's records at a time.
     builder: ChunkBuilder | None = None
-    start = 0
+    start = 0  # position of the chunk's first record among the partition's
     for (ci, _, base), cnt, i in zip(heads, counts, inputs, strict=True):
         data = i.read_chunk(ci)
-        k = keep[start : start + cnt]
-        if not k.any():
-            start += cnt
+        offsets = _offsets_of(ci, base)
+        all_hashes, keep = p1.take(cnt) if p1 is not None else (b"", np.ones(cnt, np.bool_))
+        stats.duplicates_dropped += int(cnt - np.count_nonzero(keep))
+        tomb_mask = np.zeros(cnt, dtype=np.bool_)
+        tomb_cleaned = np.zeros(cnt, dtype=np.int64)
+        if keyed and len(ci.tombstones):
+            rel = np.frombuffer(ci.tombstones.to_array(), dtype=np.uint32).astype(np.int64)
+            where = np.searchsorted(offsets, rel + base)
+            tomb_mask[where] = True
+            tomb_cleaned[where] = ci.tombstone_cleaned_at
+        if p1 is not None and rule is not None and rule.whole_log:
+            # Kafka's delete horizon: a tombstone goes once delete.retention.ms passed
+            # since a whole-log clean first retained it; only inside the cleaned range.
+            in_range = np.zeros(cnt, dtype=np.bool_)
+            in_range[: max(0, p1.map_end - start)] = True
+            tomb_drop = (
+                keep & tomb_mask & in_range & (tomb_cleaned > 0)
+                & (tomb_cleaned + rule.delete_retention_ms <= now_ms)
+            )
+            keep &= ~tomb_drop
+            stats.tombstones_dropped += int(np.count_nonzero(tomb_drop))
+            # Tombstones retained now get their first-cleaned time.
+            fresh = keep & tomb_mask & (tomb_cleaned == 0) & in_range
+            tomb_cleaned[fresh] = now_ms
+        start += cnt
+        if not keep.any():
             continue
-        pos = start
+        pos = 0
         for header, view in iter_batches(data):
             bn = header.record_count
             bk = keep[pos : pos + bn]
@@ -350,10 +391,9 @@ def _merge_partition(
                 )
                 stats.records_out += len(sel)
             pos += bn
-        if pos != start + cnt:
-            raise RuntimeError(f"{topic}/{partition}: batches hold {pos - start} records,"
+        if pos != cnt:
+            raise RuntimeError(f"{topic}/{partition}: batches hold {pos} records,"
                                f" index says {cnt}")
-        start += cnt
     if builder is not None:
         chunk = builder.finish()
         out.writer.add(chunk)

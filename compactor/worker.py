@@ -49,6 +49,7 @@ from metadata.errors import (
 )
 from metadata.models import CompactionOutput, RetentionResult
 from metadata.models import Snapshot as MetadataSnapshot
+from metadata.schema import FILE_PENDING
 from metadata.segments import output_segment
 from metadata.topicconfig import COMPRESSION_TYPE
 from objectstore import ObjectStore, ObjectWriter
@@ -340,18 +341,25 @@ class Compactor:
 
     # ----------------------------------------------------------------- garbage
 
-    def collect_garbage(self) -> list[str]:
-        """Delete objects of retired inputs past the grace period, and of abandoned uploads;
-        then prune the metadata's history rows past their retention (finished jobs, deleted
-        files and their segments: `MetadataStore.prune`). Returns the deleted keys.
+    def collect_garbage(self, grace_ms: int | None = None) -> list[str]:
+        """Delete objects of retired inputs past the grace period (`grace_ms`, default
+        file.delete.delay.ms), and of abandoned uploads; then prune the metadata's history
+        rows past their retention (finished jobs, deleted files and their segments:
+        `MetadataStore.prune`). Returns the deleted keys.
 
         Pending outputs of jobs under way are left alone (collected, they would make the
         job's commit fail): this worker's own however long they run (the service calls this
         on a timer, during jobs), other workers' because each lease renewal restarts their
-        outputs' age (`renew_lease`), every third of lease.ms."""
+        outputs' age (`renew_lease`), every third of lease.ms; and any pending upload (an
+        agent's flush too) is left for lease.ms at least, however short the grace (`silt gc
+        --grace-ms 0` collects now without failing writes under way)."""
+        grace = self.config.grace_ms if grace_ms is None else grace_ms
+        now = self.clock.now_ms()
+        pending_before = now - max(grace, self.config.lease_ms)
         in_flight = frozenset(self._in_flight)
-        due = [f for f in self.metadata.files_to_gc(self.clock.now_ms() - self.config.grace_ms)
-               if f.id not in in_flight]
+        due = [f for f in self.metadata.files_to_gc(now - grace)
+               if f.id not in in_flight
+               and (f.state != FILE_PENDING or f.state_changed_at_ms <= pending_before)]
         keys: list[str] = []
         if due:
             ids = self.metadata.mark_deleting([f.id for f in due])

@@ -1,3 +1,31 @@
 """Type stubs of the compiled module (fileformat/_native.c)."""
 
+from collections.abc import Sequence
+from typing import Any
+
 ABI: int
+"""The compiled module is built and matches the sources' ABI (a stale build is refused)."""
+
+def crc32c(data: Any, crc: int = 0, /) -> int:
+    """CRC32C of a bytes-like `data`, continued from `crc`."""
+
+def crc32c_portable(data: Any, crc: int = 0, /) -> int:
+    """`crc32c` by the table path whatever the CPU (tests cover the fallback with it)."""
+
+class BatchEncoder:
+    """One uncompressed Kafka RecordBatch v2, built record by record."""
+
+    @property
+    def record_count(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def min_timestamp(self) -> int: ...
+    @property
+    def max_timestamp(self) -> int: ...
+    @property
+    def last_offset_delta(self) -> int: ...
+
+    def append(self, offset_delta: int, timestamp: int, key: Any, value: Any,
+               headers: Sequence[tuple[str, Any]] = (), /) -> int: ...
+    def finish(self, base_offset: int = 0, /) -> bytes: ...

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fileformat.errors import NativeBuildError
 
-ABI = 1
+ABI = 3
 
 try:
     from fileformat import _native
@@ -21,4 +21,4 @@ if _native.ABI != ABI:  # pragma: no cover
     raise NativeBuildError(f"fileformat._native is a stale build (ABI {_native.ABI}, need {ABI}):"
                            " run `make` (or `python setup.py build_ext --inplace`)")
 
-__all__ = ["ABI"]
+__all__ = ["ABI", "_native"]

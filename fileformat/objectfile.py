@@ -26,8 +26,9 @@ Keyed chunks record, per tombstone, the time (ms) a whole-log clean first retain
 not yet): the base of Kafka's delete horizon, kept per record instead of per batch. Writers
 omit the times when all are 0; readers always expose one value per tombstone.
 
-Readers are forward-only: `iter_meta` reads the META section as one sequential stream and
-`DataReader` reads the DATA section chunk by chunk; neither seeks.
+Readers are forward-only: `iter_meta` reads the META section as one sequential stream
+(`iter_meta_streamed`: the same, with each entry's key hashes read in blocks as the consumer
+asks) and `DataReader` reads the DATA section chunk by chunk; neither seeks.
 """
 
 from __future__ import annotations
@@ -48,13 +49,13 @@ from pyroaring import BitMap
 from fileformat.batch import (
     FRAME_SIZE,
     WRITABLE_COMPRESSIONS,
+    BatchEncoder,
     BatchHeader,
     CheckedBatch,
     Compression,
     Record,
     check_client_batch,
     iter_records,
-    new_builder,
     read_header,
     seal_batch,
     verify_batch,
@@ -135,6 +136,9 @@ FLAG_KEYED = 0x1
 _KNOWN_FLAGS = FLAG_KEYED
 MAX_OFFSET_SPAN = 2**32  # relative offsets live in 32-bit roaring bitmaps
 _COPY_BLOCK = 1 << 20
+# FileWriter hands its output on in writes of about this size by default (one syscall or
+# upload-buffer append per MiB, not one per batch: an agent flush holds ~1,000 small chunks).
+WRITE_BLOCK = 1 << 20
 
 
 class Readable(Protocol):
@@ -284,8 +288,8 @@ def _bitmap_of(arr: np.ndarray[Any, np.dtype[np.int64]]) -> BitMap:
 class ChunkBuilder:
     """Accumulates one topic-partition's batches for one object.
 
-    Relative offsets start at 0 (the chunk base). Records from `append` are buffered into an
-    aiokafka builder and sealed into a batch once it reaches `max_batch_bytes`. Key hashes
+    Relative offsets start at 0 (the chunk base). Records from `append` are encoded by a
+    `BatchEncoder` and sealed into a batch once it reaches `max_batch_bytes`. Key hashes
     and tombstones are tracked only for keyed chunks (`hasher` given or `keyed=True`).
     With `sink`, sealed batches are handed to it instead of being kept (used by
     `FileWriter.open_chunk` so a large compacted chunk never sits in memory).
@@ -329,7 +333,7 @@ class ChunkBuilder:
         self._hashes = bytearray()
         self._min_ts: int | None = None
         self._max_ts: int | None = None
-        self._open: Any = None  # aiokafka builder of the batch being filled
+        self._open: BatchEncoder | None = None  # the batch being filled
         self._open_base = 0
         self._finished = False
         self._sink = sink
@@ -347,7 +351,7 @@ class ChunkBuilder:
 
     def size_in_bytes(self) -> int:
         """Approximate bytes this chunk adds to an object (for flush decisions)."""
-        open_size = self._open.size() if self._open is not None else 0
+        open_size = self._open.size if self._open is not None else 0
         return self._data_len + open_size + len(self._hashes)
 
     def _check_open(self) -> None:
@@ -375,15 +379,33 @@ class ChunkBuilder:
         self._frame_crc = crc32c.crc32c(batch[:FRAME_SIZE], self._frame_crc)
 
     def _seal_open(self) -> None:
-        if self._open is None:
+        encoder = self._open
+        if encoder is None:
             return
-        if self._next == self._open_base:  # only failed appends: nothing to seal
-            self._open = None
-            return
-        built = self._open.build()
         self._open = None
-        self._store(seal_batch(built, self._open_base, self._compression))
+        if not encoder.record_count:  # only failed appends: nothing to seal
+            return
+        low, high = encoder.min_timestamp, encoder.max_timestamp  # finish() empties it
+        try:
+            if self._compression == Compression.NONE:
+                batch = encoder.finish(self._open_base)
+            else:
+                batch = seal_batch(encoder.finish(), self._open_base, self._compression)
+        except BaseException:
+            self._finished = True  # the batch's records are lost: this chunk cannot be written
+            raise
+        self._timestamps(low, high)
+        self._store(batch)
         self._offsets.add_range(self._open_base, self._next)
+
+    def _start_batch(self) -> BatchEncoder:
+        """The encoder of a new open batch at the next offset (the append's checks that
+        hold for a whole batch are made here, once)."""
+        self._check_open()
+        self._need_hasher()
+        encoder = self._open = BatchEncoder()
+        self._open_base = self._next
+        return encoder
 
     def append(
         self,
@@ -392,35 +414,28 @@ class ChunkBuilder:
         value: bytes | None,
         headers: Sequence[tuple[str, bytes | None]] = (),
     ) -> int:
-        """Buffer one record; returns its relative offset. (Hot: checks are inlined.)"""
-        if self._finished:
-            raise RuntimeError("chunk builder already finished")
-        hasher = self._hasher
-        if hasher is None and self._keyed:
-            raise ValueError("keyed chunk without a hasher accepts only append_compacted")
+        """Buffer one record; returns its relative offset. On an error nothing is buffered.
+
+        The per-record hot path: the checks that hold for a whole batch are made when it
+        starts (`_start_batch`), the record is encoded in C, timestamps are tracked there.
+        """
+        encoder = self._open
+        if encoder is None:
+            encoder = self._start_batch()
         rel = self._next
         if rel >= MAX_OFFSET_SPAN:
             raise ValueError("chunk offset span exceeds 2**32")
-        builder = self._open
-        if builder is None:
-            builder = self._open = new_builder()
-            self._open_base = rel
-        builder.append(rel - self._open_base, timestamp, key, value,
-                       list(headers) if headers else [])
+        hasher = self._hasher
+        if hasher is not None:
+            digest = hasher.hash(key)  # may raise: before anything is appended
+        size = encoder.append(rel - self._open_base, timestamp, key, value, headers)
         self._next = rel + 1
         self._count += 1
         if hasher is not None:
-            self._hashes += hasher.hash(key)
+            self._hashes += digest
             if value is None:
                 self._tombstones.add(rel)
-        lo = self._min_ts
-        if lo is None:
-            self._min_ts = self._max_ts = timestamp
-        elif timestamp < lo:
-            self._min_ts = timestamp
-        elif timestamp > self._max_ts:  # type: ignore[operator]
-            self._max_ts = timestamp
-        if builder.size() >= self._max_batch_bytes:
+        if size >= self._max_batch_bytes:
             self._seal_open()
         return rel
 
@@ -613,11 +628,15 @@ class FileWriter:
     """Streams one object: chunk data goes out on `add`, META and footer on `finish`.
 
     Memory stays bounded: index entries and key hashes are spooled to a
-    SpooledTemporaryFile (in memory up to `spool_limit`, then a local temp file).
+    SpooledTemporaryFile (in memory up to `spool_limit`, then a local temp file), and the
+    bytes are passed to `write` in order, in blocks of at least `write_block` bytes (a
+    batch that large on its own) but the last, which `finish` writes.
     """
 
-    def __init__(self, write: Callable[[bytes], Any], *, spool_limit: int = 8 << 20) -> None:
+    def __init__(self, write: Callable[[bytes], Any], *, spool_limit: int = 8 << 20,
+                 write_block: int = WRITE_BLOCK) -> None:
         self._write = write
+        self._write_block = write_block
         self._spool = tempfile.SpooledTemporaryFile(max_size=spool_limit)  # noqa: SIM115
         # An abandoned writer (failed flush) must not leak the spool or warn about it.
         self._release = weakref.finalize(self, self._spool.close)
@@ -627,6 +646,8 @@ class FileWriter:
         self._last: tuple[str, int] | None = None
         self._open: tuple[ChunkBuilder, int] | None = None  # streamed chunk, its data_pos
         self._done = False
+        self._pending: list[bytes] = []  # written on, in order, once write_block is reached
+        self._pending_len = 0
         self._emit(OBJECT_HEADER.pack(OBJECT_MAGIC, FORMAT_VERSION, 0))
         self._pos = OBJECT_HEADER_SIZE
 
@@ -642,10 +663,25 @@ class FileWriter:
         self._release()
 
     def _emit(self, data: bytes) -> None:
-        self._write(data)
+        if len(data) >= self._write_block:
+            self._drain()
+            self._write(data)
+            return
+        self._pending.append(data)
+        self._pending_len += len(data)
+        if self._pending_len >= self._write_block:
+            self._drain()
+
+    def _drain(self) -> None:
+        """Write what is pending, as one block."""
+        pending = self._pending
+        if pending:
+            self._write(pending[0] if len(pending) == 1 else b"".join(pending))
+            self._pending = []
+            self._pending_len = 0
 
     def _emit_data(self, batch: bytes) -> None:
-        self._write(batch)
+        self._emit(batch)
         self._pos += len(batch)
 
     def _claim(self, topic: str, partition: int) -> None:
@@ -756,6 +792,7 @@ class FileWriter:
             ]
         )
         self._emit(footer)
+        self._drain()
         # The entries are this writer's own, unseen until now: make hash_pos absolute in
         # place (dataclasses.replace costs ~10 µs a chunk, 1,000 chunks per agent flush).
         for c in self._chunks:
@@ -828,6 +865,63 @@ def _deserialize(raw: bytes, what: str) -> BitMap:
         raise CorruptDataError(f"{what} bitmap does not deserialize: {exc}") from exc
 
 
+class EntryHashes:
+    """The key hashes of one META entry, read forward in blocks (`iter_meta_streamed`).
+
+    The entry's CRC covers them and is checked once the last one is read; whatever the
+    consumer leaves unread is read (and checked) before the next entry.
+    """
+
+    __slots__ = ("_crc", "_left", "_running", "_stream", "_where", "count")
+
+    def __init__(self, stream: Readable, count: int, crc: int, running: int, where: str) -> None:
+        self._stream = stream
+        self._left = count * KEY_HASH_SIZE
+        self._crc = crc
+        self._running = running
+        self._where = where
+        self.count = count
+        """How many hashes the entry holds."""
+        if not self._left:
+            self._check()
+
+    @property
+    def remaining(self) -> int:
+        """Hashes not read yet."""
+        return self._left // KEY_HASH_SIZE
+
+    def read(self, max_hashes: int) -> bytes:
+        """Up to `max_hashes` next hashes (16 bytes each); b"" once all were read."""
+        n = min(self._left, max(max_hashes, 1) * KEY_HASH_SIZE)
+        if not n:
+            return b""
+        data = _read_exact(self._stream, n, f"{self._where} key hashes")
+        self._crc = crc32c.crc32c(data, self._crc)
+        self._running = crc32c.crc32c(data, self._running)
+        self._left -= n
+        if not self._left:
+            self._check()
+        return data
+
+    def read_all(self) -> bytes:
+        """Every hash not read yet."""
+        return self.read(self.remaining) if self._left else b""
+
+    def _check(self) -> None:
+        raw = _read_exact(self._stream, ENTRY_CRC.size, f"{self._where} CRC")
+        (stored,) = ENTRY_CRC.unpack(raw)
+        if self._crc != stored:
+            raise CorruptDataError(f"{self._where}: CRC32C {self._crc:#010x} != {stored:#010x}")
+        self._running = crc32c.crc32c(raw, self._running)
+        self._crc = -1  # checked
+
+    def _finish(self) -> int:
+        """Read what is left; the running CRC of the META section after this entry."""
+        while self._left:
+            self.read(_COPY_BLOCK // KEY_HASH_SIZE)
+        return self._running
+
+
 def iter_meta(
     stream: Readable,
     meta_offset: int,
@@ -841,6 +935,23 @@ def iter_meta(
     yielded; the trailer (chunk count + CRC of all entries) and, if given, the footer's
     `expected_crc` of the whole section are checked at the end.
     """
+    for index, hashes in iter_meta_streamed(stream, meta_offset, meta_length,
+                                            expected_crc=expected_crc):
+        yield index, hashes.read_all()
+
+
+def iter_meta_streamed(
+    stream: Readable,
+    meta_offset: int,
+    meta_length: int,
+    *,
+    expected_crc: int | None = None,
+) -> Iterator[tuple[ChunkIndex, EntryHashes]]:
+    """`iter_meta` without holding an entry's key hashes: yield (ChunkIndex, EntryHashes)
+    as soon as an entry's fixed part, topic, offsets and tombstones are read; the hashes
+    are then read in blocks as the consumer asks (memory per block, not per chunk). The
+    entry's CRC is checked after its last hash, so its index is not trustworthy until the
+    consumer read every hash (or the next entry was asked for)."""
     if meta_length < TRAILER.size:
         raise CorruptDataError(f"meta section of {meta_length} bytes cannot hold its trailer")
     end = meta_length - TRAILER.size
@@ -878,12 +989,9 @@ def iter_meta(
         hashes_len = size - var_fixed - topic_len - offsets_len - tombs_len
         if hashes_len != hash_count * KEY_HASH_SIZE:
             raise CorruptDataError(f"meta entry at {pos}: field lengths do not add up to {size}")
-        rest = _read_exact(stream, size - ENTRY.size, f"meta entry at {pos}")
-        body_end = len(rest) - ENTRY_CRC.size
-        (stored,) = ENTRY_CRC.unpack_from(rest, body_end)
-        crc = crc32c.crc32c(memoryview(rest)[:body_end], crc32c.crc32c(fixed))
-        if crc != stored:
-            raise CorruptDataError(f"meta entry at {pos}: CRC32C {crc:#010x} != {stored:#010x}")
+        head_len = topic_len + offsets_len + tombs_len
+        rest = _read_exact(stream, head_len, f"meta entry at {pos}")
+        crc = crc32c.crc32c(rest, crc32c.crc32c(fixed))
         running = crc32c.crc32c(rest, crc32c.crc32c(fixed, running))
         view = memoryview(rest)
         try:
@@ -893,7 +1001,6 @@ def iter_meta(
         cut = topic_len + offsets_len
         offsets = _deserialize(bytes(view[topic_len:cut]), "offsets")
         tombstones, cleaned_at = _decode_tombstones(bytes(view[cut : cut + tombs_len]))
-        hashes = bytes(view[cut + tombs_len : body_end])
         where = f"meta entry {count} ({topic!r}, {partition})"
         key = (topic, partition)
         if prev is not None and key <= prev:
@@ -934,9 +1041,11 @@ def iter_meta(
             frame_crc,
             cleaned_at,
         )
+        hashes = EntryHashes(stream, hash_count, crc, running, where)
         pos += size
         count += 1
         yield index, hashes
+        running = hashes._finish()
     if pos != end:
         raise CorruptDataError(f"meta entries overrun the trailer by {pos - end} bytes")
     trailer = _read_exact(stream, TRAILER.size, "meta trailer")

@@ -36,6 +36,8 @@ _RECORDED = tuple(name for name, _ in segment_columns())
 _recorded = attrgetter(*_RECORDED)
 _AT_LEAST = tuple((f.name, f.metadata["min"]) for f in dataclasses.fields(Segment)
                   if "min" in f.metadata)
+_bounded = attrgetter(*(name for name, _ in _AT_LEAST))  # their values, in _AT_LEAST order
+_HIGHEST_BOUND = max(low for _, low in _AT_LEAST)
 
 # A segment row as a tuple (`segment_row`): the `segments` columns but the id, in table order.
 _HEAD = ("file_id", "topic_id", "partition", "base_offset", "last_offset")
@@ -92,7 +94,11 @@ def index_mismatch(seg: Segment, index: ChunkIndex) -> list[str]:
 
 
 def check_segment(seg: Segment, where: str) -> None:
-    """InvalidCommitError if a position or count of `seg` is below its bound (0)."""
+    """InvalidCommitError if a position or count of `seg` is below its bound (0).
+    (An agent commit checks ~1,000 segments: one attrgetter call when every value is at
+    or above every bound, the usual case.)"""
+    if min(_bounded(seg)) >= _HIGHEST_BOUND:
+        return
     for name, low in _AT_LEAST:
         if getattr(seg, name) < low:
             raise InvalidCommitError(f"{where}: negative position or count ({name})")

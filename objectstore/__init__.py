@@ -32,6 +32,7 @@ from .errors import (
     InvalidRangeError,
     ObjectStoreError,
     RetriableStoreError,
+    ThrottledError,
     UnsupportedUrlError,
 )
 from .local import FileStore, MemoryStore
@@ -39,7 +40,7 @@ from .s3 import S3Options, S3Store
 from .wrappers import CountingStore, RetryingStore, RetryPolicy, StoreWrapper
 
 DEFAULT_STORE_URL = StoreConfig().url  # the embedded default
-DEFAULT_RETRY = RetryPolicy()
+DEFAULT_RETRY = RetryPolicy.of(StoreConfig())  # the store.retry.* defaults
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +87,8 @@ def open_store(
     """The store for `url` (or a StoreSpec): counting(retrying(backend));
     `store.counters()` reads counts.
 
-    `retry=None` leaves retries out; `counting=False` leaves counting out (counters() is
+    `retry`: the policy (`RetryPolicy.of(settings.store)`); `retry=None` leaves retries
+    out; `counting=False` leaves counting out (counters() is
     then all zeros).
     """
     store = open_backend(url)
@@ -119,6 +121,7 @@ __all__ = [
     "StoreConfig",
     "StoreSpec",
     "StoreWrapper",
+    "ThrottledError",
     "UnsupportedUrlError",
     "fsspec_protocol",
     "is_store_url",

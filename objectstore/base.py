@@ -21,7 +21,7 @@ import abc
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from types import TracebackType
-from typing import Protocol, Self
+from typing import Protocol, Self, TypeVar
 
 # Request types, as S3 bills and logs them.
 PUT = "PUT"
@@ -43,6 +43,22 @@ RequestListener = Callable[[str, int, int], None]
 # Failure listener signature: (request type, the exception class name the contract above
 # maps the failure to: FileNotFoundError, RetriableStoreError, ...).
 FailureListener = Callable[[str, str], None]
+
+
+T = TypeVar("T")
+
+
+class RequestRunner(Protocol):
+    """Runs one request (a call that makes exactly one request, or fails): the retry
+    policy, handed to a backend whose streamed uploads make requests after `put_stream`
+    has returned (see `ObjectStore.set_request_runner`)."""
+
+    def __call__(self, request: Callable[[], T], /) -> T: ...
+
+
+def run_directly(request: Callable[[], T], /) -> T:
+    """The default runner: one attempt."""
+    return request()
 
 
 def _no_listener(op: str, sent: int, received: int) -> None:
@@ -219,6 +235,13 @@ class ObjectStore(abc.ABC):
         """Have every request of this store that fails reported to `listener`, after its
         request was (a subset of the requests). A backend that cannot tell reports none."""
 
+    @abc.abstractmethod
+    def set_request_runner(self, runner: RequestRunner) -> None:
+        """Have each request a streamed upload makes (S3: a PUT, each multipart part, the
+        completion and the abort) run by `runner`, the retry policy of a RetryingStore
+        around this store. A backend whose writers make no requests of their own keeps it
+        unused."""
+
     def counters(self) -> RequestCounts:
         """Requests made so far; zero unless the store is wrapped in a CountingStore."""
         return RequestCounts()
@@ -232,6 +255,10 @@ class Backend(ObjectStore):
         self.url = url
         self._report: RequestListener = _no_listener
         self._report_failure: FailureListener = _no_failure_listener
+        self._run_request: RequestRunner = run_directly
+
+    def set_request_runner(self, runner: RequestRunner) -> None:
+        self._run_request = runner
 
     def set_request_listener(self, listener: RequestListener) -> None:
         self._report = listener

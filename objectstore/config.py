@@ -8,13 +8,17 @@ from dataclasses import dataclass
 from typing import ClassVar
 from urllib.parse import urlparse
 
-from settings import Section, text
+from settings import Section, integer, text
 
 SCHEMES = ("file", "memory", "s3")  # served by siltstream's own backends (s3: boto3)
 FSSPEC_PREFIX = "fsspec+"  # `fsspec+P://...`: protocol P through fsspec, native names too
 # fsspec's caching layers read whole blocks ahead and keep copies: a store must not be one.
 CACHING_PROTOCOLS = ("blockcache", "cached", "filecache", "simplecache")
 URL = "url"
+RETRY_ATTEMPTS = "retry.attempts"
+RETRY_BACKOFF_MS = "retry.backoff.ms"
+RETRY_BACKOFF_MAX_MS = "retry.backoff.max.ms"
+RETRY_THROTTLE_BACKOFF_MS = "retry.throttle.backoff.ms"
 ENV_URL = "SILT_STORE"
 URL_FORMS = ("file:///path, memory://name, s3://bucket/prefix, or any fsspec URL "
              "(gcs://bucket/prefix, abfs://..., hdfs://..., fsspec+s3://bucket/prefix)")
@@ -46,9 +50,25 @@ def is_store_url(url: str) -> bool:
 class StoreConfig(Section):
     """Where objects live: `file:///path` (or `file://./relative`), `memory://name` (tests),
     `s3://bucket/prefix` (boto3 and the standard AWS variables), or any other fsspec URL
-    (its filesystem's options from fsspec's own configuration)."""
+    (its filesystem's options from fsspec's own configuration).
+
+    Every request is retried by the one retry policy (`objectstore.RetryPolicy`): up to
+    retry.attempts tries in all, waiting a random share of retry.backoff.ms doubled per
+    failed try (at most retry.backoff.max.ms) after a 5xx answer or a dropped connection,
+    and between half and all of retry.throttle.backoff.ms doubled per try (at most
+    retry.backoff.max.ms, or retry.throttle.backoff.ms if larger) after a throttle (503
+    SlowDown, 429)."""
 
     SECTION: ClassVar[str] = "store"
 
     url: str = text(URL, "file://./silt-data/objects", allowed=f"a URL {URL_FORMS}",
                     check=is_store_url, env=ENV_URL)
+    retry_attempts: int = integer(RETRY_ATTEMPTS, 6, lo=1, hi=100)
+    retry_backoff_ms: int = integer(RETRY_BACKOFF_MS, 50, lo=0)
+    retry_backoff_max_ms: int = integer(RETRY_BACKOFF_MAX_MS, 2_000, lo=0)
+    retry_throttle_backoff_ms: int = integer(RETRY_THROTTLE_BACKOFF_MS, 250, lo=0)
+
+    def check_across(self) -> None:
+        if self.retry_backoff_max_ms < self.retry_backoff_ms:
+            raise self.invalid(RETRY_BACKOFF_MAX_MS, self.retry_backoff_max_ms,
+                               f"an integer >= {RETRY_BACKOFF_MS} ({self.retry_backoff_ms})")

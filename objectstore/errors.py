@@ -16,6 +16,13 @@ class RetriableStoreError(ObjectStoreError):
     retriable = True
 
 
+class ThrottledError(RetriableStoreError):
+    """The store asked us to slow down (S3's 503 SlowDown, HTTP 429): retried after the
+    longer throttle backoff (`store.retry.throttle.backoff.ms`)."""
+
+    throttled = True
+
+
 class InvalidRangeError(ObjectStoreError, ValueError):
     """The requested byte range is not satisfiable for this object."""
 

@@ -137,10 +137,11 @@ class _FsspecWriter(ObjectWriter):
         if self._done:
             return
         try:
-            if self._file is None:
-                self._s.call(self._what, lambda: self._s.fs.pipe_file(self._path,
-                                                                      bytes(self._buf)))
-            else:
+            if self._file is None:  # one request: run by the retry policy (a RetryingStore)
+                data = bytes(self._buf)
+                self._s._run_request(lambda: self._s.call(
+                    self._what, lambda: self._s.fs.pipe_file(self._path, data)))
+            else:  # a filesystem's own file: its parts are not ours to repeat
                 self._s.call(self._what, self._file.close)
                 self._s.call(self._what, self._file.commit)
         except BaseException:

@@ -5,11 +5,12 @@ Endpoint, region and addressing style are resolved into `S3Options`, plain data 
 process can be handed (a Spark executor opens the store the driver resolved, whatever its
 own environment); credentials never are: each process takes them from its AWS chain.
 botocore's own retries are off (one attempt): the RetryingStore policy is the only one, so
-request counts are truthful. Every HTTP request botocore sends is reported to the store's
-listener from botocore's `before-send` event, so multipart parts and list pages count one
-by one; one that fails (an error status, or no response) is reported to the failure
-listener from the `needs-retry` event botocore emits after each attempt, classified by the
-one translation table.
+request counts are truthful; it also runs each request of a streamed upload (the store's
+request runner: the PUT, each part, the completion, the abort). Every HTTP request
+botocore sends is reported to the store's listener from botocore's `before-send` event, so
+multipart parts and list pages count one by one; one that fails (an error status, or no
+response) is reported to the failure listener from the `needs-retry` event botocore emits
+after each attempt, classified by the one translation table.
 """
 
 from __future__ import annotations
@@ -50,7 +51,13 @@ from .base import (
     RequestListener,
     StreamBase,
 )
-from .errors import InvalidRangeError, ObjectStoreError, RetriableStoreError, UnsupportedUrlError
+from .errors import (
+    InvalidRangeError,
+    ObjectStoreError,
+    RetriableStoreError,
+    ThrottledError,
+    UnsupportedUrlError,
+)
 
 ENV_ENDPOINT = "AWS_ENDPOINT_URL"
 ENV_ENDPOINT_S3 = "AWS_ENDPOINT_URL_S3"  # botocore's service-specific name, checked first
@@ -95,15 +102,15 @@ ERROR_TABLE: dict[str, type[Exception]] = {
     "412": FileExistsError,
     "InvalidRange": InvalidRangeError,
     "416": InvalidRangeError,
-    "429": RetriableStoreError,  # not S3's (it says 503 SlowDown); other HTTP stores' throttle
-    "SlowDown": RetriableStoreError,
-    "Throttling": RetriableStoreError,
+    "429": ThrottledError,  # not S3's (it says 503 SlowDown); other HTTP stores' throttle
+    "SlowDown": ThrottledError,
+    "Throttling": ThrottledError,
     "RequestTimeout": RetriableStoreError,
     "InternalError": RetriableStoreError,
-    "ServiceUnavailable": RetriableStoreError,
+    "ServiceUnavailable": ThrottledError,
     "500": RetriableStoreError,
     "502": RetriableStoreError,
-    "503": RetriableStoreError,
+    "503": ThrottledError,  # S3 answers 503 when it wants fewer requests
     "504": RetriableStoreError,
 }
 
@@ -278,35 +285,65 @@ class _S3Writer(ObjectWriter):
                 del self._buf[: self._part_size]
                 self._upload_part(part)
         except BaseException:
-            self.abort()  # a part is lost: the upload cannot be completed any more
+            self.abort()  # a part is lost (its retries ran out): the upload cannot complete
             raise
         return len(data)
 
+    def _request(self, fn: Callable[..., T], **kwargs: Any) -> T:
+        """One request of this upload, run by the store's request runner (the retry
+        policy of a RetryingStore around it)."""
+        what = f"upload s3://{self._s.bucket}/{self._key}"
+        return self._s._run_request(lambda: _call(what, fn, **kwargs))
+
     def _upload_part(self, part: bytes) -> None:
         c = self._s.client
-        what = f"upload s3://{self._s.bucket}/{self._key}"
         if self._upload_id is None:
-            resp = _call(what, c.create_multipart_upload, Bucket=self._s.bucket, Key=self._key)
+            resp = self._request(c.create_multipart_upload, Bucket=self._s.bucket, Key=self._key)
             self._upload_id = str(resp["UploadId"])
         number = len(self._parts) + 1
-        resp = _call(what, c.upload_part, Bucket=self._s.bucket, Key=self._key,
-                     UploadId=self._upload_id, PartNumber=number, Body=part)
+        resp = self._request(c.upload_part, Bucket=self._s.bucket, Key=self._key,
+                             UploadId=self._upload_id, PartNumber=number, Body=part)
         self._parts.append({"ETag": resp["ETag"], "PartNumber": number})
+
+    def _complete(self) -> None:
+        """CompleteMultipartUpload, safe to repeat: a retry told NoSuchUpload after an
+        attempt whose answer was lost is a success if the object is there, whole."""
+        c = self._s.client
+        tried = False
+
+        def complete() -> None:
+            nonlocal tried
+            first, tried = not tried, True
+            try:
+                _call(f"upload s3://{self._s.bucket}/{self._key}", c.complete_multipart_upload,
+                      Bucket=self._s.bucket, Key=self._key, UploadId=self._upload_id,
+                      MultipartUpload={"Parts": self._parts})
+            except FileNotFoundError:
+                if first or self._stored_size() != self._n:
+                    raise
+
+        self._s._run_request(complete)
+
+    def _stored_size(self) -> int | None:
+        """The size of the object under this upload's key (one HEAD), None if none."""
+        try:
+            resp = _call(f"head s3://{self._s.bucket}/{self._key}", self._s.client.head_object,
+                         Bucket=self._s.bucket, Key=self._key)
+        except FileNotFoundError:
+            return None
+        return int(resp["ContentLength"])
 
     def close(self) -> None:
         if self._done:
             return
-        what = f"upload s3://{self._s.bucket}/{self._key}"
         try:
             if self._upload_id is None:
-                _call(what, self._s.client.put_object, Bucket=self._s.bucket, Key=self._key,
-                      Body=bytes(self._buf))
+                self._request(self._s.client.put_object, Bucket=self._s.bucket, Key=self._key,
+                              Body=bytes(self._buf))
             else:
                 if self._buf:
                     self._upload_part(bytes(self._buf))
-                _call(what, self._s.client.complete_multipart_upload, Bucket=self._s.bucket,
-                      Key=self._key, UploadId=self._upload_id,
-                      MultipartUpload={"Parts": self._parts})
+                self._complete()
         except BaseException:
             self.abort()
             raise
@@ -319,10 +356,11 @@ class _S3Writer(ObjectWriter):
         self._done = True
         self._buf = bytearray()
         if self._upload_id is not None:
-            # If this fails, the bucket's lifecycle rule reaps the unfinished upload.
-            with contextlib.suppress(ClientError, BotoCoreError):
-                self._s.client.abort_multipart_upload(
-                    Bucket=self._s.bucket, Key=self._key, UploadId=self._upload_id)
+            # If this fails, the bucket's lifecycle rule reaps the unfinished upload; a
+            # repeated abort whose first answer was lost is told NoSuchUpload: done too.
+            with contextlib.suppress(ObjectStoreError, OSError, ValueError):
+                self._request(self._s.client.abort_multipart_upload, Bucket=self._s.bucket,
+                              Key=self._key, UploadId=self._upload_id)
 
 
 class S3Store(Backend):

@@ -1,16 +1,21 @@
-"""Shared fixtures: a recording moto S3 server, PostgreSQL databases, and the CI rule that
-tests needing a real server never silently skip when SILT_REQUIRE_SERVERS is set."""
+"""Shared fixtures: a recording moto S3 server (and a fault-injecting proxy in front of
+it), PostgreSQL databases, and the CI rule that tests needing a real server never silently
+skip when SILT_REQUIRE_SERVERS is set."""
 
 from __future__ import annotations
 
 import os
 import uuid
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from clock import ManualClock
 from objectstore.testserver import RecordingMotoServer
+
+if TYPE_CHECKING:
+    from faults.proxy import FaultProxy
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "SILT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
@@ -153,3 +158,19 @@ def metadata_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> 
 def clock() -> ManualClock:
     """The one fake clock (moves only when told to), shared by every suite that needs it."""
     return ManualClock()
+
+
+# --------------------------------------------------------------------------- S3 faults
+
+
+@pytest.fixture
+def fault_proxy(s3_url: str, moto_server: RecordingMotoServer,
+                monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultProxy]:
+    """A fault-injecting proxy (faults/proxy.py) in front of the moto server, injecting
+    nothing until the test calls `configure(rate=..., seed=...)`; AWS_ENDPOINT_URL points
+    at it, so stores opened on `s3_url` from here on go through it."""
+    from faults.proxy import FaultProxy
+
+    with FaultProxy(moto_server.endpoint_url) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint_url)
+        yield proxy

@@ -26,7 +26,12 @@ def test_quick_run_prints_json_and_writes_markdown(tmp_path: Path,
     assert all(r["floor_mb_per_s_per_core"] > 0 and 0 < r["ratio_to_floor"] < 1.5
                for r in comp)
     assert all(0 < r["output_mib"] < r["input_mib"] for r in comp)
+    # pass 1 in a worker process: its peak RSS within budget + 32 MiB, a too-small map ends
+    memory = [r for r in report["results"] if r["benchmark"] == "dedupe_memory"]
+    assert [r["partial_clean"] for r in memory] == [False, False, True]
+    assert all(r["within_goal"] and r["peak_growth_mib"] > 0 for r in memory)
     text = out.read_text()
+    assert "## Pass-1 memory" in text and "| peak RSS growth MiB |" in text
     assert "## Compaction" in text and "| floor MB/s per core | ratio to floor |" in text
     for r in comp:
         assert f"| {r['floor_mb_per_s_per_core']} | {r['ratio_to_floor']} |" in text

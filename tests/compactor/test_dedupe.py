@@ -1,12 +1,11 @@
-"""Pass 1 (vectorised) against a plain-Python model of Kafka's offset map."""
+"""Both passes (compiled offset map) against a plain-Python model of Kafka's offset map."""
 
 from __future__ import annotations
 
-import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactor.dedupe import dedupe, split_hashes
+from compactor.dedupe import dedupe
 from fileformat import NULL_KEY_HASH, KeyHasher
 
 HASHER = KeyHasher(b"s" * 32)
@@ -35,8 +34,7 @@ def model(keys: list[bytes | None], cleanable: int, capacity: int,
 def run(keys: list[bytes | None], cleanable: int, capacity: int,
         dirty: int = 0) -> tuple[list[bool], int]:
     hashes = b"".join(HASHER.hash(k) for k in keys)
-    hi, lo = split_hashes(hashes)
-    res = dedupe(hi, lo, cleanable, capacity, dirty)
+    res = dedupe(hashes, cleanable, capacity, dirty)
     return [bool(x) for x in res.keep], res.map_end
 
 
@@ -73,14 +71,17 @@ def test_partial_clean_when_map_is_full() -> None:
     assert keep == [False, True, True, True, True, True]
 
 
-def test_high_word_collision_is_exact() -> None:
-    hi = np.array([7, 7, 7], dtype=np.uint64)
-    lo = np.array([1, 2, 1], dtype=np.uint64)
-    res = dedupe(hi, lo, 3, 10)
-    assert list(res.keep) == [False, True, True]
-    assert res.distinct_keys == 2
+def test_same_home_slot_keys_stay_apart() -> None:
+    """Hashes sharing their first 8 bytes (the map's home slot) are different keys."""
+    a, b = bytes(8) + b"\x00" * 7 + b"\x01", bytes(8) + b"\x00" * 7 + b"\x02"
+    res = dedupe(a + b + a, 3, 10)
+    assert list(res.keep) == [False, True, True] and res.distinct_keys == 2
 
 
-def test_null_hash_constant_is_zero() -> None:
-    hi, lo = split_hashes(NULL_KEY_HASH)
-    assert int(hi[0]) == 0 and int(lo[0]) == 0
+def test_null_keys_are_kept_and_not_in_the_map() -> None:
+    """The null key's hash is all zero (the map's empty slot): never an entry, always kept."""
+    assert bytes(16) == NULL_KEY_HASH
+    k = HASHER.hash(b"k")
+    res = dedupe(NULL_KEY_HASH + k + NULL_KEY_HASH + k, 4, 1)
+    assert list(res.keep) == [True, False, True, True]
+    assert (res.distinct_keys, res.null_keys, res.map_end) == (1, 2, 4)

@@ -429,13 +429,13 @@ def test_open_chunk_streams_batches_and_matches_add() -> None:
     _, chunks = two_chunk_object()
     expected, layout = encode_file(chunks)
     out = io.BytesIO()
-    writer = FileWriter(out.write)
+    writer = FileWriter(out.write, write_block=64)
     writer.add(chunks[0])
     builder = writer.open_chunk("b", 0, hasher=HASHER, max_batch_bytes=100)
     before = out.tell()
     for i in range(30):
         builder.append(i, b"k%d" % (i % 7), None if i % 4 == 0 else b"v" * 20)
-    assert out.tell() > before  # sealed batches went straight out
+    assert out.tell() > before  # sealed batches went out once a write block was full
     with pytest.raises(RuntimeError, match="open"):
         writer.add(chunks[1])
     writer.add(builder.finish())

@@ -17,6 +17,8 @@ from objectstore import (
     ObjectStoreError,
     RequestCounts,
     RetriableStoreError,
+    RetryingStore,
+    RetryPolicy,
     S3Store,
     UnsupportedUrlError,
     open_backend,
@@ -107,6 +109,28 @@ def test_large_uploads_appear_only_at_close_on_a_filesystem(tmp_path: Path) -> N
     w.abort()
     assert [o.key for o in store.list()] == ["big"]
     assert list(tmp_path.glob("o/**/*")) == [tmp_path / "o/big"]
+
+
+def test_a_small_streamed_upload_is_one_retried_request(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    store = open_store(f"fsspec+file://{tmp_path}/o",
+                       retry=RetryPolicy(attempts=3, base_delay_s=0.0))
+    assert isinstance(store, CountingStore) and isinstance(store.inner, RetryingStore)
+    retrying, backend = store.inner, store.inner.inner
+    assert isinstance(backend, FsspecStore)
+    pipe = backend.fs.pipe_file
+    failures = [ConnectionResetError("reset"), TimeoutError("timed out")]
+
+    def flaky(path: str, data: bytes) -> None:
+        if failures:
+            raise failures.pop(0)
+        pipe(path, data)
+
+    monkeypatch.setattr(backend.fs, "pipe_file", flaky)
+    with store.put_stream("small") as w:
+        w.write(b"data")
+    assert store.get("small") == b"data" and not failures
+    assert retrying.retries == 2
 
 
 # ------------------------------------------------------------ s3fs on the moto server

@@ -33,6 +33,7 @@ from objectstore import (
     RetryPolicy,
     S3Store,
     StoreWrapper,
+    ThrottledError,
     UnsupportedUrlError,
     open_backend,
     open_store,
@@ -203,9 +204,10 @@ def test_retry_policy_retries_only_retriable_errors() -> None:
     ("AccessDenied", 403, PermissionError),
     ("PreconditionFailed", 412, FileExistsError),
     ("InvalidRange", 416, InvalidRangeError),
-    ("SlowDown", 503, RetriableStoreError),
+    ("SlowDown", 503, ThrottledError),
     ("InternalError", 500, RetriableStoreError),
-    ("", 503, RetriableStoreError),
+    ("", 503, ThrottledError),
+    ("", 429, ThrottledError),
 ])
 def test_error_table(code: str, status: int, expected: type[Exception]) -> None:
     err = client_error(code, status, "GetObject", "m")
@@ -459,7 +461,7 @@ def test_stream_opening_is_retried() -> None:
 
 
 def test_retry_delays() -> None:
-    exact = RetryPolicy(base_delay_s=0.1, max_delay_s=0.5, jitter=0.0)
+    exact = RetryPolicy(attempts=5, base_delay_s=0.1, max_delay_s=0.5, jitter=0.0)
     assert [exact.delay(a) for a in range(1, 6)] == pytest.approx([0.1, 0.2, 0.4, 0.5, 0.5])
     full = RetryPolicy(base_delay_s=0.1, max_delay_s=0.5)
     assert all(0.0 <= full.delay(3) <= 0.4 for _ in range(100))

@@ -47,6 +47,12 @@ BAD: list[tuple[type[Section], str, object, str, str]] = [
      "an integer >= 0 or 'never'"),
     (PlannerConfig, "max_level", 0, "planner.max.level", "an integer >= 1"),
     (StoreConfig, "url", "nosuch://host/x", "store.url", "file:///path"),
+    (StoreConfig, "retry_attempts", 0, "store.retry.attempts", "an integer in [1, 100]"),
+    (StoreConfig, "retry_backoff_ms", -1, "store.retry.backoff.ms", "an integer >= 0"),
+    (StoreConfig, "retry_backoff_max_ms", 10, "store.retry.backoff.max.ms",
+     "an integer >= retry.backoff.ms (50)"),
+    (StoreConfig, "retry_throttle_backoff_ms", -1, "store.retry.throttle.backoff.ms",
+     "an integer >= 0"),
     (MetadataConfig, "url", "mysql://host/db", "metadata.url", "sqlite:///path"),
 ]
 
