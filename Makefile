@@ -43,9 +43,11 @@ bench: $(NATIVE)
 	$(BIN)/python -m bench.run --write docs/benchmarks.md
 
 # The reliability suites (docs/reliability.md): 500 crash trials, 1,000 corruption cases,
+# 50 object-store fault trials (10 % of S3 requests failed),
 # 20 concurrency trials (PostgreSQL: SILT_TEST_POSTGRES_URL); figures written to the doc.
 chaos: $(NATIVE)
 	$(BIN)/python -m faults.chaos --suite crash --suite corruption --suite concurrency \
+	  --suite storefaults \
 	  --write docs/reliability.md
 
 clean:

@@ -5,9 +5,10 @@ markers in the document (a section with the markers is appended if it has none).
 
 A suite is one `SUITES` entry: where its `run(trials=..., seed=..., **extra)` is (imported
 only when the suite runs) and how many trials `make chaos` gives it. `run` returns its
-figures as a mapping (or a dataclass) of name -> value; a `violations` figure above 0
-makes the command exit 1, and `examples` (a list of strings describing the first few) is
-printed, and written, instead of tabulated. Exit 0: every promise held in every trial.
+figures as a mapping, or an object with `as_dict()`, or a dataclass, of name -> value; a
+`violations` figure above 0, or an `ok` figure that is false, makes the command exit 1.
+List figures (`examples`: the first few violations described) are printed, and written,
+as lists after the table. Exit 0: every promise held in every trial.
 """
 
 from __future__ import annotations
@@ -52,13 +53,15 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "bit flips and truncations of stored objects (hypothesis)", unit="cases"),
     Suite("concurrency", "faults.suites.concurrency:run", 20,
           "agents and compactors at once on PostgreSQL"),
-    # An object-store fault suite is one more entry, e.g.:
-    # Suite("storefaults", "faults.storefaults:run", 200, "...", extra={"fault_rate": 0.10}),
+    Suite("storefaults", "faults.storefaults:run", 50,
+          "S3 requests failed through a fault proxy (10 %)", extra={"fault_rate": 0.10}),
 )}
 
 
 def figures_of(result: Any) -> dict[str, Any]:
-    """A suite's result as a plain dict (a mapping or a dataclass)."""
+    """A suite's result as a plain dict (a mapping, `as_dict()`, or a dataclass)."""
+    if hasattr(result, "as_dict"):
+        return dict(result.as_dict())
     if dataclasses.is_dataclass(result) and not isinstance(result, type):
         return dataclasses.asdict(result)
     return dict(result)
@@ -80,13 +83,17 @@ def render(suite: Suite, figures: Mapping[str, Any], trials: int, seed: int, sec
         "",
         "| figure | value |",
         "|---|---|",
-        *(f"| {k} | {v} |" for k, v in figures.items() if k != "examples"),
+        *(f"| {k} | {v} |" for k, v in figures.items() if not isinstance(v, list)),
     ]
-    examples = figures.get("examples") or []
-    if examples:
-        lines += ["", "Violations found (first few):", "",
-                  *(f"- `{e}`" for e in examples)]
+    for k, v in figures.items():
+        if isinstance(v, list) and v:
+            lines += ["", f"{k}:", "", *(f"- `{e}`" for e in v)]
     return "\n".join(lines)
+
+
+def failed(figures: Mapping[str, Any]) -> bool:
+    """A promise failed: violations above 0, or `ok` false."""
+    return int(figures.get("violations", 0)) > 0 or figures.get("ok", True) is False
 
 
 def write(path: Path, suite: Suite, block: str) -> None:
@@ -118,22 +125,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--write", metavar="DOC", help="put the figures in this document")
     args = parser.parse_args(argv)
-    failed = False
+    bad = False
     for name in args.suite:
         suite = SUITES[name]
         trials = args.trials if args.trials is not None else suite.trials
         print(f"{name}: {trials} {suite.unit}, seed {args.seed} ...", file=sys.stderr)
         figures, seconds = run(suite, trials, args.seed)
         for k, v in figures.items():
-            if k != "examples":
-                print(f"{name}: {k}: {v}")
-        for example in figures.get("examples") or []:
-            print(f"{name}: VIOLATION {example}")
+            for line in (v if isinstance(v, list) else [v]):
+                print(f"{name}: {k}: {line}")
         if args.write:
             write(Path(args.write), suite, render(suite, figures, trials, args.seed, seconds,
                                                   args.write))
-        failed = failed or int(figures.get("violations", 0)) > 0
-    return 1 if failed else 0
+        bad = bad or failed(figures)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -62,15 +62,32 @@ def test_violations_exit_1_and_are_listed(tmp_path: Path, fake: chaos.Suite,
         "fake", f"{__name__}:fake_run", 7, "a suite for tests", extra={"bad": 2}))
     doc = tmp_path / "r.md"
     assert chaos.main(["--suite", "fake", "--write", str(doc)]) == 1
-    assert "fake: VIOLATION violation 1" in capsys.readouterr().out
-    assert "- `violation 0`" in doc.read_text()
+    assert "fake: examples: violation 1" in capsys.readouterr().out
+    assert "examples:\n\n- `violation 0`\n- `violation 1`" in doc.read_text()
 
 
 def test_every_registered_suite_resolves_to_a_function() -> None:
-    assert {"crash", "corruption", "concurrency"} <= set(chaos.SUITES)
+    assert {"crash", "corruption", "concurrency", "storefaults"} <= set(chaos.SUITES)
     for suite in chaos.SUITES.values():
         assert callable(suite.load())
     assert chaos.SUITES["crash"].trials >= 500 and chaos.SUITES["corruption"].trials >= 1000
+
+
+class Result:
+    """A result with `as_dict()` and an `ok` verdict, as faults.storefaults returns."""
+
+    def __init__(self, ok: bool) -> None:
+        self.ok = ok
+
+    def as_dict(self) -> dict[str, object]:
+        return {"ok": self.ok, "failure_messages": [] if self.ok else ["produce gave up"]}
+
+
+def test_results_with_as_dict_and_an_ok_verdict() -> None:
+    assert chaos.figures_of(Result(True)) == {"ok": True, "failure_messages": []}
+    assert not chaos.failed(chaos.figures_of(Result(True)))
+    assert chaos.failed(chaos.figures_of(Result(False)))
+    assert chaos.failed({"violations": 2}) and not chaos.failed({"violations": 0})
 
 
 def test_the_command_line_refuses_an_unknown_suite() -> None:
