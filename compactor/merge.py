@@ -39,7 +39,7 @@ from fileformat.errors import naming
 from fileformat.objectfile import DataReader
 from objectstore import ObjectStore
 
-from .dedupe import Pass1, map_capacity, pass1
+from .dedupe import HashSource, Pass1, map_capacity, pass1
 from .offsetmap import HashSpool
 
 log = logging.getLogger(__name__)
@@ -161,6 +161,21 @@ class _Input:
         while self.head is not None:
             self.skip_chunk(self.head[0])
             self.advance()
+
+
+class _NamedHashes:
+    """An input's key hashes for pass 1 (a `HashSource`); a FormatError (the entry's CRC
+    is checked as its last hash is read) names the input's object."""
+
+    __slots__ = ("_hashes", "_key")
+
+    def __init__(self, key: str, hashes: HashSource) -> None:
+        self._key = key
+        self._hashes = hashes
+
+    def read(self, max_hashes: int, /) -> bytes:
+        with naming(self._key):
+            return self._hashes.read(max_hashes)
 
 
 def _offsets_of(ci: ChunkIndex, base: int) -> np.ndarray[Any, np.dtype[np.int64]]:
@@ -304,7 +319,8 @@ def _merge_partition_spooled(
             cleanable = _records_below(heads, rule.clean_upto_offset)
             dirty = min(_records_below(heads, rule.dirty_start_offset), n)
             window = (dirty, max(cleanable, dirty))
-        p1 = pass1([h for _, h, _ in heads], window, capacity, spool)
+        p1 = pass1([_NamedHashes(i.file.object_key, h) for (_, h, _), i
+                    in zip(heads, inputs, strict=True)], window, capacity, spool)
         if rule is not None:
             if rule.whole_log:
                 # The whole log was rewritten against the map: the dirty records up to the
