@@ -3,7 +3,11 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# One stamp per install set, named after pyproject.toml's checksum: `make demo` installs only
+# what the demo and the quick start need, `make test` the test and Spark extras as well.
+SUM := $(shell cksum < pyproject.toml | cut -d' ' -f1)
+DEMO_STAMP := $(VENV)/.installed-demo-$(SUM)
+TEST_STAMP := $(VENV)/.installed-test-$(SUM)
 # In CI (CI=true) a test that needs PostgreSQL or the S3 server must not skip.
 export SILT_REQUIRE_SERVERS ?= $(CI)
 
@@ -15,31 +19,39 @@ tools:
 	  && apt-get install -y -qq kcat >/dev/null; } \
 	  || echo "kcat not installed: its test skips (fails with CI=true); apt-get install kcat"
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip 'setuptools>=77'
-	$(BIN)/python -m pip install -q -e '.[dev,spark]'
-	rm -f $(VENV)/.installed-*
-	touch $(STAMP)
+
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[demo]'
+	rm -f $(VENV)/.installed-demo-*
+	touch $@
+
+# The test set holds the demo set: both stamps.
+$(TEST_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[demo,dev,spark]'
+	rm -f $(VENV)/.installed-test-* $(VENV)/.installed-demo-*
+	touch $@ $(DEMO_STAMP)
 
 # The C extensions (setup.py): pip builds them at install; rebuilt in place when a source
 # changes, so the checkout imports what its sources say.
 NATIVE := $(VENV)/.native
-$(NATIVE): $(STAMP) setup.py $(wildcard */*.c)
+$(NATIVE): setup.py $(wildcard */*.c) | $(BIN)/python
 	$(BIN)/python setup.py -q build_ext --inplace
 	touch $(NATIVE)
 
-demo: $(NATIVE)
+demo: $(DEMO_STAMP) $(NATIVE)
 	$(BIN)/silt demo
 
-lint: $(NATIVE)
+lint: $(TEST_STAMP) $(NATIVE)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
 test: lint tools
 	$(BIN)/python -m pytest -q
 
-bench: $(NATIVE)
+bench: $(TEST_STAMP) $(NATIVE)
 	$(BIN)/python -m bench.run --write docs/benchmarks.md
 
 # The reliability suites (docs/reliability.md): 500 crash trials, 1,000 corruption cases,

@@ -57,3 +57,48 @@ log_format_option = click.option(
     "--log-format", type=click.Choice(FORMATS), default=TEXT, show_default=True,
     help="Log lines as text, or one JSON object per line (time, level, logger, message,"
          " extra fields).")
+
+
+class _Quiet(logging.Filter):
+    """Without --verbose: no tracebacks, and no ERROR records of `reported` loggers (their
+    errors also reach the caller, a produce future or a job report, which the command
+    prints as its one line; logged too, they would show twice)."""
+
+    def __init__(self, reported: frozenset[str]) -> None:
+        super().__init__()
+        self.reported = reported
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and record.name in self.reported:
+            return False
+        record.exc_info = record.exc_text = record.stack_info = None
+        return True
+
+
+# Per command, the loggers whose errors it reports itself (see _Quiet).
+REPORTED_BY = {
+    "produce": frozenset({"agent.producer"}),
+    "compact": frozenset({"compactor.worker"}),
+}
+
+
+_command_handler: logging.Handler | None = None  # the one configure_command installed
+
+
+def configure_command(command: str | None, verbose: bool) -> None:
+    """Logging of the short commands: `silt: level: name: message` lines on stderr, WARNING
+    and up; with --verbose, INFO and up with tracebacks, nothing held back. Replaces only the
+    handler it installed before (a test's own capture stays)."""
+    global _command_handler
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("silt: %(levelname)s: %(name)s: %(message)s"))
+    if not verbose:
+        handler.addFilter(_Quiet(REPORTED_BY.get(command or "", frozenset())))
+        handler.setLevel(logging.WARNING)
+    root = logging.getLogger()
+    if _command_handler is not None:
+        root.removeHandler(_command_handler)
+    root.addHandler(handler)
+    _command_handler = handler
+    if verbose:
+        root.setLevel(logging.INFO)

@@ -15,6 +15,8 @@ import os
 import signal
 import sys
 import threading
+import time
+import traceback
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -56,11 +58,13 @@ from settings.load import Origin, Settings, Source, load_settings
 
 from . import groups as cg
 from .errors import CommandFailed
+from .interrupt import EXIT_INTERRUPTED, Interrupted, Stop, stop_on_signals
 from .jsonlines import LineError, consumed_to_json, parse_produce_line
 from .logs import configure as configure_logging
-from .logs import log_format_option
+from .logs import configure_command, log_format_option
 
 MIB = 1024 * 1024
+FOLLOW_POLL_S = 0.5  # silt consume --follow: seconds between looks for new records
 log = logging.getLogger(__name__)
 
 KNOWN_ERRORS: tuple[type[BaseException], ...] = (
@@ -74,6 +78,9 @@ KNOWN_ERRORS: tuple[type[BaseException], ...] = (
     ValueError,
 )
 
+# Long-running commands: they log as services do (--log-format), not as the short commands.
+SERVICES = frozenset({"agent", "compactor", "up"})
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -86,6 +93,10 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except KNOWN_ERRORS as exc:
+            obj = click.get_current_context(silent=True)
+            own = isinstance(exc, CommandFailed) and exc.__cause__ is None  # nothing to trace
+            if obj is not None and getattr(obj.find_object(Context), "verbose", False) and not own:
+                traceback.print_exc()
             message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             click.echo(f"silt: {message}", err=True)
             sys.exit(1)
@@ -99,6 +110,7 @@ class Context:
 
     config_path: Path | None
     flags: dict[str, object | None] = field(default_factory=dict)  # full key -> global flag
+    verbose: bool = False
     _settings: Settings | None = None
     _store: ObjectStore | None = None
     _metadata: MetadataStore | None = None
@@ -157,13 +169,15 @@ def _interactive() -> bool:
 
 @contextmanager
 def progress(description: str, total: int | None = None) -> Iterator[Callable[[int], None]]:
-    """A rich progress bar on a terminal; silent when stderr is piped."""
+    """A rich progress bar on stderr when it is a terminal (stdout may be redirected: the
+    bar never mixes with the output); silent when stderr is piped."""
     if not _interactive():
         yield lambda n: None
         return
+    from rich.console import Console
     from rich.progress import Progress
 
-    with Progress(transient=True) as bar:
+    with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n: bar.advance(task, n)
 
@@ -184,11 +198,17 @@ def _default(section: type[Section], key: str, scale: int = 1, unit: str = "") -
 @click.option("--metadata", default=None, metavar="URL",
               show_default=_default(MetadataConfig, URL),
               help=f"Metadata URL (sqlite:///path, postgresql://...). Env: {METADATA_ENV}.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Show tracebacks and informational log lines (errors stay one line"
+                   " without it).")
 @click.pass_context
 def cli(ctx: click.Context, config_path: Path | None, store: str | None,
-        metadata: str | None) -> None:
+        metadata: str | None, verbose: bool) -> None:
     """siltstream: a log on object storage with key-deduplicating compaction."""
-    obj = Context(config_path, {f"store.{URL}": store, f"metadata.{URL}": metadata})
+    obj = Context(config_path, {f"store.{URL}": store, f"metadata.{URL}": metadata},
+                  verbose=verbose)
+    if ctx.invoked_subcommand not in SERVICES:  # those configure their own logging
+        configure_command(ctx.invoked_subcommand, verbose)
     ctx.obj = obj
     ctx.call_on_close(obj.close)
 
@@ -342,8 +362,8 @@ def topics_delete(ctx: Context, name: str) -> None:
 
 @topics.command("alter")
 @click.argument("name")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="Override a topic config. Repeatable.")
+@click.option("--set", "--config", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Override a topic config (validated). Repeatable.")
 @click.option("--delete", "deletes", multiple=True, metavar="KEY",
               help="Remove an override (back to the default). Repeatable.")
 @pass_ctx
@@ -513,15 +533,58 @@ def groups_delete(ctx: Context, group: str) -> None:
 # ---------------------------------------------------------------------------- produce
 
 
-def _print_acks(pending: deque[tuple[int, ProduceFuture]], *, wait: bool) -> int:
-    """Print `{"partition", "offset"}` for acknowledged records, in input order."""
-    printed = 0
-    while pending and (wait or pending[0][1].done()):
-        partition, fut = pending.popleft()
-        offset = fut.result()
-        click.echo(json.dumps({"partition": partition, "offset": offset}))
-        printed += 1
-    return printed
+class _AckPrinter:
+    """Prints `{"partition", "offset"}` for acknowledged records, in input order, as soon as
+    they are acknowledged: from a callback on the head record's flush (one per flush, not
+    per record), so the offsets of what was typed show while `silt produce` waits for the
+    next line."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: deque[tuple[int, ProduceFuture]] = deque()
+        self._watching = False  # a callback waits on the head record's flush
+        self.printed = 0
+
+    def add(self, partition: int, fut: ProduceFuture) -> None:
+        with self._lock:
+            self._pending.append((partition, fut))
+            if self._watching:
+                return
+            self._watching = True
+        fut.add_done_callback(self._on_done)
+
+    def _on_done(self, _: ProduceFuture) -> None:
+        with self._lock:
+            self._print_ready()
+            head = self._pending[0][1] if self._pending else None
+            if head is not None and head.done():
+                head = None  # it failed: drain(wait=True) raises it
+            self._watching = head is not None
+        if head is not None:  # the next flush's first record (runs now if done already)
+            head.add_done_callback(self._on_done)
+
+    def _print_ready(self) -> None:
+        """Print the acknowledged head of the queue (holding the lock); a failed record
+        stops it, left for `drain(wait=True)` to raise."""
+        pending = self._pending
+        while pending and pending[0][1].done() and pending[0][1].exception() is None:
+            partition, fut = pending.popleft()
+            click.echo(json.dumps({"partition": partition, "offset": fut.result()}))
+            self.printed += 1
+
+    def drain(self, *, wait: bool) -> None:
+        """Print the acknowledged head of the queue; with `wait`, all of it (the first failed
+        record raises its error). Waits outside the lock: the flusher's callback takes it."""
+        while True:
+            with self._lock:
+                self._print_ready()
+                pending = self._pending
+                if not wait or not pending:
+                    return
+                head = pending[0][1]
+                if head.done():
+                    head.result()  # raises the failure
+            head.exception()  # until it is done
 
 
 @cli.command()
@@ -543,6 +606,8 @@ def produce(ctx: Context, topic: str, source: IO[str], linger_ms: int | None,
 
     Prints one {"partition", "offset"} line per record once it is committed. A malformed
     line stops the run: records before it are committed, nothing after it is produced.
+    Ctrl-C or SIGTERM stops reading, waits for the records in flight, prints their offsets,
+    says from which input line to resume, and exits 130.
     """
     flags: dict[str, object | None] = {f"agent.{LINGER_MS}": linger_ms,
                                        f"agent.{FLUSH_BYTES}": flush_bytes}
@@ -551,36 +616,62 @@ def produce(ctx: Context, topic: str, source: IO[str], linger_ms: int | None,
         flags[buffer_key] = max(flush_bytes * 8, ctx.settings.agent.buffer_memory)
     config = ctx.load(flags).agent
     info = ctx.metadata.get_topic(topic)
-    partitioner = DefaultPartitioner()
-    pending: deque[tuple[int, ProduceFuture]] = deque()
-    bad: tuple[int, str] | None = None
-    acked = 0
-    with progress("producing") as advance, Agent(ctx.store, ctx.metadata, config) as agent:
-        for lineno, line in enumerate(source, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = parse_produce_line(line)
-                partition = rec.partition
-                if partition is None:
-                    partition = partitioner.partition(rec.key, info.partitions)
-                fut = agent.produce(topic, partition, rec.key, rec.value, rec.headers)
-            except (LineError, AgentError) as exc:
-                bad = (lineno, str(exc))
-                break
-            pending.append((partition, fut))
-            n = _print_acks(pending, wait=False)
-            acked += n
-            advance(1)
-    acked += _print_acks(pending, wait=True)
+    with stop_on_signals() as stop:  # held until the offsets are printed
+        acked, lineno, bad = _produce_lines(stop, agent_config=config, ctx=ctx, topic=topic,
+                                            source=source, partitions=info.partitions)
     if bad is not None:
-        lineno, message = bad
+        bad_line, message = bad
         click.echo(
-            f"silt: line {lineno}: {message}; the {acked} record(s) before it were committed"
-            f" (printed above), nothing from line {lineno} on was produced",
+            f"silt: line {bad_line}: {message}; the {acked} record(s) before it were committed"
+            f" (printed above), nothing from line {bad_line} on was produced",
             err=True,
         )
         sys.exit(1)
+    if stop.requested:
+        committed = f"{acked} lines committed" if acked else "nothing was committed"
+        name = "-" if source.name == "<stdin>" else source.name
+        click.echo(f"interrupted: {committed}; resume from line {lineno + 1}"
+                   f" (tail -n +{lineno + 1} {name} | silt produce {topic})", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _produce_lines(stop: Stop, *, agent_config: AgentConfig, ctx: Context, topic: str,
+                   source: IO[str], partitions: int) -> tuple[int, int, tuple[int, str] | None]:
+    """Produce `source`'s lines until its end, a bad line or a stop signal; print the offsets
+    of every record produced. Returns (records committed, input lines handled, the bad line
+    and why). A failed flush raises (the offsets before it are printed)."""
+    partitioner = DefaultPartitioner()
+    acks = _AckPrinter()
+    bad: tuple[int, str] | None = None
+    lineno = 0  # the input lines handled (produced, or blank)
+    with progress("producing") as advance, Agent(ctx.store, ctx.metadata, agent_config) as agent:
+        lines = iter(source)
+        try:
+            while True:
+                with stop.wait():  # a signal while reading: stop here, this line unread
+                    line = next(lines, None)
+                if line is None:
+                    break
+                if line.strip():
+                    try:
+                        rec = parse_produce_line(line)
+                        partition = rec.partition
+                        if partition is None:
+                            partition = partitioner.partition(rec.key, partitions)
+                        fut = agent.produce(topic, partition, rec.key, rec.value, rec.headers)
+                    except (LineError, AgentError) as exc:
+                        bad = (lineno + 1, str(exc))
+                        break
+                    acks.add(partition, fut)
+                    advance(1)
+                lineno += 1
+        except Interrupted:
+            pass
+        if stop.requested:
+            click.echo(f"silt: {signal.Signals(stop.signum or signal.SIGINT).name}: stopped"
+                       " reading; waiting for the records in flight", err=True)
+    acks.drain(wait=True)
+    return acks.printed, lineno, bad
 
 
 # ---------------------------------------------------------------------------- consume
@@ -594,11 +685,17 @@ def produce(ctx: Context, topic: str, source: IO[str], linger_ms: int | None,
               help="First offset to read (default: each partition's log start).")
 @click.option("--max-records", type=click.IntRange(min=0), default=None,
               help="Stop after this many records in total.")
+@click.option("--follow", is_flag=True,
+              help="Then keep polling for new records until Ctrl-C or SIGTERM (exit 0).")
 @pass_ctx
 @one_line_errors
 def consume(ctx: Context, topic: str, partition: int | None, from_offset: int | None,
-            max_records: int | None) -> None:
-    """Print records of TOPIC as JSON lines, in offset order per partition."""
+            max_records: int | None, follow: bool) -> None:
+    """Print records of TOPIC as JSON lines, in offset order per partition.
+
+    A start offset at or past a partition's log end is said on stderr (with the log end).
+    A closed stdout (`| head`) ends the command quietly, exit 0.
+    """
     parts = ctx.metadata.partitions(topic)
     if partition is not None:
         if partition >= len(parts):
@@ -608,15 +705,47 @@ def consume(ctx: Context, topic: str, partition: int | None, from_offset: int | 
     reader = Reader(ctx.store, ctx.metadata)
     remaining = max_records
     out = sys.stdout
-    for p in parts:
-        start = p.log_start_offset if from_offset is None else from_offset
-        for rec in reader.read(topic, p.partition, start, remaining):
-            out.write(consumed_to_json(rec) + "\n")
-            if remaining is not None:
-                remaining -= 1
-        if remaining is not None and remaining <= 0:
-            break
-    out.flush()
+    # Per partition, the next offset to read.
+    position = {p.partition: p.log_start_offset if from_offset is None else from_offset
+                for p in parts}
+    if from_offset is not None:
+        past = [p for p in parts if from_offset >= p.next_offset]
+        for p in past:
+            click.echo(f"silt: {topic}/{p.partition}: offset {from_offset} is at or past the"
+                       f" log end ({p.next_offset}): no records", err=True)
+
+    def read_all(stop: Stop | None) -> None:
+        nonlocal remaining
+        for p in position:
+            for rec in reader.read(topic, p, position[p], remaining):
+                if stop is not None and stop.requested:
+                    return
+                out.write(consumed_to_json(rec) + "\n")
+                position[p] = rec.offset + 1
+                if remaining is not None:
+                    remaining -= 1
+            if remaining is not None and remaining <= 0:
+                return
+        out.flush()
+
+    try:
+        if not follow:
+            read_all(None)
+        else:
+            with stop_on_signals() as stop:
+                read_all(stop)
+                while remaining is None or remaining > 0:
+                    with stop.wait():  # a signal now (or received while reading) ends it
+                        time.sleep(FOLLOW_POLL_S)
+                    ends = {p.partition: p.next_offset for p in ctx.metadata.partitions(topic)}
+                    if any(ends.get(p, 0) > position[p] for p in position):
+                        read_all(stop)
+        out.flush()
+    except Interrupted:
+        out.flush()
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly; stdout cannot be flushed at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 # ---------------------------------------------------------------------------- stats
@@ -627,7 +756,11 @@ def consume(ctx: Context, topic: str, partition: int | None, from_offset: int | 
 @pass_ctx
 @one_line_errors
 def stats(ctx: Context, as_json: bool) -> None:
-    """Files, bytes and segments per level."""
+    """Files, bytes and segments per level (live data); files and bytes per state, so
+    what is retired and awaiting GC shows too: live + the states awaiting GC is what the
+    store holds."""
+    from metadata import schema as ms
+
     st = ctx.metadata.stats()
     data = st.as_dict()
     if as_json:
@@ -636,6 +769,26 @@ def stats(ctx: Context, as_json: bool) -> None:
     click.echo("level  files  bytes  segments")
     for row in data["levels"]:
         click.echo(f"{row['level']:>5}  {row['files']:>5}  {row['bytes']:>5}  {row['segments']:>8}")
+    rows = [["state", "files", "bytes", ""]]
+    for state in ms.FILE_STATES:
+        if state == ms.FILE_DELETED or not st.files_by_state.get(state):
+            continue  # deleted files are gone from the store
+        rows.append([state, str(st.files_by_state[state]), str(st.bytes_by_state[state]),
+                     STATE_NOTES.get(state, "")])
+    for line in cg.columns(rows, indent=""):
+        click.echo(line.rstrip())
+    held = sum(b for state, b in st.bytes_by_state.items() if state != ms.FILE_DELETED)
+    click.echo(f"in the store: {held} bytes (live {st.bytes_by_state.get(ms.FILE_LIVE, 0)},"
+               f" awaiting GC {held - st.bytes_by_state.get(ms.FILE_LIVE, 0)})")
+
+
+# What `silt stats` says of each file state.
+STATE_NOTES = {
+    "pending": "being written (a crashed write's stay until GC)",
+    "retired": "replaced by compaction or retention; deleted after the GC grace period",
+    "abandoned": "a failed write; deleted by GC",
+    "deleting": "being deleted by GC",
+}
 
 
 @cli.command()
@@ -719,12 +872,28 @@ def doctor(ctx: Context, deep: bool, fix: bool, as_json: bool) -> None:
 @pass_ctx
 @one_line_errors
 def plan(ctx: Context, as_json: bool, everything: bool) -> None:
-    """Show the compaction jobs the planner would run now, and what it waits for."""
+    """Show the compaction jobs `silt compact --once` would run now, and what it waits for.
+
+    Also when the plan next changes with no new data (an age or lag threshold passing:
+    a later `compact --once` then runs other jobs) and what retention is due (a round
+    applies it before planning, which can change the jobs).
+    """
+    from datetime import datetime
+
     from compactor import Compactor
-    from planner import describe
+    from planner import describe, next_change, propose, propose_all
 
     comp = Compactor(ctx.store, ctx.metadata, ctx.settings.compactor)
-    out = describe(comp.plan(everything=everything))
+    config = ctx.settings.compactor.planner
+    _, snap = comp.snapshot()
+    now = comp.clock.now_ms()  # one instant for the plan and the next change
+    out = describe((propose_all if everything else propose)(snap, now, config))
+    change = None if everything else next_change(snap, now, config)
+    due = ctx.metadata.retention_due()
+    out["now_ms"] = now
+    out["next_change"] = None if change is None else {"at_ms": change.at_ms,
+                                                      "reason": change.reason}
+    out["retention_due"] = [asdict(c) for c in due]
     if as_json:
         click.echo(json.dumps(out))
         return
@@ -737,6 +906,14 @@ def plan(ctx: Context, as_json: bool, everything: bool) -> None:
         click.echo("no job to run now")
     for line in out["waiting"]:
         click.echo(f"waiting: {line}")
+    if change is not None:
+        at = datetime.fromtimestamp(change.at_ms / 1000).strftime("%H:%M:%S")
+        click.echo(f"changes: at {at} (in {(change.at_ms - now) / 1000:.1f} s)"
+                   f" {change.reason}")
+    for c in due:
+        click.echo(f"retention due: {c.topic}/{c.partition} log start -> {c.log_start_offset}"
+                   f" ({c.segments} segments, {c.records} records, {c.bytes} bytes);"
+                   " compact --once applies it before planning")
 
 
 def _print_reports(reports: list[Any], as_json: bool) -> None:
@@ -939,6 +1116,8 @@ def costs(partitions: str, files_per_round: int, rounds: int, records_per_partit
     with progress("measuring") as advance:
         def step(msg: str) -> None:
             advance(1)
+            if not _interactive():  # a log, not a terminal: one line per step
+                click.echo(f"silt costs: measuring {msg}", err=True)
         results = run_costs(w, prices, step)
     report = costs_json(w, price_table, results)
     report["prices_per_request"] = prices

@@ -6,16 +6,20 @@
 Creates `localstack/.venv` with a Python >= 3.13 (LocalStack 2026.x fails on 3.11/3.12 with
 a misleading "No component plugins found"), installs the pinned runtime into it, starts
 `python -m localstack.runtime.main` with S3 only on 127.0.0.1, waits until S3 answers, and
-prints the environment to point siltstream at it. It keeps running until interrupted.
-Importable: `start(port, data_dir, log_path)` returns the process (used by the tests).
+prints the environment to point siltstream at it. It keeps running until Ctrl-C or SIGTERM,
+which stop LocalStack (its whole process group) before it exits 0.
+Importable: `start(port, data_dir, log_path)` returns the process, `stop(proc)` ends it
+(used by the tests).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -96,15 +100,33 @@ def start(port: int, data_dir: Path, log_path: Path) -> subprocess.Popen[bytes]:
         "LOCALSTACK_HOST": f"127.0.0.1:{port}",
     }
     with log_path.open("wb") as log:  # the child keeps its own handle
+        # Its own session: stop() can end LocalStack and anything it started, as a group.
         proc = subprocess.Popen([str(python), "-m", "localstack.runtime.main"], env=env,
-                                stdout=log, stderr=subprocess.STDOUT, cwd=data_dir)
+                                stdout=log, stderr=subprocess.STDOUT, cwd=data_dir,
+                                start_new_session=True)
     try:
         wait_ready(port, proc)
     except BaseException:
-        proc.terminate()
-        proc.wait(10)
+        stop(proc)
         raise
     return proc
+
+
+def stop(proc: subprocess.Popen[bytes], timeout: float = 30) -> int:
+    """SIGTERM LocalStack's process group, SIGKILL it if it outlives `timeout`; the exit
+    code."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):  # the group is gone already
+            os.killpg(proc.pid, sig)
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.wait()
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM takes Ctrl-C's path: LocalStack is stopped
 
 
 def main() -> int:
@@ -113,18 +135,24 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=HERE / "data")
     parser.add_argument("--log", type=Path, default=HERE / "localstack.log")
     args = parser.parse_args()
-    proc = start(args.port, args.data, args.log)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        proc = start(args.port, args.data, args.log)  # stopped by start() if interrupted
+    except KeyboardInterrupt:
+        return 0
     print(f"LocalStack S3 on http://127.0.0.1:{args.port} (log: {args.log}).")
     print("Point siltstream at it:")
     print(f"  export AWS_ENDPOINT_URL=http://127.0.0.1:{args.port} AWS_ACCESS_KEY_ID=test"
           " AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1")
     print("  aws --endpoint-url $AWS_ENDPOINT_URL s3 mb s3://silt   # or any S3 client")
     print("  silt --store s3://silt/data topics list")
+    sys.stdout.flush()
     try:
         return proc.wait()
     except KeyboardInterrupt:
-        proc.terminate()
-        return proc.wait()
+        stop(proc)
+        print("LocalStack stopped.")
+        return 0
 
 
 if __name__ == "__main__":

@@ -80,6 +80,20 @@ def apply_retention(db: Database) -> RetentionResult:
     return RetentionResult(tuple(changes), tuple(emptied))
 
 
+def retention_due(db: Database) -> tuple[RetentionChange, ...]:
+    """What `apply_retention` would remove now, read only (`silt plan` says it: a
+    compaction round applies retention first). Segments in files a running job holds are
+    counted too; the pass itself leaves those for later."""
+    now = db.clock.now_ms()
+    with db.read() as conn:
+        rules = _rules(conn)
+        due = _retention_prefixes(conn, rules, now)
+    return tuple(RetentionChange(rules[tid].name, part, segs[-1].last_offset + 1, len(segs),
+                                 sum(r.record_count for r in segs),
+                                 sum(r.data_len for r in segs))
+                 for (tid, part), segs in sorted(due.items()))
+
+
 def advance_log_start(db: Database, conn: sa.Connection, starts: Mapping[tuple[int, int], int],
                       dead: Sequence[Any], now: int) -> list[int]:
     """Move each (topic_id, partition)'s log start up to `starts` (never down), the cleaner

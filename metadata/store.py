@@ -56,6 +56,7 @@ class MetadataStore(Database):
     prune = history.prune  # history rows past their retention
     # retention
     apply_retention = retention.apply_retention
+    retention_due = retention.retention_due
     delete_records = retention.delete_records
     # reads
     find_segments = reads.find_segments

@@ -1,5 +1,6 @@
 """The compaction planner: pure functions from a metadata snapshot and a clock to job specs."""
 
+from .changes import Change, next_change
 from .model import (
     FileView,
     JobSpec,
@@ -16,6 +17,7 @@ from .model import (
 from .policy import cleaner_state, describe, propose, propose_all, spec_id_of, validate
 
 __all__ = [
+    "Change",
     "FileView",
     "JobSpec",
     "PartitionPlan",
@@ -29,6 +31,7 @@ __all__ = [
     "Trigger",
     "cleaner_state",
     "describe",
+    "next_change",
     "propose",
     "propose_all",
     "spec_id_of",

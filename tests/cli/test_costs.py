@@ -33,6 +33,11 @@ def test_costs_sweep_flat_for_siltstream_growing_for_seeks(
     ratios = report["dollar_ratio_vs_siltstream_at_max_partitions"]
     assert ratios["per-partition-seeks"] > 5 and ratios["per-partition-objects"] > 10
     assert png.stat().st_size > 10_000
+    # Progress on stderr (not a terminal here: one line per measurement), never on stdout.
+    progress = [line for line in result.stderr.splitlines()
+                if line.startswith("silt costs: measuring")]
+    assert sorted(progress) == sorted(f"silt costs: measuring {d} with {p} partitions per file"
+                                      for d, p in rows)
 
 
 def test_costs_rejects_bad_sweep() -> None:

@@ -61,7 +61,7 @@ def test_compact_once_all_json_then_consume(env: dict[str, str]) -> None:
     code, out, err = run(["plan", "--json"], env)
     assert code == 0, err
     plan = json.loads(out)
-    assert set(plan) == {"jobs", "waiting"}
+    assert set(plan) == {"jobs", "waiting", "now_ms", "next_change", "retention_due"}
     assert plan["jobs"] == [] and plan["waiting"]  # 6 fresh L0 files: below the triggers
     code, out, err = run(["plan", "--json", "--all"], env)
     assert code == 0, err

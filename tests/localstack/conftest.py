@@ -49,5 +49,4 @@ def localstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]
     try:
         yield LocalStack(f"http://127.0.0.1:{port}", log)
     finally:
-        proc.terminate()
-        proc.wait(30)
+        launch.stop(proc)
