@@ -35,11 +35,12 @@ from fileformat import (
     Readable,
     iter_meta_streamed,
 )
-from fileformat.batch import filter_batch
+from fileformat.batch import BatchHeader, filter_batch
+from fileformat.errors import naming
 from fileformat.objectfile import DataReader, ReadAhead
 from objectstore import ObjectStore
 
-from .dedupe import Pass1, map_capacity, pass1
+from .dedupe import HashSource, Pass1, map_capacity, pass1
 from .offsetmap import HashSpool
 
 log = logging.getLogger(__name__)
@@ -138,12 +139,24 @@ class _Input:
         self._meta: Iterator[tuple[ChunkIndex, EntryHashes]] = iter_meta_streamed(
             ReadAhead(meta), f.meta_offset, f.meta_length
         )
-        self.data = DataReader(data, f.data_offset)
+        self._data = DataReader(data, f.data_offset)
         self.head: tuple[ChunkIndex, EntryHashes] | None = None
         self.advance()
 
+    # Every read of the input names its object in a FormatError (a corrupt input fails
+    # the job with the key in its error, and nothing built from it is committed).
+
     def advance(self) -> None:
-        self.head = next(self._meta, None)
+        with naming(self.file.object_key):
+            self.head = next(self._meta, None)
+
+    def read_batches(self, index: ChunkIndex) -> list[tuple[BatchHeader, memoryview]]:
+        with naming(self.file.object_key):
+            return self._data.read_batches(index)
+
+    def skip_chunk(self, index: ChunkIndex) -> None:
+        with naming(self.file.object_key):
+            self._data.skip_chunk(index)
 
     @property
     def key(self) -> TopicPartition | None:
@@ -152,8 +165,23 @@ class _Input:
     def finish(self) -> None:
         """Drain both streams to their ends so every CRC (incl. META trailer) is checked."""
         while self.head is not None:
-            self.data.skip_chunk(self.head[0])
+            self.skip_chunk(self.head[0])
             self.advance()
+
+
+class _NamedHashes:
+    """An input's key hashes for pass 1 (a `HashSource`); a FormatError (the entry's CRC
+    is checked as its last hash is read) names the input's object."""
+
+    __slots__ = ("_hashes", "_key")
+
+    def __init__(self, key: str, hashes: HashSource) -> None:
+        self._key = key
+        self._hashes = hashes
+
+    def read(self, max_hashes: int, /) -> bytes:
+        with naming(self._key):
+            return self._hashes.read(max_hashes)
 
 
 def _offsets_of(ci: ChunkIndex, base: int) -> np.ndarray[Any, np.dtype[np.int64]]:
@@ -206,7 +234,7 @@ def merge(
             for i in holders:
                 if i not in live:  # a dead chunk: read past it in both streams
                     assert i.head is not None
-                    i.data.skip_chunk(i.head[0])
+                    i.skip_chunk(i.head[0])
                     i.advance()
             if live:
                 # Inputs in offset order of this partition's segments.
@@ -339,7 +367,8 @@ def _merge_partition_spooled(
             cleanable = _records_below(heads, rule.clean_upto_offset)
             dirty = min(_records_below(heads, rule.dirty_start_offset), n)
             window = (dirty, max(cleanable, dirty))
-        p1 = pass1([h for _, h, _ in heads], window, capacity, spool)
+        p1 = pass1([_NamedHashes(i.file.object_key, h) for (_, h, _), i
+                    in zip(heads, inputs, strict=True)], window, capacity, spool)
         if rule is not None:
             if rule.whole_log:
                 # The whole log was rewritten against the map: the dirty records up to the
@@ -362,7 +391,7 @@ def _merge_partition_spooled(
     run = _OutputRun()
     start = 0  # position of the chunk's first record among the partition's
     for (ci, _, base), cnt, i in zip(heads, counts, inputs, strict=True):
-        batches = i.data.read_batches(ci)
+        batches = i.read_batches(ci)
         offsets = _offsets_of(ci, base)
         all_hashes, keep = p1.take(cnt) if p1 is not None else (b"", np.ones(cnt, np.bool_))
         stats.duplicates_dropped += int(cnt - np.count_nonzero(keep))
