@@ -11,7 +11,7 @@ TEST_STAMP := $(VENV)/.installed-test-$(SUM)
 # In CI (CI=true) a test that needs PostgreSQL or the S3 server must not skip.
 export SILT_REQUIRE_SERVERS ?= $(CI)
 
-.PHONY: demo test lint bench clean tools
+.PHONY: demo test lint bench chaos clean tools
 
 # kcat (librdkafka's CLI) is one of the Kafka clients the protocol tests drive; CI installs it.
 tools:
@@ -53,6 +53,14 @@ test: lint tools
 
 bench: $(TEST_STAMP) $(NATIVE)
 	$(BIN)/python -m bench.run --write docs/benchmarks.md
+
+# The reliability suites (docs/reliability.md): 500 crash trials, 1,000 corruption cases,
+# 50 object-store fault trials (10 % of S3 requests failed),
+# 20 concurrency trials (PostgreSQL: SILT_TEST_POSTGRES_URL); figures written to the doc.
+chaos: $(NATIVE)
+	$(BIN)/python -m faults.chaos --suite crash --suite corruption --suite concurrency \
+	  --suite storefaults \
+	  --write docs/reliability.md
 
 clean:
 	rm -rf $(VENV) silt-data .pytest_cache .mypy_cache build */*.so

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from fileformat import Record, iter_chunk_records, verify_chunk
 from fileformat.batch import LAST_OFFSET_DELTA_POS, rebase_in_place, split_frames
+from fileformat.errors import naming
 from metadata import MetadataStore, SegmentInfo
 from metadata.segments import expected_index
 from objectstore import ObjectStore
@@ -40,9 +41,11 @@ class ConsumedRecord:
 
 def read_segment(store: ObjectStore, seg: SegmentInfo) -> Iterator[Record]:
     """One segment's records with absolute offsets: one ranged GET, every batch verified
-    against what the commit recorded (framing CRC, counts) before the first is yielded."""
+    against what the commit recorded (framing CRC, counts) before the first is yielded; a
+    FormatError names the object."""
     data = store.get_range(seg.object_key, seg.data_pos, seg.data_pos + seg.data_len)
-    return iter_chunk_records(data, seg.base_offset, index=expected_index(seg))
+    with naming(seg.object_key):
+        yield from iter_chunk_records(data, seg.base_offset, index=expected_index(seg))
 
 
 def read_segment_batches(store: ObjectStore, seg: SegmentInfo) -> memoryview:
@@ -51,7 +54,8 @@ def read_segment_batches(store: ObjectStore, seg: SegmentInfo) -> memoryview:
     the segment cache patches it (`rebase_in_place`: baseOffset absolute, leader epoch -1;
     both outside the batch CRC, per batch, never per record)."""
     data = bytearray(store.get_range(seg.object_key, seg.data_pos, seg.data_pos + seg.data_len))
-    verify_chunk(data, expected_index(seg))
+    with naming(seg.object_key):
+        verify_chunk(data, expected_index(seg))
     rebase_in_place(data, seg.base_offset)
     return memoryview(data).toreadonly()
 

@@ -8,9 +8,11 @@ reopened. Per compacted partition, pass 1 streams the key hashes alone into the 
 (`dedupe.pass1`: memory bounded by the map, not by the records), then pass 2 copies
 surviving batches byte for byte and rewrites partially surviving ones from their
 survivors' record bytes (`filter_batch`: new header, same base offset, so every offset is
-unchanged), compressed with the topic's rewrite codec (Kafka's topic `compression.type`;
-`producer`: the input batch's own codec). Compacted-topic data and delete-policy data go
-to two different output objects, each streamed to the store (multipart when large).
+unchanged; the record walk and copy run in C), compressed with the topic's rewrite codec
+(Kafka's topic `compression.type`; `producer`: the input batch's own codec). Output batches
+go to the output chunk in runs (`RUN_BYTES`), checked and written once per run.
+Compacted-topic data and delete-policy data go to two different output objects, each
+streamed to the store (multipart when large).
 """
 
 from __future__ import annotations
@@ -31,17 +33,22 @@ from fileformat import (
     EntryHashes,
     FileWriter,
     Readable,
-    iter_batches,
     iter_meta_streamed,
 )
-from fileformat.batch import filter_batch
-from fileformat.objectfile import DataReader
+from fileformat.batch import BatchHeader, filter_batch
+from fileformat.errors import naming
+from fileformat.objectfile import DataReader, ReadAhead
 from objectstore import ObjectStore
 
-from .dedupe import Pass1, map_capacity, pass1
+from .dedupe import HashSource, Pass1, map_capacity, pass1
 from .offsetmap import HashSpool
 
 log = logging.getLogger(__name__)
+
+RUN_BYTES = 8 << 20
+"""Bytes held by output batches waiting to be appended to the output chunk in one call
+(filtered copies, and the whole input chunk a copied batch is a view of): bounds pass 2's
+memory, amortises its checks."""
 
 TopicPartition = tuple[str, int]
 
@@ -130,14 +137,26 @@ class _Input:
     def __init__(self, f: InputFile, meta: Readable, data: Readable) -> None:
         self.file = f
         self._meta: Iterator[tuple[ChunkIndex, EntryHashes]] = iter_meta_streamed(
-            meta, f.meta_offset, f.meta_length
+            ReadAhead(meta), f.meta_offset, f.meta_length
         )
-        self.data = DataReader(data, f.data_offset)
+        self._data = DataReader(data, f.data_offset)
         self.head: tuple[ChunkIndex, EntryHashes] | None = None
         self.advance()
 
+    # Every read of the input names its object in a FormatError (a corrupt input fails
+    # the job with the key in its error, and nothing built from it is committed).
+
     def advance(self) -> None:
-        self.head = next(self._meta, None)
+        with naming(self.file.object_key):
+            self.head = next(self._meta, None)
+
+    def read_batches(self, index: ChunkIndex) -> list[tuple[BatchHeader, memoryview]]:
+        with naming(self.file.object_key):
+            return self._data.read_batches(index)
+
+    def skip_chunk(self, index: ChunkIndex) -> None:
+        with naming(self.file.object_key):
+            self._data.skip_chunk(index)
 
     @property
     def key(self) -> TopicPartition | None:
@@ -146,8 +165,23 @@ class _Input:
     def finish(self) -> None:
         """Drain both streams to their ends so every CRC (incl. META trailer) is checked."""
         while self.head is not None:
-            self.data.skip_chunk(self.head[0])
+            self.skip_chunk(self.head[0])
             self.advance()
+
+
+class _NamedHashes:
+    """An input's key hashes for pass 1 (a `HashSource`); a FormatError (the entry's CRC
+    is checked as its last hash is read) names the input's object."""
+
+    __slots__ = ("_hashes", "_key")
+
+    def __init__(self, key: str, hashes: HashSource) -> None:
+        self._key = key
+        self._hashes = hashes
+
+    def read(self, max_hashes: int, /) -> bytes:
+        with naming(self._key):
+            return self._hashes.read(max_hashes)
 
 
 def _offsets_of(ci: ChunkIndex, base: int) -> np.ndarray[Any, np.dtype[np.int64]]:
@@ -200,7 +234,7 @@ def merge(
             for i in holders:
                 if i not in live:  # a dead chunk: read past it in both streams
                     assert i.head is not None
-                    i.data.skip_chunk(i.head[0])
+                    i.skip_chunk(i.head[0])
                     i.advance()
             if live:
                 # Inputs in offset order of this partition's segments.
@@ -216,6 +250,48 @@ def merge(
         for i in opened:
             i.finish()
     return stats
+
+
+class _OutputRun:
+    """Output batches of one partition waiting to be appended in one call, with their
+    records' index data gathered per input chunk: chunk-relative offsets and, for keyed
+    chunks, key hashes, tombstone flags and first-cleaned times."""
+
+    def __init__(self) -> None:
+        self.raws: list[Any] = []
+        self.bases: list[int] = []
+        self.size = 0  # bytes it holds (see RUN_BYTES)
+        self._parts: list[tuple[Any, Any, Any, Any]] = []
+
+    def add_index(self, rel: Any, hashes: Any, tombs: Any, times: Any, lo: int,
+                  hi: int) -> None:
+        """Survivors [lo, hi) of a chunk's survivors' arrays: offsets, hashes (None: an
+        unkeyed chunk), tombstone flags and first-cleaned times (None: no tombstones)."""
+        self._parts.append((rel[lo:hi], None if hashes is None else hashes[lo:hi],
+                            None if tombs is None else tombs[lo:hi],
+                            None if times is None else times[lo:hi]))
+
+    def flush(self, builder: ChunkBuilder) -> int:
+        """Append the run's batches to `builder`, then empty it; returns their records."""
+        parts, self._parts = self._parts, []
+        rel = np.concatenate([p[0] for p in parts])
+        if parts[0][1] is None:
+            builder.append_compacted_run(self.raws, bases=self.bases, offsets=rel)
+        else:
+            hashes = b"".join(p[1].tobytes() for p in parts)
+            if all(p[2] is None for p in parts):
+                builder.append_compacted_run(self.raws, bases=self.bases, offsets=rel,
+                                             key_hashes=hashes)
+            else:
+                tombs = np.concatenate([np.zeros(len(p[0]), np.bool_) if p[2] is None
+                                        else p[2] for p in parts])
+                times = np.concatenate([np.zeros(len(p[0]), np.int64) if p[3] is None
+                                        else p[3] for p in parts])
+                builder.append_compacted_run(
+                    self.raws, bases=self.bases, offsets=rel, tombstones=rel[tombs],
+                    key_hashes=hashes, tombstone_cleaned_at=times[tombs])
+        self.raws, self.bases, self.size = [], [], 0
+        return len(rel)
 
 
 def _records_below(heads: Sequence[tuple[ChunkIndex, Any, int]], offset: int) -> int:
@@ -291,7 +367,8 @@ def _merge_partition_spooled(
             cleanable = _records_below(heads, rule.clean_upto_offset)
             dirty = min(_records_below(heads, rule.dirty_start_offset), n)
             window = (dirty, max(cleanable, dirty))
-        p1 = pass1([h for _, h, _ in heads], window, capacity, spool)
+        p1 = pass1([_NamedHashes(i.file.object_key, h) for (_, h, _), i
+                    in zip(heads, inputs, strict=True)], window, capacity, spool)
         if rule is not None:
             if rule.whole_log:
                 # The whole log was rewritten against the map: the dirty records up to the
@@ -311,20 +388,23 @@ def _merge_partition_spooled(
     after_pass1(tp)
     # ---- pass 2: survivors from stream B, in the same order, one chunk's records at a time.
     builder: ChunkBuilder | None = None
+    run = _OutputRun()
     start = 0  # position of the chunk's first record among the partition's
     for (ci, _, base), cnt, i in zip(heads, counts, inputs, strict=True):
-        data = i.data.read_chunk(ci)
+        batches = i.read_batches(ci)
         offsets = _offsets_of(ci, base)
         all_hashes, keep = p1.take(cnt) if p1 is not None else (b"", np.ones(cnt, np.bool_))
         stats.duplicates_dropped += int(cnt - np.count_nonzero(keep))
-        tomb_mask = np.zeros(cnt, dtype=np.bool_)
-        tomb_cleaned = np.zeros(cnt, dtype=np.int64)
+        tomb_mask = tomb_cleaned = None  # the chunk's tombstones (None: it has none)
         if keyed and len(ci.tombstones):
+            tomb_mask = np.zeros(cnt, dtype=np.bool_)
+            tomb_cleaned = np.zeros(cnt, dtype=np.int64)
             rel = np.frombuffer(ci.tombstones.to_array(), dtype=np.uint32).astype(np.int64)
             where = np.searchsorted(offsets, rel + base)
             tomb_mask[where] = True
             tomb_cleaned[where] = ci.tombstone_cleaned_at
-        if p1 is not None and rule is not None and rule.whole_log:
+        if (tomb_mask is not None and tomb_cleaned is not None and p1 is not None
+                and rule is not None and rule.whole_log):
             # Kafka's delete horizon: a tombstone goes once delete.retention.ms passed
             # since a whole-log clean first retained it; only inside the cleaned range.
             in_range = np.zeros(cnt, dtype=np.bool_)
@@ -339,48 +419,58 @@ def _merge_partition_spooled(
             fresh = keep & tomb_mask & (tomb_cleaned == 0) & in_range
             tomb_cleaned[fresh] = now_ms
         start += cnt
-        if not keep.any():
+        sel = np.flatnonzero(keep)
+        if not len(sel):
             continue
-        pos = 0
-        for header, view in iter_batches(data):
+        # The chunk's survivors' index data, sliced into the runs its batches go to.
+        c_rel = offsets[sel] - out_base
+        c_hashes = np.frombuffer(all_hashes, dtype="V16")[sel] if keyed else None
+        c_tombs = None if tomb_mask is None else tomb_mask[sel]
+        c_times = None if tomb_cleaned is None else tomb_cleaned[sel]
+        pos = taken = seen = 0  # records walked; survivors handed to the run; walked
+        holding = False  # a pending copied batch is a view of this chunk's bytes
+        for header, view in batches:
             bn = header.record_count
-            bk = keep[pos : pos + bn]
-            if bk.any():
-                if builder is None:
-                    builder = out.writer.open_chunk(
-                        topic, partition, base_offset=out_base, keyed=keyed,
-                    )
-                rel = offsets[pos : pos + bn] - out_base
-                sel = np.flatnonzero(bk)
-                new_base: int = header.base_offset + base - out_base
-                if bk.all():
-                    raw = bytes(view)
-                    stats.batches_copied += 1
-                else:
-                    # Survivors' record bytes are copied as they are; the batch keeps its
-                    # base offset and timestamp, so their deltas (offsets) stay valid.
-                    raw = filter_batch(view, header, sel.tolist(), compression=(
-                        header.compression if codec is None else codec))
-                    stats.batches_reencoded += 1
-                hashes = b""
-                tombs: Any = ()
-                tomb_times: Any = None
-                if keyed:
-                    idx = pos + sel
-                    hv = np.frombuffer(all_hashes, dtype="V16")
-                    hashes = hv[idx].tobytes()
-                    tsel = tomb_mask[idx]
-                    tombs = rel[sel][tsel]
-                    tomb_times = tomb_cleaned[idx][tsel]
-                builder.append_compacted(
-                    raw, base=new_base, offsets=rel[sel], tombstones=tombs, key_hashes=hashes,
-                    tombstone_cleaned_at=tomb_times,
-                )
-                stats.records_out += len(sel)
+            mask = keep[pos : pos + bn]
             pos += bn
+            kept = int(np.count_nonzero(mask))
+            if not kept:
+                continue
+            new_base = header.base_offset + base - out_base
+            if kept == bn:
+                run.raws.append(view)
+                if not holding:  # the run holds the whole chunk's bytes
+                    run.size += ci.data_len
+                    holding = True
+                stats.batches_copied += 1
+            else:
+                # Survivors' record bytes are copied as they are; the batch keeps its
+                # base offset (placed in the output chunk) and timestamp, so their
+                # deltas (offsets) stay valid.
+                run.raws.append(filter_batch(
+                    view, header, mask, base_offset=new_base,
+                    compression=header.compression if codec is None else codec))
+                run.size += len(run.raws[-1])
+                stats.batches_reencoded += 1
+            run.bases.append(new_base)
+            seen += kept
+            if run.size >= RUN_BYTES:
+                run.add_index(c_rel, c_hashes, c_tombs, c_times, taken, seen)
+                taken = seen
+                if builder is None:
+                    builder = out.writer.open_chunk(topic, partition, base_offset=out_base,
+                                                    keyed=keyed)
+                stats.records_out += run.flush(builder)
+                holding = False
         if pos != cnt:
             raise RuntimeError(f"{topic}/{partition}: batches hold {pos} records,"
                                f" index says {cnt}")
+        if seen > taken:
+            run.add_index(c_rel, c_hashes, c_tombs, c_times, taken, seen)
+    if run.raws:
+        if builder is None:
+            builder = out.writer.open_chunk(topic, partition, base_offset=out_base, keyed=keyed)
+        stats.records_out += run.flush(builder)
     if builder is not None:
         chunk = builder.finish()
         out.writer.add(chunk)

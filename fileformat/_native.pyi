@@ -29,3 +29,12 @@ class BatchEncoder:
     def append(self, offset_delta: int, timestamp: int, key: Any, value: Any,
                headers: Sequence[tuple[str, Any]] = (), /) -> int: ...
     def finish(self, base_offset: int = 0, /) -> bytes: ...
+
+
+# ---- filter (compaction walk)
+def filter_records(
+    batch: Any, start: int, mask: Any, /
+) -> tuple[bytearray, int, int, int]:
+    """The batch's header, then its records kept by `mask` (one byte per record, from
+    `start`): (that bytearray, records kept, last kept offsetDelta, largest kept
+    timestampDelta). Corrupt framing raises ValueError."""

@@ -33,7 +33,7 @@ with a per-chunk "frame CRC" in the index (see `fileformat.objectfile`).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -101,6 +101,8 @@ class Compression(IntEnum):
     ZSTD = 4
 
 
+_CODECS = tuple(sorted(Compression))  # by codec id: _CODECS[id] is Compression(id)
+
 # The codecs siltstream writes, by the Kafka producer's compression.type names (all five).
 WRITABLE_COMPRESSIONS: Mapping[str, Compression] = {
     "none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
@@ -147,10 +149,9 @@ class BatchHeader:
     def compression(self) -> Compression:
         """The codec; raises UnsupportedError for ids 5-7."""
         codec = self.attributes & CODEC_MASK
-        try:
-            return Compression(codec)
-        except ValueError:
-            raise UnsupportedError(f"unknown compression codec {codec}") from None
+        if codec < len(_CODECS):
+            return _CODECS[codec]  # hot: an Enum call costs ~1 µs
+        raise UnsupportedError(f"unknown compression codec {codec}")
 
     @property
     def is_control(self) -> bool:
@@ -192,20 +193,21 @@ def read_header(buf: Any, pos: int = 0) -> BatchHeader:
     return BatchHeader(base, total, epoch, crc, attrs, lod, first_ts, max_ts, pid, pep, bseq, count)
 
 
-def _check_crc(view: memoryview, header: BatchHeader, pos: int) -> None:
+def check_batch(view: memoryview, header: BatchHeader, pos: int = 0) -> None:
+    """The checks `verify_batch` makes past `read_header`: CRC, then a known codec."""
     actual = crc32c.crc32c(view[pos + ATTRIBUTES_POS : pos + header.length])
     if actual != header.crc:
         raise CorruptDataError(
             f"batch at {pos}: CRC32C {actual:#010x} != stored {header.crc:#010x}"
         )
+    header.compression  # noqa: B018 - raises UnsupportedError on a bad codec (CRC is fine)
 
 
 def verify_batch(buf: Any, pos: int = 0) -> BatchHeader:
     """Check framing and CRC of the batch at `pos`; return its header."""
     view = memoryview(buf)
     header = read_header(view, pos)
-    _check_crc(view, header, pos)
-    header.compression  # noqa: B018 - raises UnsupportedError on a bad codec (CRC is fine)
+    check_batch(view, header, pos)
     return header
 
 
@@ -562,128 +564,131 @@ def iter_records(view: memoryview, header: BatchHeader, offset_shift: int = 0) -
 
 
 def _varint(buf: Any, pos: int, end: int) -> tuple[int, int]:
-    """Zigzag varint (Kafka's varint/varlong) at `pos`: (value, position after it)."""
+    """Zigzag varint (Kafka's varint/varlong) at `pos`, at most 10 bytes, none at or past
+    `end`: (value as a signed 64-bit int, position after it)."""
     result = shift = 0
-    while True:
+    while shift < 70:
         if pos >= end:
-            raise CorruptDataError("record varint runs past the batch")
+            raise CorruptDataError("record varint runs past its bounds")
         b = buf[pos]
         pos += 1
         result |= (b & 0x7F) << shift
         if b < 0x80:
+            result &= _U64
             return (result >> 1) ^ -(result & 1), pos
         shift += 7
-        if shift > 63:
-            raise CorruptDataError("record varint longer than 10 bytes")
+    raise CorruptDataError("record varint longer than 10 bytes")
 
 
-def _record_deltas(buf: bytes, pos: int, end: int) -> tuple[int, int]:
-    """(timestampDelta, offsetDelta) of the record framed at buf[pos:end] (hot: inlined)."""
+_U64 = (1 << 64) - 1
+
+# What the records walk returns: (header of the input then the kept records' bytes, records
+# kept, last kept offsetDelta, largest kept timestampDelta); the deltas are 0 if none kept.
+FilteredRecords = tuple[bytearray, int, int, int]
+RecordsWalk = Callable[[Any, int, Any], FilteredRecords]
+
+
+def _filter_records_py(batch: Any, start: int, mask: Any) -> FilteredRecords:
+    """Pure-Python twin of the C `_native.filter_records` (same contract, same errors):
+    walk the length prefix of the len(mask) records from `start` to the end of `batch`,
+    which they must frame exactly, and copy the records whose mask byte is non-zero."""
+    buf = bytes(batch)
+    keep = bytes(mask)
+    end = len(buf)
+    out = bytearray(buf[:start])
+    pos = start
+    kept = last_delta = max_ts = 0
+    for i, flag in enumerate(keep):
+        at = pos
+        size, pos = _varint(buf, pos, end)
+        if size < 0 or size > end - pos:
+            raise CorruptDataError(f"record {i}: length is negative or runs past the batch")
+        rec_end = pos + size
+        if flag:
+            if pos + 1 > rec_end:
+                raise CorruptDataError(f"record {i}: no attributes byte")
+            ts, q = _varint(buf, pos + 1, rec_end)
+            last_delta = _varint(buf, q, rec_end)[0]
+            max_ts = ts if kept == 0 else max(max_ts, ts)
+            kept += 1
+            out += buf[at:rec_end]
+        pos = rec_end
+    if pos != end:
+        raise CorruptDataError(f"{len(keep)} records do not frame the records section")
+    return out, kept, last_delta, max_ts
+
+
+def _filter_records_native(batch: Any, start: int, mask: Any) -> FilteredRecords:
+    """`_native.filter_records`, its ValueError (corrupt framing) as CorruptDataError."""
     try:
-        while buf[pos] & 0x80:  # the length prefix
-            pos += 1
-        pos += 2  # its last byte, then the attributes byte
-        b = buf[pos]
-        pos += 1
-        ts = b & 0x7F
-        shift = 7
-        while b & 0x80:
-            b = buf[pos]
-            pos += 1
-            ts |= (b & 0x7F) << shift
-            shift += 7
-        b = buf[pos]
-        pos += 1
-        off = b & 0x7F
-        shift = 7
-        while b & 0x80:
-            b = buf[pos]
-            pos += 1
-            off |= (b & 0x7F) << shift
-            shift += 7
-    except IndexError:
-        pos = end + 1
-    if pos > end or shift > 70:
-        raise CorruptDataError("record header runs past the record")
-    return (ts >> 1) ^ -(ts & 1), (off >> 1) ^ -(off & 1)
+        return _native.filter_records(batch, start, mask)
+    except ValueError as exc:
+        raise CorruptDataError(str(exc)) from None
+
+
+def _filter(view: memoryview, header: BatchHeader, keep: Any, compression: Compression,
+            base_offset: int | None, walk: RecordsWalk) -> bytearray:
+    mask = memoryview(keep)  # a bytes-like mask; TypeError for anything else
+    if mask.nbytes != header.record_count:
+        raise ValueError(f"keep mask of {mask.nbytes} bytes for a batch of "
+                         f"{header.record_count} records")
+    out, kept, last_delta, max_delta = walk(uncompressed_view(view, header), HEADER_SIZE, mask)
+    if not kept:
+        raise ValueError("a batch needs at least one record")
+    if last_delta > header.last_offset_delta or last_delta < 0:
+        raise CorruptDataError(f"batch at offset {header.base_offset}: record offset delta "
+                               f"{last_delta} outside the batch")
+    if compression != Compression.NONE:
+        records = compress(memoryview(out)[HEADER_SIZE:], compression)
+        del out[HEADER_SIZE:]
+        out += records
+    max_ts = (header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK
+              else header.first_timestamp + max_delta)
+    HEADER.pack_into(
+        out, 0, header.base_offset if base_offset is None else base_offset,
+        len(out) - LOG_OVERHEAD, header.leader_epoch, MAGIC, 0,
+        (header.attributes & ~CODEC_MASK) | int(compression), last_delta,
+        header.first_timestamp, max_ts, header.producer_id, header.producer_epoch,
+        header.base_sequence, kept,
+    )
+    _CRC.pack_into(out, CRC_POS, crc32c.crc32c(memoryview(out)[ATTRIBUTES_POS:]))
+    return out
 
 
 def filter_batch(
     view: memoryview,
     header: BatchHeader,
-    keep: Sequence[int],
+    keep: Any,
     *,
     compression: Compression = Compression.NONE,
-) -> bytes:
-    """A copy of a VERIFIED batch holding only the records at indices `keep` (ascending).
+    base_offset: int | None = None,
+) -> bytearray:
+    """A copy of a VERIFIED batch holding only the records whose `keep` mask entry is set
+    (bytes-like, one byte per record: bytes or a contiguous numpy bool array; at least one
+    set).
 
     The kept records' bytes are copied as they are (no decode, no re-encode): the copy
-    keeps the batch's baseOffset and firstTimestamp, against which every record's offset
-    and timestamp deltas are stored, so offsets and timestamps are unchanged. The header
+    keeps the batch's baseOffset (or gets `base_offset`: where it is placed) and
+    firstTimestamp, against which every record's offset and timestamp deltas are stored,
+    so offsets and timestamps are unchanged (relative to the base). The header
     gets the new record count, the last kept record's offset delta, the kept records'
     largest timestamp (unless LogAppendTime), the codec `compression` and a new CRC;
-    producer id, epoch, sequence and leader epoch are kept. Walks every record's length
-    prefix (a byte or two) and parses only the kept records' timestamp and offset deltas.
+    producer id, epoch, sequence and leader epoch are kept. The walk over every record's
+    length prefix and the copy run in C (`_native.filter_records`).
     """
-    if not keep:
-        raise ValueError("a batch needs at least one record")
-    buf = bytes(uncompressed_view(view, header))  # bytes index faster than a memoryview
-    end = len(buf)
-    n = header.record_count
-    starts = [0] * (n + 1)
-    pos = HEADER_SIZE
-    for i in range(n):
-        starts[i] = pos
-        if pos + 1 < end:  # fast paths: 1- and 2-byte prefixes of non-negative lengths
-            b = buf[pos]
-            if b < 0x80:
-                if not b & 1:
-                    pos += 1 + (b >> 1)
-                    continue
-            elif buf[pos + 1] < 0x80 and not b & 1:
-                pos += 2 + (((b & 0x7F) | (buf[pos + 1] << 7)) >> 1)
-                continue
-        size, body = _varint(buf, pos, end)
-        if size < 0:
-            raise CorruptDataError(f"batch at offset {header.base_offset}: record {i} "
-                                   f"has a negative length")
-        pos = body + size
-    if pos != end:
-        raise CorruptDataError(f"batch at offset {header.base_offset}: its {n} records do "
-                               f"not frame the records section")
-    starts[n] = end
-    parts = []
-    max_delta: int | None = None
-    last_delta = -1
-    prev = -1
-    for j in keep:
-        if not prev < j < n:
-            raise ValueError(f"record indices must rise within 0..{n - 1}")
-        prev = j
-        at = starts[j]
-        ts_delta, last_delta = _record_deltas(buf, at, starts[j + 1])
-        if max_delta is None or ts_delta > max_delta:
-            max_delta = ts_delta
-        parts.append(buf[at : starts[j + 1]])
-    if last_delta > header.last_offset_delta or last_delta < 0:
-        raise CorruptDataError(f"batch at offset {header.base_offset}: record offset delta "
-                               f"{last_delta} outside the batch")
-    records = b"".join(parts)
-    if compression != Compression.NONE:
-        records = compress(records, compression)
-    assert max_delta is not None
-    max_ts = (header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK
-              else header.first_timestamp + max_delta)
-    out = bytearray(HEADER_SIZE + len(records))
-    HEADER.pack_into(
-        out, 0, header.base_offset, len(out) - LOG_OVERHEAD, header.leader_epoch, MAGIC, 0,
-        (header.attributes & ~CODEC_MASK) | int(compression), last_delta,
-        header.first_timestamp, max_ts, header.producer_id, header.producer_epoch,
-        header.base_sequence, len(parts),
-    )
-    out[HEADER_SIZE:] = records
-    _CRC.pack_into(out, CRC_POS, crc32c.crc32c(memoryview(out)[ATTRIBUTES_POS:]))
-    return bytes(out)
+    return _filter(view, header, keep, compression, base_offset, _filter_records_native)
+
+
+def filter_batch_reference(
+    view: memoryview,
+    header: BatchHeader,
+    keep: Any,
+    *,
+    compression: Compression = Compression.NONE,
+    base_offset: int | None = None,
+) -> bytearray:
+    """`filter_batch` with the records walk in pure Python: what tests hold the C to."""
+    return _filter(view, header, keep, compression, base_offset, _filter_records_py)
 
 
 def decode_batch(buf: Any) -> list[Record]:

@@ -6,6 +6,9 @@ ValueError or RuntimeError instead: that is a bug in the caller, not in the byte
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class FormatError(Exception):
     """Base class of the errors below: bytes that cannot be read or written as asked."""
@@ -28,3 +31,16 @@ class UnsupportedError(FormatError):
 
 class NativeBuildError(ImportError):
     """The compiled module fileformat._native is missing or stale (a build step, not data)."""
+
+
+@contextmanager
+def naming(key: str) -> Iterator[None]:
+    """Re-raise a FormatError from the block as the same class with the object's key in
+    front of its message (the original chained), so that whoever meets it knows which
+    object is bad; an error already naming the key passes unchanged."""
+    try:
+        yield
+    except FormatError as exc:
+        if key in str(exc):
+            raise
+        raise type(exc)(f"object {key!r}: {exc}") from exc

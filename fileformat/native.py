@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fileformat.errors import NativeBuildError
 
-ABI = 3
+ABI = 4
 
 try:
     from fileformat import _native

@@ -293,6 +293,14 @@ def _commit_body(db: Database, conn: sa.Connection, lease: Lease,
         if (ids[name], part) not in next_offset:
             raise UnknownPartitionError(f"topic {name!r} has no partition {part}")
     rows = []
+    # The first live non-input segment ending at or after an output's base_offset is the
+    # only candidate overlap (live segments are ordered and disjoint). One statement for
+    # every output segment, with its values bound per execution (building a statement per
+    # partition cost more than running it).
+    first_after = (sa.select(sg.id, sg.base_offset).where(
+        sg.topic_id == sa.bindparam("tid"), sg.partition == sa.bindparam("part"), s.LIVE,
+        sg.last_offset >= sa.bindparam("base"), sg.file_id.not_in(inputs))
+        .order_by(sg.last_offset).limit(1))
     for o in outputs:
         for x in o.segments:
             tid = ids[x.topic]
@@ -300,13 +308,8 @@ def _commit_body(db: Database, conn: sa.Connection, lease: Lease,
                 raise InvalidCommitError(
                     f"output {x.topic}/{x.partition} ends at {x.last_offset},"
                     f" past the log end {next_offset[(tid, x.partition)]}")
-            # The first live non-input segment ending at or after base_offset is the only
-            # candidate (live segments are ordered and disjoint).
-            nxt = conn.execute(
-                sa.select(sg.id, sg.base_offset).where(
-                    sg.topic_id == tid, sg.partition == x.partition, s.LIVE,
-                    sg.last_offset >= x.base_offset, sg.file_id.not_in(inputs))
-                .order_by(sg.last_offset).limit(1)).first()
+            nxt = conn.execute(first_after, {"tid": tid, "part": x.partition,
+                                             "base": x.base_offset}).first()
             if nxt is not None and nxt.base_offset <= x.last_offset:
                 raise CommitConflictError(
                     f"output {x.topic}/{x.partition} [{x.base_offset}, "
@@ -331,12 +334,17 @@ def _commit_body(db: Database, conn: sa.Connection, lease: Lease,
         conn.execute(s.files.update().where(f.id.in_(inputs)).values(
             state=s.FILE_RETIRED, state_changed_at_ms=now, job_id=None))
     conn.execute(s.files.update().where(f.job_id == lease.job_id).values(job_id=None))
-    # 6. Advance cleaner checkpoints (never backwards, never past the log end).
-    for (topic, part), offset in sorted(checkpoints.items()):
+    # 6. Advance cleaner checkpoints (never backwards, never past the log end): one
+    # statement, executed for every partition's values.
+    if checkpoints:
+        offset: sa.BindParameter[int] = sa.bindparam("offset")
         conn.execute(s.partitions.update().where(
-            pc.topic_id == ids[topic], pc.partition == part, pc.clean_offset < offset,
+            pc.topic_id == sa.bindparam("tid"), pc.partition == sa.bindparam("part"),
+            pc.clean_offset < offset,
         ).values(clean_offset=sa.func.least(offset, pc.next_offset)
-                 if db.pg else sa.func.min(offset, pc.next_offset)))
+                 if db.pg else sa.func.min(offset, pc.next_offset)),
+            [{"tid": ids[topic], "part": part, "offset": off}
+             for (topic, part), off in sorted(checkpoints.items())])
     conn.execute(s.jobs.update().where(s.jobs.c.id == lease.job_id).values(
         state=s.JOB_COMMITTED, updated_at_ms=now,
         result=None if result is None else json.dumps(result, default=str)))

@@ -33,14 +33,16 @@ def _bad_range(start: int, end: int | None) -> bool:
     return start < 0 or (end is not None and end < start)
 
 
-def _check_range(size: int, start: int, end: int | None) -> int:
-    """The range's end, or InvalidRangeError exactly where S3 would answer 416 or short."""
+def _check_range(key: str, size: int, start: int, end: int | None) -> int:
+    """The range's end, or InvalidRangeError (naming the object) exactly where S3 would
+    answer 416 or short."""
     if end is None:
         if start == 0:
             return size
         end = size if start < size else -1  # S3: `bytes=N-` with N >= size is 416
     if start < 0 or end < start or end > size:
-        raise InvalidRangeError(f"range [{start}, {end}) outside an object of {size} bytes")
+        raise InvalidRangeError(
+            f"range [{start}, {end}) outside object {key!r} of {size} bytes")
     return end
 
 
@@ -70,12 +72,27 @@ class _FileRangeStream(StreamBase):
         self._f.close()
 
 
+# An upload in progress: `.upload-<key's name>.<random>.tmp` beside the key's file. Named
+# after its key so that deleting the key also deletes one a killed writer left behind
+# (GC deletes the keys of stale pending files: the temp file of a process killed mid-upload
+# goes with them); never listed.
+UPLOAD_PREFIX, UPLOAD_SUFFIX = ".upload-", ".tmp"
+
+
+def _upload_of(name: str) -> str | None:
+    """The key name a temp upload file name belongs to (None: not one)."""
+    if not (name.startswith(UPLOAD_PREFIX) and name.endswith(UPLOAD_SUFFIX)):
+        return None
+    return name[len(UPLOAD_PREFIX):-len(UPLOAD_SUFFIX)].rpartition(".")[0] or None
+
+
 class _LocalWriter(ObjectWriter):
     """Writes to a temporary file beside the target and renames it into place on close."""
 
     def __init__(self, path: Path, report: RequestListener) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".upload-", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{UPLOAD_PREFIX}{path.name}.",
+                                   suffix=UPLOAD_SUFFIX)
         self._f = os.fdopen(fd, "wb")
         self._tmp = Path(tmp)
         self._path = path
@@ -161,7 +178,7 @@ class FileStore(Backend):
             return _empty_stream(self._report)
         f = path.open("rb")
         try:
-            stop = _check_range(os.fstat(f.fileno()).st_size, start, end)
+            stop = _check_range(key, os.fstat(f.fileno()).st_size, start, end)
         except BaseException:
             f.close()
             raise
@@ -177,18 +194,31 @@ class FileStore(Backend):
         return self._path(key).stat().st_size
 
     def delete_many(self, keys: Iterable[str]) -> None:
+        """Delete the keys' files, and any upload of them a killed writer left (one
+        directory scan per directory the keys are in)."""
         batch = list(keys)
+        names: dict[Path, set[str]] = {}
         for i in range(0, len(batch), 1000):
             self._report(DELETE, 0, 0)
             for key in batch[i : i + 1000]:
-                self._path(key).unlink(missing_ok=True)
+                path = self._path(key)
+                path.unlink(missing_ok=True)
+                names.setdefault(path.parent, set()).add(path.name)
+        for directory, deleted in names.items():
+            try:
+                entries = list(os.scandir(directory))
+            except FileNotFoundError:
+                continue
+            for entry in entries:
+                if _upload_of(entry.name) in deleted:
+                    Path(entry.path).unlink(missing_ok=True)
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         self._report(LIST, 0, 0)
         found = []
         for dirpath, _, files in os.walk(self.root):
             for name in files:
-                if name.startswith(".upload-"):
+                if _upload_of(name) is not None:
                     continue
                 full = Path(dirpath) / name
                 key = full.relative_to(self.root).as_posix()
@@ -256,7 +286,7 @@ class MemoryStore(Backend):
         if end == start:
             return _empty_stream(self._report)
         data = self._get(key)
-        stop = _check_range(len(data), start, end)
+        stop = _check_range(key, len(data), start, end)
         self._report(GET, 0, 0)
         return _FileRangeStream(io.BytesIO(data), start, stop, self._report)
 

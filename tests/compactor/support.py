@@ -12,6 +12,7 @@ from typing import Any
 from agent import Agent, AgentConfig, Reader
 from clock import ManualClock
 from compactor import Compactor, CompactorConfig
+from faults.check import latest_per_key as latest_per_key  # the one reference (Kafka's)
 from metadata import MetadataStore
 from objectstore import ObjectStore, open_store
 
@@ -94,13 +95,6 @@ class Harness:
 
     def live_keys(self) -> set[str]:
         return {f.object_key for f in self.md.snapshot().files}
-
-
-def latest_per_key(records: Iterable[Rec]) -> dict[bytes | None, Rec]:
-    out: dict[bytes | None, Rec] = {}
-    for rec in records:
-        out[rec.key] = rec
-    return out
 
 
 def assert_preserved(got: list[Rec], produced: list[Rec]) -> None:

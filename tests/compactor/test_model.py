@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from compactor import merge
 from tests.compactor.support import (
     TP,
     Harness,
@@ -197,7 +198,11 @@ def test_fixed_scenario_on_postgres(postgres_url: str) -> None:
         h.close()
 
 
-def test_fixed_scenario_on_sqlite(tmp_path: Path) -> None:
+@pytest.mark.parametrize("run_bytes", [merge.RUN_BYTES, 1])
+def test_fixed_scenario_on_sqlite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                  run_bytes: int) -> None:
+    # run_bytes=1: pass 2 appends every output batch in a run of its own.
+    monkeypatch.setattr(merge, "RUN_BYTES", run_bytes)
     h = Harness.open(f"sqlite:///{tmp_path}/md.db")
     try:
         c = Checker(h)

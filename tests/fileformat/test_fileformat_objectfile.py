@@ -43,6 +43,7 @@ from fileformat.objectfile import (
     FOOTER_CRC_POS,
     OBJECT_HEADER_SIZE,
     TRAILER,
+    ReadAhead,
     meta_entry_end,
 )
 
@@ -394,6 +395,37 @@ def test_append_compacted_places_gapped_batches() -> None:
     ]
 
 
+def test_append_compacted_run_places_several_batches_or_none() -> None:
+    builder = ChunkBuilder("t", 0, base_offset=0, keyed=True)
+    first = build_batch([(0, 10, b"a", b"1", ()), (3, 11, b"b", None, ())])
+    second = build_batch([(1, 12, b"c", b"3", ())], compression=Compression.LZ4)
+    hashes = HASHER.hash_many([b"a", b"b", b"c"])
+    good: dict[str, Any] = {"offsets": [10, 13, 21], "tombstones": [13], "key_hashes": hashes,
+            "tombstone_cleaned_at": [7]}
+    bad: list[tuple[dict[str, Any], str]] = [
+        ({"bases": [10, 13]}, "below"),  # the second batch overlaps the first
+        ({"bases": [10]}, "one base per batch"),
+        ({"offsets": [10, 13, 20]}, "ending at its last"),
+        ({"offsets": [10, 21]}, "offsets given"),
+        ({"offsets": [9, 13, 21]}, "offsets must rise"),
+        ({"tombstones": [12]}, "subset"),
+        ({"key_hashes": hashes[:32]}, "hashes"),
+    ]
+    for change, match in bad:
+        args: dict[str, Any] = {"bases": [10, 20], **good, **change}
+        with pytest.raises(ValueError, match=match):
+            builder.append_compacted_run([first, second], **args)
+    assert builder.record_count == 0 and builder.next_offset == 0  # unchanged
+    builder.append_compacted_run([first, second], bases=[10, 20], **good)
+    assert (builder.record_count, builder.next_offset) == (3, 22)
+    data, _layout = encode_file([builder.finish()])
+    ci, got_hashes = read_object(data)[1][0]
+    assert list(ci.offsets) == [10, 13, 21] and list(ci.tombstones) == [13]
+    assert ci.tombstone_cleaned_at.tolist() == [7] and got_hashes == hashes
+    records = list(iter_chunk_records(data[ci.data_pos : ci.data_end], 0, index=ci))
+    assert [(r.offset, r.key) for r in records] == [(10, b"a"), (13, b"b"), (21, b"c")]
+
+
 def test_unknown_version_is_unsupported() -> None:
     data, _ = encode_file([])
     footer = bytearray(data[-FOOTER_SIZE:])
@@ -480,3 +512,13 @@ def test_failed_append_leaves_the_builder_consistent() -> None:
     ci, _ = read_object(data)[1][0]
     records = list(iter_chunk_records(data[ci.data_pos : ci.data_end], 0, index=ci))
     assert [(r.offset, r.value) for r in records] == [(0, b"a"), (1, b"c")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300), st.lists(st.integers(0, 80), max_size=20), st.integers(1, 64))
+def test_read_ahead_reads_what_the_stream_holds(data: bytes, sizes: list[int],
+                                                block: int) -> None:
+    ahead = ReadAhead(io.BytesIO(data), block)
+    plain = io.BytesIO(data)
+    for n in sizes:
+        assert ahead.read(n) == plain.read(n)

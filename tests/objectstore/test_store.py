@@ -308,6 +308,21 @@ def test_file_writes_are_atomic(tmp_path: Path) -> None:
         store.put("../escape", b"x")
 
 
+def test_deleting_a_key_deletes_the_upload_a_killed_writer_left(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    writers = [store.put_stream(key) for key in ("d/k", "d/k2", "d/other")]
+    for w in writers:  # never closed nor aborted (until the end): as a SIGKILL leaves them
+        w.write(b"half")
+    leftovers = sorted(p.name for p in (tmp_path / "d").iterdir())
+    assert len(leftovers) == 3 and all(n.startswith(".upload-") for n in leftovers)
+    assert list(store.list()) == []
+    store.delete_many(["d/k", "d/k2", "e/absent"])  # as GC deletes a stale pending file's key
+    (left,) = (tmp_path / "d").iterdir()
+    assert left.name.startswith(".upload-other.")
+    for w in writers:
+        w.abort()  # closes the files (the deleted temp files too: no error)
+
+
 def test_counting_is_thread_safe() -> None:
     store = open_store(f"memory://threads-{os.urandom(4).hex()}")
 
