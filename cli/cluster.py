@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from metadata import MetadataStore
 from metadata.engine import shown_url
 from metadata.errors import MetadataNotFoundError
-from metadata.identity import ClusterIdentity
+from metadata.identity import MARKER_KEY, ClusterIdentity
 from objectstore import (
     BucketNotFoundError,
     ObjectStore,
@@ -36,7 +36,6 @@ from settings.load import Settings
 
 from .errors import ClusterMismatchError
 
-MARKER_KEY = "_silt/cluster.json"
 INIT_HINT = "`silt init --create-bucket` creates it"
 OWN_METADATA = "give each store its own metadata (--metadata or SILT_METADATA)"
 

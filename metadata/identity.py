@@ -12,6 +12,10 @@ import sqlalchemy as sa
 from . import schema as s
 from .engine import Database
 
+# The object store's marker holding the cluster id (written and checked by cli/cluster.py):
+# not a data object, so checks of objects against files leave it out.
+MARKER_KEY = "_silt/cluster.json"
+
 
 @dataclass(frozen=True, slots=True)
 class ClusterIdentity:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from cli.agent_process import REPO
-from cli.cluster import MARKER_KEY
 from metadata import DEFAULT_URL, MetadataStore
+from metadata.identity import MARKER_KEY
 from objectstore import open_store
 
 

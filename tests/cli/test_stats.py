@@ -8,8 +8,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from cli.cluster import MARKER_KEY
 from cli.main import cli
+from metadata.identity import MARKER_KEY
 
 
 def run(env: dict[str, str], *args: str, input: str | None = None) -> str:

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from cli.cluster import MARKER_KEY
 from cli.main import cli
 from metadata import MetadataStore
+from metadata.identity import MARKER_KEY
 from objectstore import open_store
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli.cluster import MARKER_KEY
 from cli.main import cli
 from faults import storefaults
 from faults.proxy import DROP_AFTER, SLOWDOWN, FaultProxy
+from metadata.identity import MARKER_KEY
 from objectstore import open_store
 
 
