@@ -78,9 +78,11 @@ def pass1(sources: Sequence[HashSource], window: tuple[int, int] | None, capacit
           spool: HashSpool) -> Pass1:
     """Read every source's hashes (the partition's records in offset order) into `spool`;
     with a `window` [dirty start, cleanable end) of positions, also into an offset map of
-    at most `capacity` keys, which ends early when full."""
-    omap = OffsetMap(capacity) if window is not None else None
+    at most `capacity` keys, which ends early when full. The window's length bounds its
+    distinct keys, so the map never grows past what the window could fill (a job smaller
+    than the budget costs ~22 B per key, not the budget)."""
     lo, hi = window or (0, 0)
+    omap = OffsetMap(max(1, min(capacity, hi - lo))) if window is not None else None
     map_end, full, nulls, pos = hi, False, 0, 0
     for source in sources:
         while block := source.read(READ_BLOCK):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactor.dedupe import dedupe
+from compactor.dedupe import _Bytes, dedupe, pass1
+from compactor.offsetmap import HashSpool
 from fileformat import NULL_KEY_HASH, KeyHasher
 
 HASHER = KeyHasher(b"s" * 32)
@@ -85,3 +86,13 @@ def test_null_keys_are_kept_and_not_in_the_map() -> None:
     res = dedupe(NULL_KEY_HASH + k + NULL_KEY_HASH + k, 4, 1)
     assert list(res.keep) == [True, False, True, True]
     assert (res.distinct_keys, res.null_keys, res.map_end) == (1, 2, 4)
+
+
+def test_map_is_sized_by_the_window_not_the_budget() -> None:
+    """A window of 100 records can hold at most 100 keys: the map's limit is 100, not the
+    budget's 1 M (memory by the job's keys), and it still dedupes the whole window."""
+    hashes = b"".join(HASHER.hash(b"k%d" % (i % 7)) for i in range(100))
+    with HashSpool() as spool:
+        p1 = pass1([_Bytes(hashes)], (0, 100), 1_000_000, spool)
+        assert p1.map is not None and p1.map.capacity == 100
+        assert p1.map_end == 100 and p1.distinct_keys == 7
