@@ -32,7 +32,7 @@ def run_compaction(value_size: int, records: int, *, partitions: int = 100,
     `versions_per_key` times, updates spread over the run), then time one --all job."""
     keys_per_partition = max(1, records // partitions // versions_per_key)
     with tempfile.TemporaryDirectory(prefix="silt-bench-") as tmp:
-        md = MetadataStore.open(f"sqlite:///{tmp}/md.db")
+        md = MetadataStore.open(f"sqlite:///{tmp}/md.db", create=True)
         md.create_topic("bench", partitions, {"cleanup.policy": "compact"})
         store = open_store(store_url or f"file://{tmp}/objects")
         value = os.urandom(value_size)

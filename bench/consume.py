@@ -20,7 +20,7 @@ def run_consume(value_size: int, records: int, partitions: int = 100) -> list[di
     """Produce, then time reading every partition from offset 0, once per method."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="silt-bench-") as tmp:
-        md = MetadataStore.open(f"sqlite:///{tmp}/md.db")
+        md = MetadataStore.open(f"sqlite:///{tmp}/md.db", create=True)
         md.create_topic("bench", partitions)
         store = open_store(f"file://{tmp}/objects")
         value = b"x" * value_size

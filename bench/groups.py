@@ -335,7 +335,7 @@ def run_groups_on(md_url: str, tmp: Path, p: GroupsParams,
                   rebalance: bool) -> list[dict[str, Any]]:
     """Start an agent on file://`tmp` + `md_url` (an empty database), run the measures (the
     rebalances if `rebalance`), stop it."""
-    md = MetadataStore.open(md_url)
+    md = MetadataStore.open(md_url, create=True)
     md.create_topic(TOPIC, PARTITIONS)
     md.close()
     agent = AgentProcess(f"file://{tmp}/objects", md_url, tmp / "agent.log", dict(AGENT_ENV))

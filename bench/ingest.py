@@ -53,7 +53,7 @@ def run_ingest(p: IngestParams) -> dict[str, Any]:
 def _run_ingest(p: IngestParams) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="silt-bench-") as tmp:
         store_url = f"file://{tmp}/objects" if p.store == "file" else p.store
-        md = MetadataStore.open(f"sqlite:///{tmp}/md.db")
+        md = MetadataStore.open(f"sqlite:///{tmp}/md.db", create=True)
         md.create_topic("bench", p.partitions)
         store = open_store(store_url)
         value = b"x" * p.value_size

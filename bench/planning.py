@@ -63,7 +63,7 @@ def run_planning(p: PlanningParams, metadata_url: str | None = None) -> dict[str
     clock = ManualClock(START_MS)
     with tempfile.TemporaryDirectory(prefix="silt-bench-") as tmp:
         url = metadata_url or f"sqlite:///{tmp}/md.db"
-        md = MetadataStore.open(url, clock=clock)
+        md = MetadataStore.open(url, clock=clock, create=True)
         policy = "compact" if p.layout == CLEAN else "delete"
         md.create_topic(TOPIC, p.partitions, {"cleanup.policy": policy})
         files = p.live_segments // p.partitions

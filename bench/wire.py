@@ -177,7 +177,7 @@ def run_wire(p: WireParams, env: dict[str, str] | None = None) -> list[dict[str,
     with tempfile.TemporaryDirectory(prefix="silt-wire-") as tmp:
         store_url = f"file://{tmp}/objects" if p.store == "file" else p.store
         md_url = f"sqlite:///{tmp}/md.db"
-        md = MetadataStore.open(md_url)
+        md = MetadataStore.open(md_url, create=True)
         md.create_topic(TOPIC, p.partitions)
         md.close()
         store = open_store(store_url)

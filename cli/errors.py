@@ -8,3 +8,8 @@ class CommandFailed(Exception):
     one line saying what, and the command exits 1."""
 
     retriable = False
+
+
+class ClusterMismatchError(CommandFailed):
+    """The object store and the metadata store belong to different clusters (cli/cluster.py):
+    the command is refused before it reads or writes anything."""

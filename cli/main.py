@@ -49,7 +49,7 @@ from metadata.config import ENV_URL as METADATA_ENV
 from metadata.config import MetadataConfig
 from metadata.errors import MetadataError
 from metadata.topicconfig import AlterOp, ConfigChange
-from objectstore import ObjectStore, RetryPolicy, open_store
+from objectstore import ObjectStore
 from objectstore.config import ENV_URL as STORE_ENV
 from objectstore.config import URL, StoreConfig
 from objectstore.errors import ObjectStoreError
@@ -57,6 +57,7 @@ from settings import Section, declared, show
 from settings.load import Origin, Settings, Source, load_settings
 
 from . import groups as cg
+from .cluster import open_cluster
 from .errors import CommandFailed
 from .interrupt import EXIT_INTERRUPTED, Interrupted, Stop, stop_on_signals
 from .jsonlines import LineError, consumed_to_json, parse_produce_line
@@ -134,16 +135,23 @@ class Context:
     def metadata_url(self) -> str:
         return self.settings.metadata.url
 
+    def open(self, *, create: bool = False) -> None:
+        """Open the store and the metadata, checked to belong together (cli/cluster.py);
+        `create`: a write command's first call, creating what is missing."""
+        if self._metadata is None:
+            opened = open_cluster(self.settings, create=create)
+            self._store, self._metadata = opened.store, opened.metadata
+
     @property
     def store(self) -> ObjectStore:
-        if self._store is None:
-            self._store = open_store(self.store_url, retry=RetryPolicy.of(self.settings.store))
+        self.open()
+        assert self._store is not None
         return self._store
 
     @property
     def metadata(self) -> MetadataStore:
-        if self._metadata is None:
-            self._metadata = MetadataStore.open(self.metadata_url, config=self.settings.metadata)
+        self.open()
+        assert self._metadata is not None
         return self._metadata
 
     def close(self) -> None:
@@ -291,6 +299,7 @@ def _parse_configs(pairs: tuple[str, ...], flag: str = "--config") -> dict[str, 
 @one_line_errors
 def topics_create(ctx: Context, name: str, partitions: int, configs: tuple[str, ...]) -> None:
     """Create a topic with N partitions."""
+    ctx.open(create=True)
     info = ctx.metadata.create_topic(name, partitions, _parse_configs(configs))
     click.echo(f"created topic {info.name} with {info.partitions} partitions")
 
@@ -615,6 +624,7 @@ def produce(ctx: Context, topic: str, source: IO[str], linger_ms: int | None,
     if flush_bytes is not None and ctx.settings.origin(buffer_key).source is Source.DEFAULT:
         flags[buffer_key] = max(flush_bytes * 8, ctx.settings.agent.buffer_memory)
     config = ctx.load(flags).agent
+    ctx.open(create=True)
     info = ctx.metadata.get_topic(topic)
     with stop_on_signals() as stop:  # held until the offsets are printed
         acked, lineno, bad = _produce_lines(stop, agent_config=config, ctx=ctx, topic=topic,
@@ -966,6 +976,7 @@ def compact(ctx: Context, once: bool, everything: bool, as_json: bool, memory_mi
     if spark_only and engine != "spark":
         verb = "needs" if len(spark_only) == 1 else "need"
         raise click.UsageError(f"{' and '.join(spark_only)} {verb} --engine spark")
+    ctx.open(create=not once)
     memory = None if memory_mib is None else memory_mib * MIB
     config = ctx.load({f"compactor.{MEMORY_BUDGET}": memory}).compactor
     if engine == "spark":
@@ -1053,6 +1064,7 @@ def compactor(ctx: Context, poll_interval: float | None, log_format: str) -> Non
     abandons it and releases its lease, and exits 0.
     """
     config = ctx.load({f"compactor.{POLL_INTERVAL_S}": poll_interval}).compactor
+    ctx.open(create=True)
     configure_logging(log_format, logging.INFO)
     _serve_compactor(ctx, config)
 
@@ -1157,6 +1169,7 @@ def agent_command(ctx: Context, listen: str | None, advertise: str | None,
 
     settings = ctx.load({f"agent.{LISTENERS}": listen,
                          f"agent.{ADVERTISED_LISTENERS}": advertise})  # bad: one line, exit 1
+    ctx.open(create=True)
     # kio's schemas (thousands of classes) are most of the heap and never freed: moved out of
     # the collector's generations, every full collection stops walking them (measured at a
     # steady 2 MiB/s of small produces: ack p99 295-331 ms instead of 359-528, p50 194-198
@@ -1204,8 +1217,8 @@ def up(ctx: Context, listen: str | None, advertise: str | None, log_format: str)
         raise ValueError(f"cannot serve on {settings.agent.listeners}: something listens"
                          " there already")
     configure_logging(log_format, logging.INFO)
-    ctx.metadata  # noqa: B018 - opened (migrated) here, so the children never race to
-    ctx.close()   # create a fresh database
+    ctx.open(create=True)  # created and marked here, so the children never race to
+    ctx.close()            # create a fresh database
     agent_args = [*ctx.global_args(), "agent", "--log-format", log_format]
     agent_args += ["--listen", listen] if listen is not None else []
     agent_args += ["--advertise", advertise] if advertise is not None else []
@@ -1219,6 +1232,34 @@ def up(ctx: Context, listen: str | None, advertise: str | None, log_format: str)
 
 
 @cli.command()
+@click.option("--create-bucket", is_flag=True, help="Create the s3:// store's bucket first.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+@one_line_errors
+def init(ctx: Context, create_bucket: bool, as_json: bool) -> None:
+    """Create the metadata (schema) and the store's cluster marker; idempotent.
+
+    The first write command (topics create, produce, agent, compactor, up, demo) does the
+    same; read-only commands never create anything.
+    """
+    from .cluster import create_bucket as make_bucket
+    from .cluster import init_report
+
+    created = make_bucket(ctx.store_url) if create_bucket else None
+    cluster = open_cluster(ctx.settings, create=True)
+    cluster.metadata.close()
+    report = init_report(cluster, ctx.store_url, created)
+    if as_json:
+        click.echo(json.dumps(report))
+        return
+    if created is not None:
+        click.echo(f"bucket {'created' if created else 'exists already'}")
+    marker = "marker written" if report["marker_written"] else "marker present"
+    click.echo(f"cluster {report['cluster_id']}: store {report['store']} ({marker}),"
+               f" metadata {report['metadata']}")
+
+
+@cli.command()
 @click.option("--records", type=click.IntRange(min=1), default=100_000, show_default=True)
 @click.option("--partitions", type=click.IntRange(min=1), default=1_000, show_default=True)
 @pass_ctx
@@ -1227,6 +1268,7 @@ def demo(ctx: Context, records: int, partitions: int) -> None:
     """Run an end-to-end demo on the configured store and metadata and explain it."""
     from .demo import run_demo
 
+    ctx.open(create=True)
     run_demo(ctx.store, ctx.metadata, ctx.store_url, ctx.metadata_url,
              records=records, partitions=partitions, echo=click.echo)
 

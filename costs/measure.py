@@ -94,7 +94,7 @@ def _run_design(design: str, partitions: int, w: Workload, endpoint: str, server
     compacted = round(partitions * w.compacted_share)
     plain = partitions - compacted
     with tempfile.TemporaryDirectory(prefix="silt-costs-") as tmp:
-        md = MetadataStore.open(f"sqlite:///{tmp}/md.db")
+        md = MetadataStore.open(f"sqlite:///{tmp}/md.db", create=True)
         if compacted:
             md.create_topic("state", compacted, {"cleanup.policy": "compact"})
         if plain:

@@ -12,6 +12,7 @@ from typing import Protocol, TypeVar
 
 from agent import ConsumedRecord, Reader
 from metadata import MetadataStore
+from metadata.identity import MARKER_KEY
 from metadata.schema import FILE_LIVE
 from objectstore import ObjectStore
 
@@ -133,6 +134,6 @@ def check_compacted(tally: Tally, tp: TP, before: Sequence[ConsumedRecord],
 def check_objects(tally: Tally, store: ObjectStore, md: MetadataStore) -> None:
     """After GC: every object is a live file's and every live file's object exists."""
     live = {f.object_key for f in md.audit_snapshot().files if f.state == FILE_LIVE}
-    stored = {o.key for o in store.list()}
+    stored = {o.key for o in store.list() if o.key != MARKER_KEY}
     tally.note("orphans", len(stored - live), f"{sorted(stored - live)[:3]}")
     tally.note("missing", len(live - stored), f"{sorted(live - stored)[:3]}")

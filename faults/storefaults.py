@@ -41,6 +41,7 @@ import boto3
 
 from agent import Agent, AgentConfig, Reader
 from metadata import MetadataStore
+from metadata.identity import MARKER_KEY
 from metadata.schema import FILE_LIVE
 from objectstore import ObjectStore, RetryPolicy, S3Options, StoreSpec, open_store
 from objectstore.testserver import RecordingMotoServer
@@ -160,7 +161,7 @@ def _trial(server: RecordingMotoServer, proxy: FaultProxy, work: Path, rate: flo
                         counting=False, retry=None)
     boto3.client("s3", endpoint_url=server.endpoint_url, region_name=REGION).create_bucket(
         Bucket=bucket)
-    md = MetadataStore.open(md_url)
+    md = MetadataStore.open(md_url, create=True)
     md.create_topic(TOPIC, PARTITIONS)
     policy = RetryPolicy.of(load_settings().store)  # SILT_STORE_RETRY_*, as the commands
     store = open_store(StoreSpec(url, S3Options(proxy.endpoint_url, REGION, "path")),
@@ -183,7 +184,7 @@ def _trial(server: RecordingMotoServer, proxy: FaultProxy, work: Path, rate: flo
         counts = proxy.counts()
     read = _consume(direct, md, failures)  # what is there, read without faults
     live = {f.object_key for f in md.audit_snapshot().files if f.state == FILE_LIVE}
-    orphans = sum(1 for o in direct.list() if o.key not in live)
+    orphans = sum(1 for o in direct.list() if o.key not in live and o.key != MARKER_KEY)
     md.close()
     return _check(seed, acked, read, orphans, counts.requests, counts.injected,
                   counts.retried, failures)

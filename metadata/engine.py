@@ -31,6 +31,8 @@ from .errors import (
     CommitConflictError,
     CommitUnknownError,
     MetadataError,
+    MetadataNotFoundError,
+    MetadataUnavailableError,
     SchemaVersionError,
     UnsupportedMetadataUrlError,
 )
@@ -62,9 +64,18 @@ def engine_url(url: str) -> str:
     )
 
 
-def make_engine(url: str) -> sa.Engine:
+def shown_url(url: str) -> str:
+    """`url` as messages show it: its password (if any) as ***."""
+    try:
+        return sa.make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        return url
+
+
+def make_engine(url: str, *, create: bool = False) -> sa.Engine:
     """An engine for `url`; SQLite: WAL, foreign keys, busy timeout, and BEGIN IMMEDIATE for
-    write transactions (`silt_write` execution option)."""
+    write transactions (`silt_write` execution option). An SQLite file that does not exist
+    is MetadataNotFoundError unless `create` (then it and its directories are created)."""
     target = engine_url(url)
     if target.startswith("postgresql"):
         return sa.create_engine(target, pool_pre_ping=True)
@@ -73,8 +84,12 @@ def make_engine(url: str) -> sa.Engine:
         raise UnsupportedMetadataUrlError(
             f"metadata URL {url!r} must name a database file (in-memory SQLite is per connection)"
         )
-    parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
+    if not create and not os.path.exists(path):
+        raise MetadataNotFoundError(
+            f"no metadata database {path} ({url}): `silt init` creates one, and so does"
+            " the first write command (topics create, produce, agent, up)")
+    if create:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     engine = sa.create_engine(target, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
 
     @event.listens_for(engine, "connect")
@@ -133,9 +148,15 @@ class Database:
         self.segment_cache: dict[int, tuple[int, tuple[SegmentInfo, ...]]] = {}
 
     @classmethod
-    def open(cls, url: str = DEFAULT_URL, *, clock: Clock = SYSTEM_CLOCK,
+    def open(cls, url: str = DEFAULT_URL, *, create: bool = False, clock: Clock = SYSTEM_CLOCK,
              config: MetadataConfig | None = None) -> Self:
-        """Connect, then create or migrate the schema (idempotent; concurrent opens are safe).
+        """Connect, then migrate the schema (idempotent; concurrent opens are safe).
+
+        Nothing is created unless `create`: without it a missing SQLite file (or its
+        directory) or a database without the schema is MetadataNotFoundError, so a
+        mistyped URL never leaves an empty database behind. The PostgreSQL database itself
+        is never created. A database that cannot be reached or read (server down, no such
+        database, a file that is not SQLite) is MetadataUnavailableError, one line.
 
         `config` gives the timeouts (producer-state expiry, agent sessions; its URL is not
         used: `url` is); default: the section's defaults.
@@ -147,9 +168,14 @@ class Database:
         if config is None:
             from .config import MetadataConfig
             config = MetadataConfig()
-        db = cls(make_engine(url), url, clock, config)
+        db = cls(make_engine(url, create=create), url, clock, config)
         try:
-            db._migrate()
+            db._migrate(create)
+        except sa.exc.DBAPIError as exc:
+            db.close()
+            reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+            raise MetadataUnavailableError(
+                f"cannot open metadata {shown_url(url)}: {reason}") from exc
         except BaseException:
             db.close()
             raise
@@ -187,13 +213,18 @@ class Database:
         v = conn.execute(sa.select(sa.func.max(s.schema_version.c.version))).scalar()
         return int(v or 0)
 
-    def _migrate(self) -> None:
+    def _migrate(self, create: bool) -> None:
         while True:
             with self.write() as conn:
                 if self.pg:
                     conn.execute(sa.select(sa.func.pg_advisory_xact_lock(MIGRATION_LOCK_KEY)))
-                s.md.create_all(conn, tables=[s.schema_version])
                 version = self._version(conn)
+                if version == 0 and not create:
+                    raise MetadataNotFoundError(
+                        f"no siltstream metadata in {shown_url(self._url)}: `silt init`"
+                        " creates it, and so does the first write command (topics create,"
+                        " produce, agent, up)")
+                s.md.create_all(conn, tables=[s.schema_version])
                 if version > s.LATEST_VERSION:
                     raise SchemaVersionError(
                         f"metadata schema version {version} is newer than this code"

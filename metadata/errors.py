@@ -144,3 +144,15 @@ class GroupNotEmptyError(MetadataError):
 
 class UnknownGroupError(MetadataError):
     """No group by this id has any state or committed offset (Kafka's GROUP_ID_NOT_FOUND)."""
+
+
+class MetadataNotFoundError(MetadataError):
+    """No siltstream metadata at this URL (no SQLite file, or a database without the
+    schema) and the caller did not ask to create it: `silt init` creates it."""
+
+
+class MetadataUnavailableError(MetadataError):
+    """The metadata database cannot be opened: the server is down or refuses us, the
+    database does not exist, or the file is not an SQLite database."""
+
+    retriable = True

@@ -3,7 +3,8 @@
 Schema (version 1):
 
 - `schema_version(version PK, applied_at_ms)` — one row per applied migration.
-- `cluster(id=1, secret, created_at_ms)` — the per-cluster 32-byte secret for keyed key hashes.
+- `cluster(id=1, secret, created_at_ms)` — the per-cluster 32-byte secret for keyed key hashes
+  (v6 adds the cluster's identity).
 - `topics(id, name UNIQUE, partitions, configs JSON text, created_at_ms)`.
 - `partitions(topic_id, partition, log_start_offset, next_offset)`, PK (topic_id, partition).
 - `files(id, object_key UNIQUE, size, data_offset, data_length, meta_offset, meta_length, level,
@@ -63,6 +64,12 @@ Version 5 (bounded metadata, incremental snapshots):
   whose version it has not seen. Row ids are never reused: pruning (history.py) keeps each
   table's highest id, so SQLite never hands an id out twice.
 
+Version 6 (cluster identity):
+
+- `cluster.cluster_id` (a UUID, also written in the object store's marker
+  `_silt/cluster.json`) and `cluster.store_url` (the store whose marker it wrote first;
+  NULL until then): a metadata store used with another store is refused (identity.py).
+
 A migration is a function of a connection inside the transaction that also records its
 version; `MIGRATIONS[i]` brings the schema from version i to i + 1. Migrations are frozen once
 released: a later change to a table is a new migration, and `_v1` then gets its own copy of
@@ -71,7 +78,9 @@ the old table definitions.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -106,14 +115,26 @@ schema_version = sa.Table(
     sa.Column("applied_at_ms", sa.BigInteger, nullable=False),
 )
 
-cluster = sa.Table(
-    "cluster",
-    md,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("secret", sa.LargeBinary(32), nullable=False),
-    sa.Column("created_at_ms", sa.BigInteger, nullable=False),
-    sa.CheckConstraint("id = 1", name="cluster_singleton"),
-)
+def _cluster_table(metadata: sa.MetaData, *extra: sa.Column[Any]) -> sa.Table:
+    """The one-row cluster table with `extra` columns (v1 has none; v6 adds the identity)."""
+    return sa.Table(
+        "cluster",
+        metadata,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("secret", sa.LargeBinary(32), nullable=False),
+        sa.Column("created_at_ms", sa.BigInteger, nullable=False),
+        *extra,
+        sa.CheckConstraint("id = 1", name="cluster_singleton"),
+    )
+
+
+def _identity_columns() -> list[sa.Column[Any]]:
+    # v6: the cluster's id (also in the object store's marker) and the store it was first
+    # bound to (NULL until a marker was written: identity.py).
+    return [sa.Column("cluster_id", sa.String(36)), sa.Column("store_url", sa.Text)]
+
+
+cluster = _cluster_table(md, *_identity_columns())
 
 topics = sa.Table(
     "topics",
@@ -258,7 +279,7 @@ _V1_SEGMENT_COLUMNS = (
 def _v1(conn: sa.Connection, now_ms: int) -> None:
     """Create every table and the cluster secret."""
     v1 = sa.MetaData()
-    tables = [t.to_metadata(v1) for t in (cluster, topics, partitions)]
+    tables = [_cluster_table(v1), *(t.to_metadata(v1) for t in (topics, partitions))]
     tables += [_files_table(v1), _segments_table(v1, _V1_SEGMENT_COLUMNS), jobs.to_metadata(v1)]
     v1.create_all(conn, tables=tables)
     conn.execute(tables[0].insert().values(id=1, secret=os.urandom(32), created_at_ms=now_ms))
@@ -391,6 +412,20 @@ def _v5(conn: sa.Connection, now_ms: int) -> None:
                          f" DEFAULT 0")
 
 
+def _v6(conn: sa.Connection, now_ms: int) -> None:
+    """The cluster's identity, no store bound yet. The id is the UUID the agents derived
+    from the secret before v6 (their Kafka cluster id and topic ids' namespace), so those
+    stay what they were."""
+    for column in _identity_columns():
+        kind = column.type.compile(dialect=conn.dialect)
+        conn.exec_driver_sql(f"ALTER TABLE cluster ADD COLUMN {column.name} {kind}")
+    secret = conn.execute(sa.text("SELECT secret FROM cluster WHERE id = 1")).scalar_one()
+    digest = hashlib.sha256(b"siltstream cluster id" + bytes(secret)).digest()
+    cluster_id = uuid.UUID(bytes=digest[:16], version=4)
+    conn.execute(sa.text("UPDATE cluster SET cluster_id = :id WHERE id = 1"),
+                 {"id": str(cluster_id)})
+
+
 Migration = Callable[[sa.Connection, int], None]
-MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5]
+MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6]
 LATEST_VERSION = len(MIGRATIONS)

@@ -5,8 +5,9 @@ jobs.py (compaction leases and commits), agents.py (the agent registry), produce
 (idempotent producers), groups.py (consumer groups: coordinator leases, stored groups,
 committed offsets), notify.py (commit notifications across processes) — on the shared
 `Database` of engine.py (engine, migrations, transactions, the commit helper and its
-failure model), and audit.py (`silt doctor`'s reads). The methods are those modules'
-functions, so each is documented where it is implemented.
+failure model), identity.py (the cluster id and its bound store) and audit.py (`silt
+doctor`'s reads). The methods are those modules' functions, so each is documented where it
+is implemented.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from . import (
     files,
     groups,
     history,
+    identity,
     jobs,
     notify,
     producers,
@@ -33,7 +35,7 @@ class MetadataStore(Database):
     """The cluster's metadata: topics and configs, partitions' offsets, objects and segments,
     compaction jobs, agents, idempotent producers' state. Thread-safe: one handle may be
     shared by threads (each call checks out its own connection). Open with
-    `MetadataStore.open(url, clock=..., config=...)`."""
+    `MetadataStore.open(url, create=..., clock=..., config=...)`."""
 
     # topics
     create_topic = topics.create_topic
@@ -96,5 +98,8 @@ class MetadataStore(Database):
     reset_offsets = groups.reset_offsets
     delete_group = groups.delete_group
     expire_offsets = groups.expire_offsets
+    # the cluster's identity (the object store's marker holds the same id)
+    cluster_identity = identity.cluster_identity
+    bind_store = identity.bind_store
     # commit notifications across processes (long-poll wake-ups)
     watch_commits = notify.watch_commits

@@ -29,6 +29,7 @@ from .config import (
     is_store_url,
 )
 from .errors import (
+    BucketNotFoundError,
     InvalidRangeError,
     ObjectStoreError,
     RetriableStoreError,
@@ -103,6 +104,7 @@ __all__ = [
     "FSSPEC_PREFIX",
     "REQUEST_TYPES",
     "SCHEMES",
+    "BucketNotFoundError",
     "CountingStore",
     "FileStore",
     "InvalidRangeError",

@@ -29,3 +29,7 @@ class InvalidRangeError(ObjectStoreError, ValueError):
 
 class UnsupportedUrlError(ObjectStoreError, ValueError):
     """The store URL has a scheme or form this build does not support."""
+
+
+class BucketNotFoundError(ObjectStoreError, FileNotFoundError):
+    """The store's bucket (container) does not exist: every key in it is missing."""

@@ -150,11 +150,12 @@ def _fsync_dir(path: Path) -> None:
 
 
 class FileStore(Backend):
-    """Objects as files under a root directory; writes are atomic (temp file + rename)."""
+    """Objects as files under a root directory; writes are atomic (temp file + rename).
+    Opening creates nothing: the first write creates the directories it needs, and a
+    missing root reads as an empty store."""
 
     def __init__(self, root: str | Path, url: str | None = None) -> None:
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
         super().__init__(url or f"file://{self.root}")
 
     def _path(self, key: str) -> Path:

@@ -52,6 +52,7 @@ from .base import (
     StreamBase,
 )
 from .errors import (
+    BucketNotFoundError,
     InvalidRangeError,
     ObjectStoreError,
     RetriableStoreError,
@@ -90,7 +91,7 @@ OPERATIONS = {
 # S3 error code (or HTTP status) -> exception class. The one translation table.
 ERROR_TABLE: dict[str, type[Exception]] = {
     "NoSuchKey": FileNotFoundError,
-    "NoSuchBucket": FileNotFoundError,
+    "NoSuchBucket": BucketNotFoundError,
     "NoSuchUpload": FileNotFoundError,
     "NotFound": FileNotFoundError,
     "404": FileNotFoundError,
@@ -99,6 +100,7 @@ ERROR_TABLE: dict[str, type[Exception]] = {
     "SignatureDoesNotMatch": PermissionError,
     "403": PermissionError,
     "PreconditionFailed": FileExistsError,
+    "BucketAlreadyOwnedByYou": FileExistsError,
     "412": FileExistsError,
     "InvalidRange": InvalidRangeError,
     "416": InvalidRangeError,
@@ -423,6 +425,24 @@ class S3Store(Backend):
 
     def _what(self, key: str) -> str:
         return f"s3://{self.bucket}/{self._key(key)}"
+
+    def create_bucket(self) -> bool:
+        """Create the bucket in the client's region (`silt init --create-bucket`); False
+        if it exists and is ours already (asked first: us-east-1 answers a repeated create
+        with success)."""
+        try:
+            _call(f"head bucket s3://{self.bucket}", self.client.head_bucket, Bucket=self.bucket)
+            return False
+        except FileNotFoundError:
+            pass
+        kwargs: dict[str, Any] = {"Bucket": self.bucket}
+        if self.options.region != DEFAULT_REGION:  # S3: us-east-1 takes no constraint
+            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": self.options.region}
+        try:
+            _call(f"create bucket s3://{self.bucket}", self.client.create_bucket, **kwargs)
+        except FileExistsError:
+            return False
+        return True
 
     def put(self, key: str, data: bytes) -> None:
         _call(f"put {self._what(key)}", self.client.put_object, Bucket=self.bucket,

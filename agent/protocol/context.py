@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextvars
-import hashlib
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -117,10 +116,9 @@ class ServerContext:
     # ----------------------------------------------------------------- identities
 
     def cluster_ns(self) -> uuid.UUID:
-        """A UUID derived from the cluster secret: the namespace of topic ids."""
+        """The cluster id (metadata/identity.py): the namespace of topic ids."""
         if self._cluster_ns is None:
-            digest = hashlib.sha256(b"siltstream cluster id" + self.metadata.cluster_secret())
-            self._cluster_ns = uuid.UUID(bytes=digest.digest()[:16], version=4)
+            self._cluster_ns = uuid.UUID(self.metadata.cluster_identity().cluster_id)
         return self._cluster_ns
 
     def cluster_id(self) -> str:

@@ -105,7 +105,7 @@ def trial(where: Path, md_url: str, rng: random.Random, tally: Tally, errors: li
           totals: Counter[str]) -> None:
     """One trial (module docstring)."""
     store_url = f"file://{where}/store"
-    md = MetadataStore.open(md_url)
+    md = MetadataStore.open(md_url, create=True)
     for name, partitions, keys in TOPICS:
         md.create_topic(name, partitions, {"cleanup.policy": "compact"} if keys else {})
     md.close()

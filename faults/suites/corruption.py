@@ -66,7 +66,7 @@ def build(root: Path) -> Base:
     clock = ManualClock(START_MS)
     store_url = f"memory://chaos-corruption-{uuid.uuid4().hex}"
     store = open_store(store_url)
-    md = MetadataStore.open(f"sqlite:///{root}/md.db", clock=clock)
+    md = MetadataStore.open(f"sqlite:///{root}/md.db", clock=clock, create=True)
     for name, partitions, keys in TOPICS:
         md.create_topic(name, partitions, {"cleanup.policy": "compact"} if keys else {})
     n = 0

@@ -123,7 +123,7 @@ def trial(where: Path, kill: Plan, tally: Tally, errors: list[str],
     role's last unkilled run, in seconds (updated)."""
     md_url = f"sqlite:///{where}/md.db"
     store_url = f"file://{where}/store"
-    md = MetadataStore.open(md_url)
+    md = MetadataStore.open(md_url, create=True)
     for name, partitions, keys in TOPICS:
         md.create_topic(name, partitions, {"cleanup.policy": "compact"} if keys else {})
     md.close()

@@ -46,7 +46,7 @@ def env(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[Env]:
     else:
         store_url = request.getfixturevalue("s3_url")
         md_url = request.getfixturevalue("postgres_url")
-    md = MetadataStore.open(md_url)
+    md = MetadataStore.open(md_url, create=True)
     yield Env(open_store(store_url), md)
     md.close()
 
@@ -112,7 +112,7 @@ class FailingPutStore(StoreWrapper):
 
 
 def test_failed_flush_fails_every_future_and_shows_nothing(tmp_path: object) -> None:
-    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True)
     md.create_topic("t", 3)
     store = open_store("memory://failing")
     agent = Agent(FailingPutStore(store), md, AgentConfig(linger_ms=10_000))
@@ -143,7 +143,7 @@ class FailSecondPutStore(FailingPutStore):
 def test_per_partition_objects_fail_and_succeed_per_partition(tmp_path: object) -> None:
     """With one object per partition (the costs tool's design 3), one flush can commit some
     partitions and fail others: each future reports its own partition's outcome."""
-    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True)
     md.create_topic("t", 3)
     store = FailSecondPutStore(open_store("memory://partly"))
     agent = PerPartitionObjectsAgent(store, md, AgentConfig(linger_ms=10_000))
@@ -169,7 +169,7 @@ def test_reports_keep_the_last_objects_and_totals_count_every_one(
     """A long-running agent keeps only the last REPORTS_KEPT flush reports; its totals count
     every committed object, and no failed one."""
     monkeypatch.setattr(producer, "REPORTS_KEPT", 2)
-    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True)
     md.create_topic("t", 3)
     store = FailSecondPutStore(open_store("memory://totals"))
     with PerPartitionObjectsAgent(store, md, AgentConfig(linger_ms=10_000)) as agent:
@@ -187,7 +187,7 @@ def test_reports_keep_the_last_objects_and_totals_count_every_one(
 
 
 def test_full_buffer_blocks_then_fails_clearly(tmp_path: object) -> None:
-    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True)
     md.create_topic("t", 1)
     gate = threading.Event()
     store = GatedStore(open_store("memory://blocking"), gate)
@@ -206,7 +206,7 @@ def test_batches_of_a_call_get_buffer_room_together_or_not_at_all(tmp_path: obje
     none is buffered (BufferFullError at once with block_s=0); room held for batches
     that are not buffered (an idempotent resend) is given back, and the listener hears of
     room freed by flushes."""
-    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True)
     md.create_topic("t", 1)
     store = GatedStore(open_store("memory://room"))
     one = build_batch([(0, 1, None, b"x" * 1000, [])])
@@ -240,7 +240,7 @@ def test_batches_of_a_call_get_buffer_room_together_or_not_at_all(tmp_path: obje
 def test_topics_changed_elsewhere_are_seen(tmp_path: object, clock: ManualClock) -> None:
     """Another agent's CreatePartitions is seen at once (an out-of-range partition reloads
     the topic), its altered configs within topic.refresh.ms (the flusher drops the cache)."""
-    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", clock=clock)
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", clock=clock, create=True)
     other = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", clock=clock)  # "another agent"
     md.create_topic("t", 1)
     config = AgentConfig(linger_ms=0, topic_refresh_ms=1000)

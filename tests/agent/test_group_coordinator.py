@@ -34,7 +34,7 @@ def _join(member_id: str = "", instance: str | None = None) -> JoinRequest:
 def test_a_taken_over_coordinator_is_fenced_and_the_new_one_loads_the_group(
         metadata_url: str) -> None:
     clock = ManualClock()
-    md = MetadataStore.open(metadata_url, clock=clock)
+    md = MetadataStore.open(metadata_url, clock=clock, create=True)
     try:
         md.create_topic("t", 2)
         md.register_agent("a", "127.0.0.1", 1)
@@ -77,7 +77,7 @@ def test_a_taken_over_coordinator_is_fenced_and_the_new_one_loads_the_group(
 
 def test_check_leases_drops_a_group_whose_lease_moved(metadata_url: str) -> None:
     clock = ManualClock()
-    md = MetadataStore.open(metadata_url, clock=clock)
+    md = MetadataStore.open(metadata_url, clock=clock, create=True)
     try:
         md.register_agent("a", "127.0.0.1", 1)
         a = Coordinator(md, CONFIG, _run, lambda: "a")

@@ -53,7 +53,7 @@ BAD = {
 
 @pytest.fixture
 def md(metadata_url: str) -> Iterator[MetadataStore]:
-    store = MetadataStore.open(metadata_url)
+    store = MetadataStore.open(metadata_url, create=True)
     yield store
     store.close()
 
@@ -61,7 +61,7 @@ def md(metadata_url: str) -> Iterator[MetadataStore]:
 @pytest.fixture
 def other(metadata_url: str) -> Iterator[MetadataStore]:
     """Another handle on the same metadata: another agent's admin requests."""
-    store = MetadataStore.open(metadata_url)
+    store = MetadataStore.open(metadata_url, create=True)
     yield store
     store.close()
 

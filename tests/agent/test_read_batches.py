@@ -33,7 +33,7 @@ def log(s3_url: str, metadata_url: str, clock: ManualClock
         ) -> Iterator[tuple[ObjectStore, MetadataStore]]:
     """Partition 0 of `c`: three flushes compacted, two more after (an uncompacted tail),
     then the log start moved into the middle of a compacted segment by DeleteRecords."""
-    md = MetadataStore.open(metadata_url, clock=clock)
+    md = MetadataStore.open(metadata_url, clock=clock, create=True)
     store = open_store(s3_url)
     md.create_topic("c", 1, configs={"cleanup.policy": "compact,delete"})
     with Agent(store, md, AgentConfig(linger_ms=3_600_000), clock=clock) as agent:

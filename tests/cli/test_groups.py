@@ -65,7 +65,7 @@ def env(metadata_url: str, tmp_path: Path) -> dict[str, str]:
 def md(env: dict[str, str]) -> Iterator[MetadataStore]:
     """The store the CLI reads, with topic t (partitions 0 and 1, offsets 0..5 each) and
     agent a1 live."""
-    store = MetadataStore.open(env["SILT_METADATA"])
+    store = MetadataStore.open(env["SILT_METADATA"], create=True)
     store.create_topic("t", 2)
     commit(store, "k0", [chunk("t", 0, span=5), chunk("t", 1, span=5)])
     store.register_agent("a1", "h1", 9092)

@@ -106,7 +106,7 @@ def test_up_serves_kafka_clients_and_compacts(up: Up, tmp_path: Path) -> None:
         for k in range(KEYS):
             producer.produce("users", f"v{r}".encode(), f"k{k}".encode(), partition=0)
         assert producer.flush(30) == 0
-    md = MetadataStore.open(f"sqlite:///{tmp_path}/silt-data/metadata.db")
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/silt-data/metadata.db", create=True)
     try:
         def compacted() -> bool:
             return any(j.result and j.result["stats"].get("duplicates_dropped")

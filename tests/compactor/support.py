@@ -50,7 +50,7 @@ class Harness:
              clock: ManualClock | None = None) -> Harness:
         clock = clock or ManualClock(START_MS)
         store_url = store_url or f"memory://compaction-{uuid.uuid4().hex}"
-        md = MetadataStore.open(metadata_url, clock=clock)
+        md = MetadataStore.open(metadata_url, clock=clock, create=True)
         return cls(open_store(store_url), md, clock, store_url)
 
     def close(self) -> None:

@@ -34,7 +34,7 @@ def test_row_counts_stay_flat_over_thousands_of_flushes(tmp_path: Path) -> None:
         tmp_path = Path(tempfile.mkdtemp(dir="/dev/shm"))
     clock = ManualClock()
     md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", clock=clock, config=MetadataConfig(
-        jobs_retention_ms=20_000, deleted_files_retention_ms=5_000))
+        jobs_retention_ms=20_000, deleted_files_retention_ms=5_000), create=True)
     md.create_topic("events", PARTITIONS, {"retention.ms": "30000"})  # delete policy
     md.create_topic("state", PARTITIONS, {"cleanup.policy": "compact"})
     store = open_store(f"file://{tmp_path}/objects")

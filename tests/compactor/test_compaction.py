@@ -25,7 +25,7 @@ from tests.compactor.helpers import Env, latest_per_key
 @pytest.fixture
 def env(tmp_path: Path) -> Iterator[Env]:
     clock = ManualClock()
-    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", clock=clock)
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", clock=clock, create=True)
     yield Env(open_store(f"memory://c-{tmp_path.name}"), md, clock)
     md.close()
 
@@ -38,7 +38,7 @@ def test_two_gets_per_input_file_on_the_server(
     partitions: int, s3_url: str, moto_server: RecordingMotoServer, metadata_url: str
 ) -> None:
     clock = ManualClock()
-    md = MetadataStore.open(metadata_url, clock=clock)
+    md = MetadataStore.open(metadata_url, clock=clock, create=True)
     e = Env(open_store(s3_url), md, clock)
     half = max(1, partitions // 2)
     md.create_topic("state", half, {"cleanup.policy": "compact"})
@@ -196,7 +196,7 @@ def test_random_workloads_against_a_model(
 ) -> None:
     tmp = tmp_path_factory.mktemp("prop")
     clock = ManualClock()
-    md = MetadataStore.open(f"sqlite:///{tmp}/md.db", clock=clock)
+    md = MetadataStore.open(f"sqlite:///{tmp}/md.db", clock=clock, create=True)
     e = Env(open_store(f"memory://prop-{tmp.name}"), md, clock)
     md.create_topic("c", 3, {"cleanup.policy": "compact", "delete.retention.ms": "1000"})
     md.create_topic("d", 3)
@@ -235,7 +235,7 @@ def test_random_workloads_against_a_model(
 
 def test_concurrent_workers_commit_each_job_once(metadata_url: str, tmp_path: Path) -> None:
     clock = ManualClock()
-    md = MetadataStore.open(metadata_url, clock=clock)
+    md = MetadataStore.open(metadata_url, clock=clock, create=True)
     store_url = f"memory://conc-{tmp_path.name}"
     e = Env(open_store(store_url), md, clock)
     md.create_topic("c", 4, {"cleanup.policy": "compact"})
@@ -245,7 +245,7 @@ def test_concurrent_workers_commit_each_job_once(metadata_url: str, tmp_path: Pa
     barrier = threading.Barrier(4)
 
     def worker() -> None:
-        own = MetadataStore.open(metadata_url, clock=clock)
+        own = MetadataStore.open(metadata_url, clock=clock, create=True)
         comp = Compactor(open_store(store_url), own, clock=clock)
         barrier.wait()
         reports.extend(comp.run_once(everything=True))

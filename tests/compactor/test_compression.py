@@ -71,7 +71,7 @@ def test_client_batches_are_stored_as_sent_and_read_back(urls: tuple[str, str]) 
     """Every kind of client batch: the agent stores its bytes (only baseOffset patched), the
     Reader and `silt consume` decode it."""
     store_url, md_url = urls
-    store, md, clock = open_store(store_url), MetadataStore.open(md_url), ManualClock()
+    store, md, clock = open_store(store_url), MetadataStore.open(md_url, create=True), ManualClock()
     md.create_topic("t", 1)
     records = [sample_records(40, tag=name.encode()) for name in BATCH_IDS]
     # One idempotent producer: each batch's base sequence follows on from the last.
@@ -103,7 +103,7 @@ def _compact_case(tmp: str, topic_setting: str | None, compactor_setting: str | 
     (Kafka's cleaner: the latest record per key, in offset order). Returns how many
     batches were rewritten."""
     store, clock = open_store(f"file://{tmp}/objects"), ManualClock()
-    md = MetadataStore.open(f"sqlite:///{tmp}/md.db", clock=clock)
+    md = MetadataStore.open(f"sqlite:///{tmp}/md.db", clock=clock, create=True)
     configs = {"cleanup.policy": "compact"}
     if topic_setting is not None:
         configs["compression.type"] = topic_setting
@@ -197,7 +197,7 @@ def test_agent_writes_every_codec(urls: tuple[str, str], name: str) -> None:
     """The agent's compression.type takes Kafka's five names; what it writes reads back and
     is in that codec."""
     store_url, md_url = urls
-    store, md, clock = open_store(store_url), MetadataStore.open(md_url), ManualClock()
+    store, md, clock = open_store(store_url), MetadataStore.open(md_url, create=True), ManualClock()
     md.create_topic("w", 1)
     config = AgentConfig.from_map({"linger.ms": "60000", "compression.type": name})
     with Agent(store, md, config, clock=clock) as agent:

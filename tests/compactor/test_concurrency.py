@@ -89,7 +89,7 @@ def test_concurrent_workers_commit_each_input_set_once(h: Harness, metadata_url:
 
         def worker(barrier: threading.Barrier = barrier, lock: threading.Lock = lock,
                    reports: list[JobReport] = reports) -> None:
-            own = MetadataStore.open(metadata_url, clock=h.clock)
+            own = MetadataStore.open(metadata_url, clock=h.clock, create=True)
             try:
                 comp = Compactor(h.store, own, clock=h.clock)
                 barrier.wait()
@@ -239,7 +239,7 @@ def test_commit_is_not_a_deadlock_victim_of_a_concurrent_lease(postgres_url: str
     # The second worker's session never runs the deadlock check first, so the outcome does
     # not depend on timing: with the bug the committing session finds the cycle.
     other = MetadataStore.open(postgres_url + "?options=-c%20deadlock_timeout%3D20s",
-                               clock=h.clock)
+                               clock=h.clock, create=True)
     engine = sa.create_engine(engine_url(postgres_url))
     paused = PausedCommits(h.md)
     try:

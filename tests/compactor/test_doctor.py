@@ -287,6 +287,7 @@ def test_silt_doctor_fix_removes_old_orphans_only(tmp_path: Path) -> None:
     (objects / "young.silt").write_bytes(b"young")
     hour_ago = time.time() - 3600
     os.utime(objects / "old.silt", (hour_ago, hour_ago))
+    assert run(["init"], env)[0] == 0  # doctor reads; it creates no metadata
     code, out, _ = run(["doctor", "--fix", "--json"], env)
     assert code == 1  # the young orphan is left
     got = {p["key"]: p["removed"] for p in json.loads(out)["problems"]}

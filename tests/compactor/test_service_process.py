@@ -46,7 +46,7 @@ def held_files(md: MetadataStore) -> dict[int, int]:
 def test_sigterm_mid_job(tmp_path: Path, metadata_url: str, timeout_ms: int,
                          outcome: str) -> None:
     store_url = f"file://{tmp_path}/objects"
-    md = MetadataStore.open(metadata_url)
+    md = MetadataStore.open(metadata_url, create=True)
     md.create_topic("c", PARTITIONS, {"cleanup.policy": "compact"})
     store = open_store(store_url)
     for i in range(2):  # two flushes: two L0 files, one job at l0.trigger.files = 2

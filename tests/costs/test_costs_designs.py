@@ -16,7 +16,7 @@ FILES = 2
 
 
 def _two_files(tmp_path: Path, name: str) -> tuple[ObjectStore, MetadataStore]:
-    md = MetadataStore.open(f"sqlite:///{tmp_path}/{name}.db")
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/{name}.db", create=True)
     md.create_topic("s", PARTITIONS, {"cleanup.policy": "compact"})
     store = open_store(f"memory://{name}")
     with Agent(store, md, AgentConfig(linger_ms=3_600_000)) as agent:
@@ -42,7 +42,7 @@ def test_seek_inputs_get_each_partition_region_and_merge_the_same(tmp_path: Path
 
 
 def test_per_partition_objects_agent_writes_one_object_per_partition(tmp_path: Path) -> None:
-    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True)
     md.create_topic("t", 3)
     store = open_store("memory://per-partition")
     with PerPartitionObjectsAgent(store, md, AgentConfig(linger_ms=3_600_000)) as agent:

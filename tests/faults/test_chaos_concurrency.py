@@ -25,7 +25,7 @@ def test_agents_and_compactors_at_once_keep_every_promise(_pg_ok: bool) -> None:
 
 
 def test_offsets_acked_twice_and_overlapping_segments_are_counted(tmp_path: Path) -> None:
-    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True)
     md.create_topic("t", 1)
     with Agent(open_store(f"file://{tmp_path}/store"), md,
                AgentConfig(linger_ms=600_000)) as agent:

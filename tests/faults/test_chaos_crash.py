@@ -45,7 +45,7 @@ def test_kill_point_fires_on_its_nth_time_and_can_be_taken_out(tmp_path: Path) -
     def crash_here() -> None:
         raise InjectedCrash("killpoint")
 
-    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True)
     disarm = killpoints.arm("produce.registered@2", on_kill=crash_here)
     try:
         md.register_pending_file("data/a.silt", level=0, holds_compacted=False)
@@ -85,7 +85,7 @@ def test_silt_produce_dies_at_its_kill_point_after_the_commit(tmp_path: Path) ->
 
 
 def test_checks_count_lost_moved_and_duplicated_records_and_orphans(tmp_path: Path) -> None:
-    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True)
     md.create_topic("t", 1)
     store = open_store(f"file://{tmp_path}/store")
     with Agent(store, md, AgentConfig(linger_ms=600_000)) as agent:

@@ -15,7 +15,9 @@ from objectstore import ObjectStore, open_store
 
 
 def _populated(tmp_path: Path, crash: CrashOnce) -> tuple[ObjectStore, MetadataStore]:
-    md = crash(f"sqlite:///{tmp_path}/md.db")
+    url = f"sqlite:///{tmp_path}/md.db"
+    MetadataStore.open(url, create=True).close()  # the opener opens existing metadata
+    md = crash(url)
     md.create_topic("s", 2, {"cleanup.policy": "compact"})
     store = open_store("memory://crash-once")
     with Agent(store, md, AgentConfig(linger_ms=3_600_000)) as agent:

@@ -12,7 +12,7 @@ from metadata import MetadataStore
 
 @pytest.fixture
 def md(metadata_url: str, clock: ManualClock) -> Iterator[MetadataStore]:
-    store = MetadataStore.open(metadata_url, clock=clock)
+    store = MetadataStore.open(metadata_url, clock=clock, create=True)
     store.create_topic("t", 2)
     yield store
     store.close()

@@ -159,7 +159,7 @@ def test_state_moved_by_another_agent_is_reread(agents: list[Agent], md: Metadat
 def test_expired_producer_starts_afresh(metadata_url: str, clock: ManualClock,
                                         store: ObjectStore) -> None:
     md = MetadataStore.open(metadata_url, clock=clock,
-                            config=MetadataConfig(producer_id_expiration_ms=1_000))
+                            config=MetadataConfig(producer_id_expiration_ms=1_000), create=True)
     md.create_topic("t", 1)
     with Agent(store, md, HOLD, clock=clock) as a:
         pid = md.allocate_producer_id()

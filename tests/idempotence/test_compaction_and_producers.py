@@ -14,7 +14,7 @@ from tests.idempotence.helpers import client_batch
 
 def test_compaction_keeps_dedupe_state_of_superseded_batches(metadata_url: str,
                                                              clock: ManualClock) -> None:
-    md = MetadataStore.open(metadata_url, clock=clock)
+    md = MetadataStore.open(metadata_url, clock=clock, create=True)
     store = open_store(f"memory://keep-last-{id(md)}")
     md.create_topic("c", 1, configs={"cleanup.policy": "compact"})
     p, q = md.allocate_producer_id(), md.allocate_producer_id()
@@ -37,7 +37,7 @@ def test_compaction_keeps_dedupe_state_of_superseded_batches(metadata_url: str,
 
 def test_rejected_chunk_is_dead_space_compaction_drops(metadata_url: str,
                                                        clock: ManualClock) -> None:
-    md = MetadataStore.open(metadata_url, clock=clock)
+    md = MetadataStore.open(metadata_url, clock=clock, create=True)
     store = open_store(f"memory://dead-chunk-{id(md)}")
     md.create_topic("t", 2)
     pid, other = md.allocate_producer_id(), md.allocate_producer_id()

@@ -154,7 +154,7 @@ def test_malformed_batches_are_refused(md: MetadataStore) -> None:
 
 def test_state_expires(metadata_url: str, clock: ManualClock) -> None:
     md = MetadataStore.open(metadata_url, clock=clock,
-                            config=MetadataConfig(producer_id_expiration_ms=60_000))
+                            config=MetadataConfig(producer_id_expiration_ms=60_000), create=True)
     md.create_topic("t", 2)
     pid = md.allocate_producer_id()
     commit(md, "a", {TP: [pbatch(pid, 0, 0)]})
@@ -177,7 +177,8 @@ def test_concurrent_expiry_by_several_agents_on_postgres(postgres_url: str,
     commits rewriting some of those states: no error, every idle state goes exactly once,
     and every state a commit wrote survives."""
     config = MetadataConfig(producer_id_expiration_ms=60_000)
-    stores = [MetadataStore.open(postgres_url, clock=clock, config=config) for _ in range(4)]
+    stores = [MetadataStore.open(postgres_url, clock=clock, config=config, create=True)
+              for _ in range(4)]
     md = stores[0]
     md.create_topic("t", 2)
     topic_id = md.get_topic("t").id

@@ -51,7 +51,7 @@ def _settle(ls: LocalStack, op: str) -> int:
 def test_produce_compact_consume_two_gets_per_file(
     localstack: LocalStack, aws_env: str, tmp_path: Path
 ) -> None:
-    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True)
     md.create_topic("state", 20, {"cleanup.policy": "compact"})
     md.create_topic("events", 20)
     store = open_store(aws_env)

@@ -12,6 +12,6 @@ from metadata import MetadataStore
 
 @pytest.fixture
 def store(metadata_url: str, clock: ManualClock) -> Iterator[MetadataStore]:
-    md = MetadataStore.open(metadata_url, clock=clock)
+    md = MetadataStore.open(metadata_url, clock=clock, create=True)
     yield md
     md.close()

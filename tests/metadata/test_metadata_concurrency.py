@@ -16,7 +16,7 @@ TOPICS = {"a": 3, "b": 2}
 
 
 def test_concurrent_committers_tile_offsets_exactly(metadata_url: str) -> None:
-    setup = MetadataStore.open(metadata_url)
+    setup = MetadataStore.open(metadata_url, create=True)
     for name, n in TOPICS.items():
         setup.create_topic(name, n)
     setup.close()
@@ -29,7 +29,7 @@ def test_concurrent_committers_tile_offsets_exactly(metadata_url: str) -> None:
 
     def writer(w: int) -> None:
         rng = random.Random(w)
-        store = MetadataStore.open(metadata_url)  # its own handle and connection pool
+        store = MetadataStore.open(metadata_url, create=True)  # its own handle and connection pool
         try:
             barrier.wait()
             for i in range(COMMITS_EACH):
@@ -53,7 +53,7 @@ def test_concurrent_committers_tile_offsets_exactly(metadata_url: str) -> None:
         th.join(timeout=300)
     assert not errors, errors
 
-    check = MetadataStore.open(metadata_url)
+    check = MetadataStore.open(metadata_url, create=True)
     try:
         total = 0
         for name, n in TOPICS.items():
@@ -76,12 +76,12 @@ def test_concurrent_committers_tile_offsets_exactly(metadata_url: str) -> None:
 
 
 def test_concurrent_create_topic_one_winner(metadata_url: str) -> None:
-    MetadataStore.open(metadata_url).close()
+    MetadataStore.open(metadata_url, create=True).close()
     barrier = threading.Barrier(WRITERS)
     outcomes: list[str] = []
 
     def creator() -> None:
-        store = MetadataStore.open(metadata_url)
+        store = MetadataStore.open(metadata_url, create=True)
         try:
             barrier.wait()
             store.create_topic("t", 4)
@@ -97,14 +97,14 @@ def test_concurrent_create_topic_one_winner(metadata_url: str) -> None:
     for th in threads:
         th.join(timeout=120)
     assert sorted(outcomes) == ["created"] + ["exists"] * (WRITERS - 1)
-    store = MetadataStore.open(metadata_url)
+    store = MetadataStore.open(metadata_url, create=True)
     assert len(store.partitions("t")) == 4
     store.close()
 
 
 def test_threads_sharing_one_handle(metadata_url: str) -> None:
     """One handle shared by threads (the agent's flusher + callers) is also safe."""
-    store = MetadataStore.open(metadata_url)
+    store = MetadataStore.open(metadata_url, create=True)
     store.create_topic("t", 1)
     spans: list[tuple[int, int]] = []
     lock = threading.Lock()

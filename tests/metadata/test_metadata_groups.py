@@ -155,7 +155,7 @@ def _race_to_acquire(url: str, group: str, agent_ids: list[str]
     lock = threading.Lock()
 
     def acquire(agent_id: str) -> None:
-        store = MetadataStore.open(url)
+        store = MetadataStore.open(url, create=True)
         try:
             barrier.wait()
             lease = store.acquire_group(group, agent_id)
@@ -179,7 +179,7 @@ def _race_to_acquire(url: str, group: str, agent_ids: list[str]
 
 
 def test_concurrent_acquire_has_exactly_one_winner(postgres_url: str) -> None:
-    setup = MetadataStore.open(postgres_url)
+    setup = MetadataStore.open(postgres_url, create=True)
     agent_ids = [f"a{i}" for i in range(6)]
     for i, agent_id in enumerate(agent_ids):
         setup.register_agent(agent_id, "h", 9092 + i)

@@ -24,7 +24,7 @@ JOBS_KEPT_MS = 50_000
 @pytest.fixture
 def store(metadata_url: str, clock: ManualClock) -> Any:
     md = MetadataStore.open(metadata_url, clock=clock, config=MetadataConfig(
-        deleted_files_retention_ms=FILES_KEPT_MS, jobs_retention_ms=JOBS_KEPT_MS))
+        deleted_files_retention_ms=FILES_KEPT_MS, jobs_retention_ms=JOBS_KEPT_MS), create=True)
     yield md
     md.close()
 
@@ -114,7 +114,7 @@ def test_snapshot_reads_what_changed_and_always_equals_a_full_read(
     """Random agent commits, retention cuts, compactions, leases and topic deletions: the
     incremental snapshot of one handle equals a fresh handle's full read every time."""
     rng = random.Random(7)
-    fresh = MetadataStore.open(store.url, clock=clock)
+    fresh = MetadataStore.open(store.url, clock=clock, create=True)
     topics = ["t", "u"]
     for t in topics:
         store.create_topic(t, 3, {"cleanup.policy": "delete"})
@@ -152,7 +152,7 @@ def test_a_version_4_database_gains_the_change_marker(metadata_url: str) -> None
     from metadata import schema as s
     from metadata.engine import make_engine
 
-    engine = make_engine(metadata_url)
+    engine = make_engine(metadata_url, create=True)
     with engine.connect() as conn:
         conn.execution_options(silt_write=True)
         with conn.begin():
@@ -165,8 +165,8 @@ def test_a_version_4_database_gains_the_change_marker(metadata_url: str) -> None
                 "INSERT INTO files (object_key, level, state, holds_compacted, created_at_ms,"
                 " state_changed_at_ms) VALUES ('old', 0, 'pending', FALSE, 0, 0)"))
     engine.dispose()
-    store = MetadataStore.open(metadata_url)
-    assert store.schema_version() == 5
+    store = MetadataStore.open(metadata_url)  # migrating an existing database
+    assert store.schema_version() == s.LATEST_VERSION
     store.create_topic("t", 1)
     store.commit_file(1, size=1000, data_offset=8, data_length=900, meta_offset=908,
                       meta_length=92, chunks=[chunk("t", 0, 2)])

@@ -410,7 +410,7 @@ def test_racing_workers_commit_a_job_exactly_once(metadata_url: str, lease_ms: i
     """Workers on their own handles lease and commit the same spec; with instant expiry
     every lease can be taken over mid-commit, so fencing is what keeps it to one commit."""
     workers = 6
-    setup = MetadataStore.open(metadata_url)
+    setup = MetadataStore.open(metadata_url, create=True)
     inputs = three_files(setup)
     setup.close()
     barrier = threading.Barrier(workers)
@@ -419,7 +419,7 @@ def test_racing_workers_commit_a_job_exactly_once(metadata_url: str, lease_ms: i
     lock = threading.Lock()
 
     def worker(w: int) -> None:
-        md = MetadataStore.open(metadata_url)
+        md = MetadataStore.open(metadata_url, create=True)
         try:
             out = output(md, f"out-{w}", oseg("t", 0, 0, 8, 3), oseg("t", 1, 0, 1))
             barrier.wait()
@@ -458,7 +458,7 @@ def test_racing_workers_commit_a_job_exactly_once(metadata_url: str, lease_ms: i
     winners = [(w, fid) for w, r, fid in outcomes if r == "committed"]
     assert len(winners) == 1, outcomes
     (winner, out_id), = winners
-    md = MetadataStore.open(metadata_url)
+    md = MetadataStore.open(metadata_url, create=True)
     try:
         (job,) = md.list_jobs()
         assert (job.state, job.result) == ("committed", {"worker": winner})
@@ -473,8 +473,8 @@ def test_racing_workers_commit_a_job_exactly_once(metadata_url: str, lease_ms: i
 def test_lease_and_commit_on_separate_handles_see_each_other(metadata_url: str) -> None:
     """Two handles on one database: a commit on one refuses the other's stale lease."""
     clock = ManualClock()
-    one = MetadataStore.open(metadata_url, clock=clock)
-    two = MetadataStore.open(metadata_url, clock=clock)
+    one = MetadataStore.open(metadata_url, clock=clock, create=True)
+    two = MetadataStore.open(metadata_url, clock=clock, create=True)
     try:
         f1, f2, _ = three_files(one)
         old = one.lease_job("s", [f1, f2], owner="a", lease_ms=10)

@@ -35,8 +35,8 @@ class Calls:
 
 def test_watcher_hears_a_commit_through_another_handle(metadata_url: str,
                                                        clock: ManualClock) -> None:
-    writer = MetadataStore.open(metadata_url, clock=clock)
-    watching = MetadataStore.open(metadata_url, clock=clock)
+    writer = MetadataStore.open(metadata_url, clock=clock, create=True)
+    watching = MetadataStore.open(metadata_url, clock=clock, create=True)
     writer.create_topic("t", 2)
     calls = Calls()
     try:
@@ -52,7 +52,7 @@ def test_watcher_hears_a_commit_through_another_handle(metadata_url: str,
 
 
 def test_retention_moving_the_log_start_is_heard(metadata_url: str, clock: ManualClock) -> None:
-    md = MetadataStore.open(metadata_url, clock=clock)
+    md = MetadataStore.open(metadata_url, clock=clock, create=True)
     md.create_topic("r", 1, {"retention.ms": "1000"})  # the chunks are from 1970
     commit(md, "old", [chunk("r", 0, span=3)])
     commit(md, "new", [chunk("r", 0, span=3)])
@@ -70,7 +70,7 @@ def test_retention_moving_the_log_start_is_heard(metadata_url: str, clock: Manua
 def test_postgres_watcher_reconnects_and_wakes(postgres_url: str, clock: ManualClock) -> None:
     """The LISTEN connection is killed: the watcher reconnects, wakes its waiters (commits
     meanwhile were not heard) and hears the commits after it."""
-    md = MetadataStore.open(postgres_url, clock=clock)
+    md = MetadataStore.open(postgres_url, clock=clock, create=True)
     md.create_topic("t", 1)
     calls = Calls()
     try:

@@ -34,11 +34,11 @@ from tests.metadata.metadata_helpers import chunk, commit, lose_next_commit
 
 
 def test_open_is_idempotent_and_keeps_secret(metadata_url: str) -> None:
-    first = MetadataStore.open(metadata_url)
+    first = MetadataStore.open(metadata_url, create=True)
     secret = first.cluster_secret()
     first.create_topic("t", 2)
     first.close()
-    second = MetadataStore.open(metadata_url)
+    second = MetadataStore.open(metadata_url, create=True)
     assert second.schema_version() == LATEST_VERSION
     assert second.cluster_secret() == secret and len(secret) == 32
     assert [t.name for t in second.list_topics()] == ["t"]
@@ -81,7 +81,7 @@ def test_concurrent_opens_migrate_once(metadata_url: str) -> None:
 
     def opener() -> None:
         try:
-            stores.append(MetadataStore.open(metadata_url))
+            stores.append(MetadataStore.open(metadata_url, create=True))
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -101,14 +101,14 @@ def test_postgresql_url_is_mapped_and_bad_urls_rejected() -> None:
 
     assert engine_url("postgresql://u@h/db") == "postgresql+psycopg://u@h/db"
     with pytest.raises(UnsupportedMetadataUrlError):
-        MetadataStore.open("mysql://x/y")
+        MetadataStore.open("mysql://x/y", create=True)
     with pytest.raises(UnsupportedMetadataUrlError):
-        MetadataStore.open("sqlite:///:memory:")
+        MetadataStore.open("sqlite:///:memory:", create=True)
 
 
 def test_sqlite_creates_parent_directory_and_uses_wal(tmp_path: object) -> None:
     url = f"sqlite:///{tmp_path}/deep/er/md.db"
-    md = MetadataStore.open(url)
+    md = MetadataStore.open(url, create=True)
     with md.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
@@ -457,7 +457,7 @@ def test_stats_and_snapshot(store: MetadataStore, clock: ManualClock) -> None:
 
 def test_find_segments_matches_a_model(metadata_url: str) -> None:
     """Property: for any commit sequence, find_segments equals the obvious list filter."""
-    store = MetadataStore.open(metadata_url)
+    store = MetadataStore.open(metadata_url, create=True)
     counter = itertools.count()
 
     @settings(max_examples=40, deadline=None)

@@ -56,7 +56,7 @@ class Backend:
         return proc
 
     def metadata(self) -> MetadataStore:
-        return MetadataStore.open(self.metadata_url)
+        return MetadataStore.open(self.metadata_url, create=True)
 
 
 @contextmanager

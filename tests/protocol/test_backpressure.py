@@ -60,7 +60,7 @@ class InProcessAgent:
 @pytest.fixture
 def gated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InProcessAgent]:
     store = GatedStore(open_backend(f"file://{tmp_path}/objects"))
-    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True)
     md.create_topic("bp", 2)
     agent = Agent(store, md, AgentConfig(linger_ms=0, flush_bytes=1024,
                                          buffer_memory=BUFFER_MEMORY))

@@ -83,7 +83,7 @@ class Served:
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Served]:
     store = FailingStore(open_backend(f"file://{tmp_path}/objects"))
-    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True)
     agent = Agent(store, md, AgentConfig(linger_ms=0))
     ctx = ServerContext(agent=agent, metadata=md, store=store, advertised=("127.0.0.1", 0),
                         cache=SegmentCache(store, 1 << 20))

@@ -75,7 +75,7 @@ class SlowCountingStore(StoreWrapper):
 
 
 def test_segment_cache_single_flight_and_bounded(tmp_path: Any) -> None:
-    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True)
     md.create_topic("hot", 2)
     base = open_store(f"file://{tmp_path}/objects")
     with Agent(base, md) as agent:
@@ -103,7 +103,7 @@ def test_segment_cache_single_flight_and_bounded(tmp_path: Any) -> None:
 def test_segment_cache_keeps_batches_as_served(tmp_path: Any) -> None:
     """Cached segments have absolute baseOffsets and leader epoch -1 (what Fetch sends as
     is), and still verify: both fields are outside the CRC."""
-    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db")
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True)
     md.create_topic("t", 1)
     store = open_store(f"file://{tmp_path}/objects")
     with Agent(store, md) as agent:

@@ -28,7 +28,7 @@ def test_expiry_timer_deletes_idle_producer_states_each_interval(
         metadata_url: str, clock: ManualClock) -> None:
     md = MetadataStore.open(metadata_url, clock=clock, config=MetadataConfig(
         producer_id_expiration_ms=EXPIRATION_MS,
-        producer_id_expiration_check_interval_ms=CHECK_MS))
+        producer_id_expiration_check_interval_ms=CHECK_MS), create=True)
     md.create_topic("t", 2)
     commit(md, "a", {("t", 0): [pbatch(md.allocate_producer_id(), 0, 0)]})
     timer = producer_expiry(md).start()

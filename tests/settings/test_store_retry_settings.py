@@ -49,6 +49,9 @@ def test_the_cli_opens_its_store_with_the_settings_policy(tmp_path: Path) -> Non
     with pytest.MonkeyPatch.context() as mp:
         for k, v in env.items():
             mp.setenv(k, v)
-        store = Context(None).store
+        ctx = Context(None)
+        ctx.open(create=True)  # the store and its metadata, opened together
+        store = ctx.store
+        ctx.close()
     assert isinstance(store, CountingStore)  # counting(retrying(backend))
     assert isinstance(store.inner, RetryingStore) and store.inner.policy.attempts == 3

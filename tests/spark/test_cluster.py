@@ -118,7 +118,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 def _populate(store_url: str, md_url: str) -> None:
     """Two agent flushes (two objects) over a compacted topic `s`, 5 keys x 2 partitions."""
-    md = MetadataStore.open(md_url)
+    md = MetadataStore.open(md_url, create=True)
     md.create_topic("s", 2, {"cleanup.policy": "compact"})
     store = open_store(store_url)
     for rnd in range(2):
@@ -130,7 +130,7 @@ def _populate(store_url: str, md_url: str) -> None:
 
 def _records(store_url: str, md_url: str, topic: str, partitions: int) -> list[tuple[
         int, int, bytes | None, bytes | None]]:
-    md = MetadataStore.open(md_url)
+    md = MetadataStore.open(md_url, create=True)
     try:
         r = Reader(open_store(store_url), md)
         return [(p, x.offset, x.key, x.value) for p in range(partitions)
@@ -167,7 +167,7 @@ def test_compaction_and_format_silt_on_the_cluster(
     """Credentials given explicitly through spark.executorEnv (the worker still has no AWS
     variable): format("silt") writes, run_on_spark compacts, format("silt") reads, all on
     the worker's executor against moto S3 and PostgreSQL."""
-    md = MetadataStore.open(postgres_url)
+    md = MetadataStore.open(postgres_url, create=True)
     md.create_topic("c", 2, {"cleanup.policy": "compact"})
     md.close()
     driver_env = {**os.environ, "PYTHONPATH": _clean_env()["PYTHONPATH"]}

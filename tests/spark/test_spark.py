@@ -37,7 +37,7 @@ def _populate(root: Path) -> tuple[str, str]:
     """3 agent flushes (3 files) over a compacted topic `s` (11 keys, 2 of them deleted in
     the last round) and a delete-policy topic `e` with null keys."""
     store_url, md_url = _urls(root)
-    md = MetadataStore.open(md_url)
+    md = MetadataStore.open(md_url, create=True)
     md.create_topic("s", 3, {"cleanup.policy": "compact"})
     # The records carry 1970 timestamps: keep `e` out of retention (7 days by default).
     md.create_topic("e", 2, {"retention.ms": "-1"})
@@ -55,7 +55,7 @@ def _populate(root: Path) -> tuple[str, str]:
 
 
 def _dump(store_url: str, md_url: str) -> Dump:
-    md = MetadataStore.open(md_url)
+    md = MetadataStore.open(md_url, create=True)
     r = Reader(open_store(store_url), md)
     out = {(t, p): [(x.offset, x.key, x.value, x.headers) for x in r.read(t, p, 0)]
            for t, n in TOPICS for p in range(n)}
@@ -74,7 +74,7 @@ def _compacted(before: Dump) -> Dump:
 
 
 def _committed_jobs(md_url: str) -> list[Any]:
-    md = MetadataStore.open(md_url)
+    md = MetadataStore.open(md_url, create=True)
     try:
         return md.list_jobs(state="committed")
     finally:
@@ -83,7 +83,7 @@ def _committed_jobs(md_url: str) -> list[Any]:
 
 def test_jobspecs_and_config_pickle(tmp_path: Path) -> None:
     store_url, md_url = _populate(tmp_path)
-    md = MetadataStore.open(md_url)
+    md = MetadataStore.open(md_url, create=True)
     specs = Compactor(open_store(store_url), md).plan(everything=True).jobs
     md.close()
     assert specs
@@ -97,7 +97,7 @@ def test_spark_compaction_equals_local(spark: Any, tmp_path: Path) -> None:
     store_a, md_a = _populate(a)
     shutil.copytree(a, b)
     store_b, md_b = _urls(b)
-    md = MetadataStore.open(md_a)
+    md = MetadataStore.open(md_a, create=True)
     (local,) = Compactor(open_store(store_a), md).run_once(everything=True)
     md.close()
     reports = run_on_spark(store_b, md_b, everything=True, session=spark)
@@ -130,7 +130,7 @@ def test_task_crashing_after_merge_before_commit_is_taken_over(
     (job,) = _committed_jobs(md_url)
     assert (job.fence, job.attempts) == (2, 2)
     assert _dump(store_url, md_url) == _compacted(before)
-    md = MetadataStore.open(md_url)
+    md = MetadataStore.open(md_url, create=True)
     live = [f for f in md.snapshot().files if f.state == "live"]
     stranded = [f for f in md.files_to_gc(2**62) if f.state == "pending"]
     md.close()
@@ -214,7 +214,7 @@ def test_read_equals_consume_and_latest_per_key(spark: Any, tmp_path: Path) -> N
 
 def test_write_then_consume_every_row_once(spark: Any, tmp_path: Path) -> None:
     store_url, md_url = _urls(tmp_path)
-    md = MetadataStore.open(md_url)
+    md = MetadataStore.open(md_url, create=True)
     md.create_topic("w", 4)
     rows = [(f"k{i}", f"v{i}", i % 4) for i in range(200)]
     df = spark.createDataFrame(rows, "key string, value string, partition int").repartition(3)
@@ -233,7 +233,7 @@ def test_write_binary_to_compacted_topic_then_compact(spark: Any, tmp_path: Path
     """No partition column (Kafka's partitioner), binary keys, headers, keyed key hashes:
     the compactor then dedupes what Spark wrote."""
     store_url, md_url = _urls(tmp_path)
-    md = MetadataStore.open(md_url)
+    md = MetadataStore.open(md_url, create=True)
     md.create_topic("c", 3, {"cleanup.policy": "compact"})
     schema = "key binary, value binary, headers map<string,binary>"
     for rnd in range(2):
@@ -251,7 +251,7 @@ def test_write_binary_to_compacted_topic_then_compact(spark: Any, tmp_path: Path
 
 def test_failed_write_job_leaves_nothing_visible(spark: Any, tmp_path: Path) -> None:
     store_url, md_url = _urls(tmp_path)
-    md = MetadataStore.open(md_url)
+    md = MetadataStore.open(md_url, create=True)
     md.create_topic("w", 2)
     df = spark.createDataFrame([(f"k{i}", "v", 9 if i == 7 else 0) for i in range(20)],
                                "key string, value string, partition int").repartition(2)
@@ -267,7 +267,7 @@ def test_failed_write_job_leaves_nothing_visible(spark: Any, tmp_path: Path) -> 
 
 def test_commit_files_is_all_or_nothing(tmp_path: Path) -> None:
     _, md_url = _urls(tmp_path)
-    md = MetadataStore.open(md_url)
+    md = MetadataStore.open(md_url, create=True)
     md.create_topic("t", 2)
     from metadata import ChunkMeta
     from metadata.errors import FileStateError
@@ -313,7 +313,7 @@ def test_read_decodes_every_client_codec(spark: Any, tmp_path: Path) -> None:
     from tests.fileformat.client_batches import CLIENT_BATCHES, sample_records
 
     store_url, md_url = _urls(tmp_path)
-    md = MetadataStore.open(md_url)
+    md = MetadataStore.open(md_url, create=True)
     md.create_topic("z", 1)
     store = open_store(store_url)
     with Agent(store, md, AgentConfig(linger_ms=60_000), clock=ManualClock()) as a:

@@ -113,7 +113,7 @@ def services(tmp_path: Path, s3_url: str,
              postgres_url: str) -> Iterator[tuple[AgentProcess, int, CompactorProcess, int]]:
     """An agent and a compactor with metrics ports, on moto S3 + PostgreSQL, and the topics:
     `users` (compacted, 2 partitions) and `events` (delete policy)."""
-    with MetadataStore.open(postgres_url) as md:
+    with MetadataStore.open(postgres_url, create=True) as md:
         md.create_topic("users", 2, {"cleanup.policy": "compact"})
         md.create_topic("events", 1)
     agent_port, compactor_port = free_port(), free_port()
@@ -189,7 +189,7 @@ def test_dashboard_metrics_exist_with_the_traffic_they_count(
         # Phase B: one flush whose object is then deleted, one more: the job merging them
         # fails on the missing input, every round.
         produce_flush(producer, keyed(b"v3"))
-        with MetadataStore.open(agent.metadata_url) as md:
+        with MetadataStore.open(agent.metadata_url, create=True) as md:
             (lost,) = [f for f in md.snapshot().files if f.level == 0]
         bucket, prefix = s3_url.removeprefix("s3://").split("/", 1)
         boto3.client("s3").delete_object(Bucket=bucket, Key=f"{prefix}/{lost.object_key}")

@@ -146,7 +146,7 @@ def test_commit_outcomes_by_kind(tmp_path: Path) -> None:
                       outcome=outcome)
 
     ok, refused = count("ok"), count("refused")
-    with MetadataStore.open(f"sqlite:///{tmp_path}/md.db") as md:
+    with MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True) as md:
         md.create_topic("t", 1)
         md.add_partitions("t", 2)
         with pytest.raises(UnknownTopicError):
@@ -184,7 +184,7 @@ def test_agent_is_ready_while_registered_and_not_stopping() -> None:
 
 
 def test_compactor_is_ready_while_the_metadata_store_answers(tmp_path: Path) -> None:
-    with MetadataStore.open(f"sqlite:///{tmp_path}/md.db") as md:
+    with MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True) as md:
         assert compactor_ready(md) is None
     url = "postgresql://postgres@127.0.0.1:1/nothing"  # nobody listens on port 1
     down = MetadataStore(make_engine(url), url, md.clock, MetadataConfig())
@@ -197,7 +197,7 @@ def test_compactor_is_ready_while_the_metadata_store_answers(tmp_path: Path) -> 
 
 
 def test_a_round_sets_live_data_per_level_and_the_gc_backlog(tmp_path: Path) -> None:
-    with MetadataStore.open(f"sqlite:///{tmp_path}/md.db") as md:
+    with MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True) as md:
         md.create_topic("t", 2, {"cleanup.policy": "compact"})
         commit(md, "a", [chunk("t", 0), chunk("t", 1)])
         commit(md, "b", [chunk("t", 0)])
