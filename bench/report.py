@@ -254,11 +254,12 @@ end of pass 1 minus the RSS before it. Pass 1 streams each input's key hashes (1
 `fileformat.iter_meta_streamed`) into the compiled offset map (compactor/_offsetmap.c: 16 B
 hash + 4 B position per slot, load <= 0.9, Robin Hood probing) and into a spool that pass 2
 reads back (8 MiB in memory, then an unnamed temp file: 16 B per record on disk). The map
-holds at most budget / 24 B keys (5.59 M at 128 MiB) and grows from 64 slots, doubling while
+holds at most budget / 24 B keys (5.59 M at 128 MiB), and no more than the cleanable
+window has records (a window cannot hold more keys); it grows from 64 slots, doubling while
 at most 1/16 of its largest size and then to that size, so old + new tables never exceed
 the budget. With 10 k keys the peak is the spool's 8 MiB plus read blocks, whatever the
-record count; with 5 M keys it is the full-size table (118.5 MiB: 24.9 B per key held,
-22.2 B when full) + the previous table while it grows (7.4 MiB) + the spool. Past its keys
+record count; with 5 M keys in a 5 M-record window it is the table sized for them
+(22.2 B per key, 106 MiB) + the previous table while it grows + the spool. Past its keys
 (10 M row) the map ends early and the rest is kept as it is (Kafka's partial clean; the
 next clean goes on from the checkpoint), in the same memory. Before (a numpy sort of the
 whole job's hashes), 20 M records over 10 k keys grew the peak by 839 MiB on top of the
@@ -296,14 +297,14 @@ join of an Empty group (Kafka's default 3000 ms delays a group's setup, not thes
 
 OffsetCommit: simple consumers (no subscription), one client thread and one group each,
 `Consumer.commit(offsets=..., asynchronous=False)` in a loop for 10 s; "per agent core"
-divides the commits by the agent process's CPU seconds. A 1-partition commit costs the
-agent about 1.2 ms of CPU (1.5 on PostgreSQL), most of it the metadata transaction in
-SQLAlchemy (lease check, partition check, upsert: ~0.75 ms measured alone on SQLite), so one
-agent tops out near its one core (one interpreter) at a few hundred commits/s; more clients
-do not help on SQLite and the clients' threads share the two cores. One client on
-PostgreSQL waits for the transaction's round trips (~3.5 ms a commit); four overlap them. A
-12-partition commit costs ~2.3 ms: SQLAlchemy compiles its multi-row upsert anew at every
-commit (a multi-VALUES INSERT is not cached), about a third of that.
+divides the commits by the agent process's CPU seconds. A commit costs the agent about
+1.0-1.1 ms of CPU, most of it the metadata transaction in SQLAlchemy (lease check, partition
+check, upsert), so one agent tops out near its one core (one interpreter) at ~900-1,300
+commits/s; the clients' threads share the two cores with it. One client on PostgreSQL waits
+for the transaction's round trips (~3.5 ms a commit); four overlap them. A 12-partition
+commit costs about as much as a 1-partition one: the upsert is one cached statement run as
+executemany (it was a multi-VALUES INSERT compiled anew at every commit: 2.3 ms, 441
+commits/s per core on SQLite before).
 
 Rows written: AFTER INSERT/UPDATE/DELETE row triggers on every table of the agent's
 database count the rows it writes, by table, over a new group's first commit and then 200

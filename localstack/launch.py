@@ -135,19 +135,23 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=HERE / "data")
     parser.add_argument("--log", type=Path, default=HERE / "localstack.log")
     args = parser.parse_args()
+    # Both set explicitly: a launcher started from a script's background job inherits
+    # SIGINT ignored, and Ctrl-C / `kill -INT` must still stop LocalStack.
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     try:
         proc = start(args.port, args.data, args.log)  # stopped by start() if interrupted
     except KeyboardInterrupt:
         return 0
-    print(f"LocalStack S3 on http://127.0.0.1:{args.port} (log: {args.log}).")
-    print("Point siltstream at it:")
-    print(f"  export AWS_ENDPOINT_URL=http://127.0.0.1:{args.port} AWS_ACCESS_KEY_ID=test"
-          " AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1")
-    print("  aws --endpoint-url $AWS_ENDPOINT_URL s3 mb s3://silt   # or any S3 client")
-    print("  silt --store s3://silt/data topics list")
-    sys.stdout.flush()
-    try:
+    try:  # a signal from here on stops LocalStack, even one during the prints
+        print(f"LocalStack S3 on http://127.0.0.1:{args.port} (log: {args.log}).")
+        print("Point siltstream at it:")
+        print(f"  export AWS_ENDPOINT_URL=http://127.0.0.1:{args.port} AWS_ACCESS_KEY_ID=test"
+              " AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1")
+        print("  export SILT_STORE=s3://silt/data"
+              " SILT_METADATA=sqlite:///./silt-data/localstack/metadata.db")
+        print("  silt init --create-bucket   # the bucket, the metadata, the store's marker")
+        sys.stdout.flush()
         return proc.wait()
     except KeyboardInterrupt:
         stop(proc)

@@ -3,6 +3,8 @@ with it, so nothing is left listening or running."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import socket
 import subprocess
@@ -49,6 +51,7 @@ def test_signal_stops_localstack(tmp_path: Path, sig: signal.Signals) -> None:
                                  "--port", str(port), "--data", str(tmp_path / "data"),
                                  "--log", str(tmp_path / "ls.log")], stdout=o,
                                 stderr=subprocess.STDOUT)
+    children: list[int] = []
     try:
         deadline = time.monotonic() + WAIT_S
         while "LocalStack S3 on" not in out.read_text() and proc.poll() is None:
@@ -62,6 +65,10 @@ def test_signal_stops_localstack(tmp_path: Path, sig: signal.Signals) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait()
+            for c in children:  # a launcher that failed its test leaves no LocalStack
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(c, signal.SIGKILL)
     assert "LocalStack stopped." in out.read_text()
     assert not [c for c in children if _alive(c)]
     assert not _listening(port)
