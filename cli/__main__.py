@@ -1,5 +1,5 @@
 """`python -m cli ...` runs the `silt` command (tests start `silt agent` this way)."""
 
-from cli.main import main
+from cli.entry import main
 
 main()

@@ -25,10 +25,6 @@ def silt(cwd: Path, *args: str, stdin: str = "") -> tuple[int, str, list[str]]:
     """Run `silt ARGS` in `cwd`: exit code, stdout, stderr lines."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SILT_")}
     env["PYTHONPATH"] = str(REPO)
-    # kio registers hypothesis strategies on import when hypothesis is installed (the dev
-    # extra only), and hypothesis then keeps a .hypothesis directory in the working directory:
-    # keep it out of the directories these tests check.
-    env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(cwd.parent / "hypothesis")
     done = subprocess.run([sys.executable, "-m", "cli", *args], cwd=cwd, env=env, input=stdin,
                           capture_output=True, text=True, timeout=120)
     return done.returncode, done.stdout, done.stderr.splitlines()
