@@ -57,7 +57,7 @@ bench: $(TEST_STAMP) $(NATIVE)
 # The reliability suites (docs/reliability.md): 500 crash trials, 1,000 corruption cases,
 # 50 object-store fault trials (10 % of S3 requests failed),
 # 20 concurrency trials (PostgreSQL: SILT_TEST_POSTGRES_URL); figures written to the doc.
-chaos: $(NATIVE)
+chaos: $(TEST_STAMP) $(NATIVE)
 	$(BIN)/python -m faults.chaos --suite crash --suite corruption --suite concurrency \
 	  --suite storefaults \
 	  --write docs/reliability.md
