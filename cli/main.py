@@ -22,10 +22,11 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any, ParamSpec, TypeVar
+from typing import IO, Any, NoReturn, ParamSpec, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import click
+import sqlalchemy.exc as sa_exc
 
 from agent import Agent, AgentConfig, AgentError, Reader, tune_gc
 from agent.config import (
@@ -94,15 +95,24 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except KNOWN_ERRORS as exc:
-            obj = click.get_current_context(silent=True)
             own = isinstance(exc, CommandFailed) and exc.__cause__ is None  # nothing to trace
-            if obj is not None and getattr(obj.find_object(Context), "verbose", False) and not own:
-                traceback.print_exc()
             message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            click.echo(f"silt: {message}", err=True)
-            sys.exit(1)
+            _fail(message, trace=not own)
+        except sa_exc.OperationalError as exc:
+            # The database went away mid-command (opening it is MetadataUnavailableError).
+            reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+            _fail(f"metadata database failed: {reason}", trace=True)
 
     return wrapper
+
+
+def _fail(message: str, *, trace: bool) -> NoReturn:
+    """`silt: <message>` on stderr (the traceback too with --verbose), exit code 1."""
+    obj = click.get_current_context(silent=True)
+    if trace and obj is not None and getattr(obj.find_object(Context), "verbose", False):
+        traceback.print_exc()
+    click.echo(f"silt: {message}", err=True)
+    sys.exit(1)
 
 
 @dataclass
