@@ -18,7 +18,7 @@ a backend that can tell a request failed (S3: per HTTP request) reports that too
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from types import TracebackType
 from typing import Protocol, Self, TypeVar
@@ -244,7 +244,7 @@ class ObjectStore(abc.ABC):
         """Objects whose key starts with `prefix`, in key order, with their sizes and
         modification times (one LIST request per 1,000 objects on S3)."""
 
-    def unfinished_uploads(self, started_before_ms: int) -> list[UnfinishedUpload]:
+    def unfinished_uploads(self, started_before_ms: int) -> Sequence[UnfinishedUpload]:
         """Uploads under the store's prefix begun before `started_before_ms` (the store's
         clock) and still unfinished: invisible, yet billed on S3 (one ListMultipartUploads
         per 1,000 uploads there). A backend without such leftovers has none."""

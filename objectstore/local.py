@@ -7,7 +7,7 @@ import io
 import os
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -230,7 +230,7 @@ class FileStore(Backend):
                     found.append(ObjectInfo(key, st.st_size, st.st_mtime_ns // 1_000_000))
         yield from sorted(found, key=lambda o: o.key)
 
-    def unfinished_uploads(self, started_before_ms: int) -> list[UnfinishedUpload]:
+    def unfinished_uploads(self, started_before_ms: int) -> Sequence[UnfinishedUpload]:
         """The temporary files of uploads last written before `started_before_ms` (one
         directory walk): `upload_id` is the file's name."""
         self._report(LIST_MULTIPART, 0, 0)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, get_args
 from urllib.parse import urlparse
@@ -509,7 +509,7 @@ class S3Store(Backend):
                 return
             token = str(resp["NextContinuationToken"])
 
-    def unfinished_uploads(self, started_before_ms: int) -> list[UnfinishedUpload]:
+    def unfinished_uploads(self, started_before_ms: int) -> Sequence[UnfinishedUpload]:
         full = f"{self.prefix}/" if self.prefix else ""
         strip = len(full)
         found: list[UnfinishedUpload] = []

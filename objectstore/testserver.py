@@ -82,7 +82,7 @@ class RecordingMotoServer:
         self._port = port
         self._lock = threading.Lock()
         self._requests: list[ServedRequest] = []
-        self._initiated: dict[str, bytes] = {}  # upload id -> when created (ISO 8601)
+        self._initiated: dict[bytes, bytes] = {}  # upload id -> when created (ISO 8601)
         self._server: Any = None
         self._thread: threading.Thread | None = None
 

@@ -7,7 +7,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -131,7 +131,7 @@ class StoreWrapper(ObjectStore):
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         return self.inner.list(prefix)
 
-    def unfinished_uploads(self, started_before_ms: int) -> list[UnfinishedUpload]:
+    def unfinished_uploads(self, started_before_ms: int) -> Sequence[UnfinishedUpload]:
         return self.inner.unfinished_uploads(started_before_ms)
 
     def abort_upload(self, upload: UnfinishedUpload) -> None:
@@ -189,7 +189,7 @@ class RetryingStore(StoreWrapper):
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         return iter(self._run(lambda: list(self.inner.list(prefix))))
 
-    def unfinished_uploads(self, started_before_ms: int) -> list[UnfinishedUpload]:
+    def unfinished_uploads(self, started_before_ms: int) -> Sequence[UnfinishedUpload]:
         return self._run(lambda: self.inner.unfinished_uploads(started_before_ms))
 
     def abort_upload(self, upload: UnfinishedUpload) -> None:
