@@ -844,20 +844,25 @@ def gc(ctx: Context, grace_ms: int | None, as_json: bool) -> None:
 
     Deletes the objects of files retired (by compaction or retention) or abandoned at least
     the grace period ago; uploads still pending are left for compactor.lease.ms at least,
-    so writes under way never fail. Then prunes old history rows from the metadata.
+    so writes under way never fail. Aborts the store's unfinished uploads (S3 multipart
+    uploads a killed process left) begun longer ago than that. Then prunes old history
+    rows from the metadata.
     """
     from compactor import Compactor
 
     config = ctx.load({f"compactor.{FILE_DELETE_DELAY_MS}": grace_ms}).compactor
     comp = Compactor(ctx.store, ctx.metadata, config)
-    deleted = comp.collect_garbage()
+    report = comp.collect_garbage()
+    deleted = report.deleted
     waiting = len(ctx.metadata.files_to_gc(comp.clock.now_ms()))
     if as_json:
         click.echo(json.dumps({"deleted": len(deleted), "keys": deleted, "waiting": waiting,
-                               "grace_ms": config.grace_ms}))
+                               "grace_ms": config.grace_ms,
+                               "uploads_aborted": report.uploads_aborted}))
         return
     click.echo(f"deleted {len(deleted)} objects; {waiting} files wait for their grace period"
-               f" ({config.grace_ms:,} ms) or lease ({config.lease_ms:,} ms)")
+               f" ({config.grace_ms:,} ms) or lease ({config.lease_ms:,} ms);"
+               f" aborted {report.uploads_aborted} unfinished uploads")
 
 
 @cli.command()

@@ -11,7 +11,7 @@ from .config import CompactorConfig
 from .dedupe import DEFAULT_MEMORY_BUDGET, MAP_BYTES_PER_KEY, dedupe, map_capacity
 from .merge import MergeStats
 from .service import CompactorService
-from .worker import Compactor, JobReport
+from .worker import Compactor, GarbageReport, JobReport
 
 __all__ = [
     "DEFAULT_MEMORY_BUDGET",
@@ -19,6 +19,7 @@ __all__ = [
     "Compactor",
     "CompactorConfig",
     "CompactorService",
+    "GarbageReport",
     "JobReport",
     "MergeStats",
     "dedupe",

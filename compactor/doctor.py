@@ -42,7 +42,7 @@ from fileformat import FormatError, verify_streams
 from metadata import FileInfo, MetadataStore, SegmentInfo
 from metadata.schema import FILE_DELETED, FILE_LIVE, FILE_PENDING
 from metadata.segments import index_mismatch
-from objectstore import ObjectInfo, ObjectStore
+from objectstore import MTIME_SLACK_MS, ObjectInfo, ObjectStore
 
 from .config import FILE_DELETE_DELAY_MS, LEASE_MS, CompactorConfig
 from .worker import OUTPUT_PREFIX
@@ -50,9 +50,6 @@ from .worker import OUTPUT_PREFIX
 # Where siltstream writes objects: the agents' flushes (and Spark's writer), the compactor's
 # outputs. Orphans are looked for here only.
 DATA_PREFIXES = (OBJECT_PREFIX, OUTPUT_PREFIX)
-# S3's LastModified has whole seconds (and the store's clock is not ours): an orphan counts
-# as past the grace period only this much later, so no young one is ever taken for old.
-MTIME_SLACK_MS = 1_000
 
 MISSING = "missing"
 SIZE = "size"

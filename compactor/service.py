@@ -127,5 +127,9 @@ class CompactorService:
 
     def collect_garbage(self) -> None:
         """The GC timer's call: `Compactor.collect_garbage` (raises, as retention's)."""
-        if deleted := self.compactor.collect_garbage():
-            log.info("gc: deleted %d objects", len(deleted), extra={"deleted": len(deleted)})
+        report = self.compactor.collect_garbage()
+        if report.deleted or report.uploads_aborted:
+            log.info("gc: deleted %d objects, aborted %d unfinished uploads",
+                     len(report.deleted), report.uploads_aborted,
+                     extra={"deleted": len(report.deleted),
+                            "uploads_aborted": report.uploads_aborted})

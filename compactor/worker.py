@@ -16,7 +16,8 @@ One job, step by step, and what a crash at each step leaves:
    files it empties are retired like replaced inputs. (The service, service.py, applies it
    on a timer of its own instead.)
 5. GC: retired inputs whose grace period (file.delete.delay.ms, 60 s) has passed are
-   marked deleting, their objects deleted, then marked deleted; then history rows past
+   marked deleting, their objects deleted, then marked deleted; the store's unfinished
+   uploads (step 3's crash) older than max(grace, lease.ms) are aborted; then history rows past
    their retention are pruned (`MetadataStore.prune`: deleted files and their segments,
    finished jobs). Crash anywhere: the next pass carries on where this one stopped.
 A job given up because its worker stops (`cancelled`, checked at each partition boundary of
@@ -52,7 +53,7 @@ from metadata.models import Snapshot as MetadataSnapshot
 from metadata.schema import FILE_PENDING
 from metadata.segments import output_segment
 from metadata.topicconfig import COMPRESSION_TYPE
-from objectstore import ObjectStore, ObjectWriter
+from objectstore import MTIME_SLACK_MS, ObjectStore, ObjectWriter
 from planner import JobSpec, Plan, Snapshot, propose, propose_all, validate
 
 from .config import CompactorConfig
@@ -96,6 +97,15 @@ class JobReport:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class GarbageReport:
+    """What one GC pass did: the object keys it deleted, the unfinished uploads it
+    aborted."""
+
+    deleted: list[str]
+    uploads_aborted: int = 0
 
 
 def never() -> bool:
@@ -341,11 +351,12 @@ class Compactor:
 
     # ----------------------------------------------------------------- garbage
 
-    def collect_garbage(self, grace_ms: int | None = None) -> list[str]:
+    def collect_garbage(self, grace_ms: int | None = None) -> GarbageReport:
         """Delete objects of retired inputs past the grace period (`grace_ms`, default
-        file.delete.delay.ms), and of abandoned uploads; then prune the metadata's history
-        rows past their retention (finished jobs, deleted files and their segments:
-        `MetadataStore.prune`). Returns the deleted keys.
+        file.delete.delay.ms), and of abandoned uploads; abort the store's unfinished
+        uploads (`_abort_unfinished_uploads`); then prune the metadata's history rows past
+        their retention (finished jobs, deleted files and their segments:
+        `MetadataStore.prune`).
 
         Pending outputs of jobs under way are left alone (collected, they would make the
         job's commit fail): this worker's own however long they run (the service calls this
@@ -366,8 +377,36 @@ class Compactor:
             keys = [f.object_key for f in due if f.id in set(ids)]
             self.store.delete_many(keys)
             self.metadata.mark_deleted(ids)
+        aborted = self._abort_unfinished_uploads(pending_before, in_flight)
         pruned = self.metadata.prune()
         if pruned.files or pruned.jobs:
             log.info("pruned %d deleted files (%d segments) and %d finished jobs",
                      pruned.files, pruned.segments, pruned.jobs)
-        return keys
+        return GarbageReport(keys, aborted)
+
+    def _abort_unfinished_uploads(self, pending_before: int, in_flight: frozenset[int]) -> int:
+        """Abort the store's uploads begun before `pending_before` (now - max(grace,
+        lease.ms), less the store clock's slack) and never finished: a process killed
+        mid-upload, or a CreateMultipartUpload retried after its answer was lost, leaves
+        them on S3, invisible and billed. One listing per call. An upload whose key is
+        this worker's output in flight, or a pending file still renewed by its job's lease,
+        may still complete: it is left alone, as its pending row is. Returns how many were
+        aborted."""
+        uploads = self.store.unfinished_uploads(pending_before - MTIME_SLACK_MS)
+        if not uploads:
+            return 0
+        rows = self.metadata.files_by_key(u.key for u in uploads)
+        aborted = 0
+        for upload in uploads:
+            row = rows.get(upload.key)
+            if row is not None and (row.id in in_flight or (
+                    row.state == FILE_PENDING and row.state_changed_at_ms > pending_before)):
+                continue
+            try:
+                self.store.abort_upload(upload)
+            except FileNotFoundError:
+                continue  # finished or aborted since it was listed
+            aborted += 1
+        if aborted:
+            log.info("aborted %d unfinished uploads", aborted)
+        return aborted

@@ -12,7 +12,8 @@ PRICE_TABLES: dict[str, dict[str, float]] = {
     "gcs-standard": {"write": 0.005 / 1000, "read": 0.0004 / 1000},
     "r2": {"write": 0.0045 / 1000, "read": 0.00036 / 1000},
 }
-WRITE_CLASS = ("PUT", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload", "LIST")
+WRITE_CLASS = ("PUT", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload", "LIST",
+               "ListMultipartUploads")
 READ_CLASS = ("GET", "HEAD")
 
 

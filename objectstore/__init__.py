@@ -13,12 +13,14 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from .base import (
+    MTIME_SLACK_MS,
     REQUEST_TYPES,
     ObjectInfo,
     ObjectStore,
     ObjectWriter,
     ReadStream,
     RequestCounts,
+    UnfinishedUpload,
 )
 from .config import (
     FSSPEC_PREFIX,
@@ -102,6 +104,7 @@ __all__ = [
     "DEFAULT_RETRY",
     "DEFAULT_STORE_URL",
     "FSSPEC_PREFIX",
+    "MTIME_SLACK_MS",
     "REQUEST_TYPES",
     "SCHEMES",
     "BucketNotFoundError",
@@ -124,6 +127,7 @@ __all__ = [
     "StoreSpec",
     "StoreWrapper",
     "ThrottledError",
+    "UnfinishedUpload",
     "UnsupportedUrlError",
     "fsspec_protocol",
     "is_store_url",

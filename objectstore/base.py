@@ -18,7 +18,7 @@ a backend that can tell a request failed (S3: per HTTP request) reports that too
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from types import TracebackType
 from typing import Protocol, Self, TypeVar
@@ -32,9 +32,13 @@ ABORT_MULTIPART = "AbortMultipartUpload"
 GET = "GET"
 HEAD = "HEAD"
 LIST = "LIST"
+LIST_MULTIPART = "ListMultipartUploads"
 DELETE = "DELETE"
 REQUEST_TYPES = (PUT, CREATE_MULTIPART, UPLOAD_PART, COMPLETE_MULTIPART, ABORT_MULTIPART,
-                 GET, HEAD, LIST, DELETE)
+                 GET, HEAD, LIST, LIST_MULTIPART, DELETE)
+# Times the store keeps (S3's LastModified and Initiated: whole seconds, and the store's
+# clock is not ours): something counts as older than a threshold only this much later.
+MTIME_SLACK_MS = 1_000
 
 # Listener signature: (request type, bytes sent, bytes received).
 RequestListener = Callable[[str, int, int], None]
@@ -152,6 +156,19 @@ class ObjectInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class UnfinishedUpload:
+    """An upload begun and neither completed nor aborted (S3: a multipart upload; a local
+    store: a temporary file), left by a process killed mid-upload or by a retried
+    CreateMultipartUpload whose first answer was lost. `key`: the object it would create;
+    `upload_id`: which upload of that key; `started_ms`: when it began, as the store's own
+    clock says (epoch ms)."""
+
+    key: str
+    upload_id: str
+    started_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class RequestCounts:
     """Requests made by type, and bytes moved, since the store was opened."""
 
@@ -163,6 +180,7 @@ class RequestCounts:
     GET: int = 0
     HEAD: int = 0
     LIST: int = 0
+    ListMultipartUploads: int = 0
     DELETE: int = 0
     bytes_sent: int = 0
     bytes_received: int = 0
@@ -182,7 +200,7 @@ class RequestCounts:
     def writes(self) -> int:
         """Requests billed as PUT/COPY/POST/LIST class."""
         return (self.PUT + self.CreateMultipartUpload + self.UploadPart
-                + self.CompleteMultipartUpload + self.LIST)
+                + self.CompleteMultipartUpload + self.LIST + self.ListMultipartUploads)
 
 
 class ObjectStore(abc.ABC):
@@ -225,6 +243,17 @@ class ObjectStore(abc.ABC):
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Objects whose key starts with `prefix`, in key order, with their sizes and
         modification times (one LIST request per 1,000 objects on S3)."""
+
+    def unfinished_uploads(self, started_before_ms: int) -> Sequence[UnfinishedUpload]:
+        """Uploads under the store's prefix begun before `started_before_ms` (the store's
+        clock) and still unfinished: invisible, yet billed on S3 (one ListMultipartUploads
+        per 1,000 uploads there). A backend without such leftovers has none."""
+        return []
+
+    def abort_upload(self, upload: UnfinishedUpload) -> None:
+        """Drop an unfinished upload (one AbortMultipartUpload on S3); one already gone
+        (completed or aborted since it was listed) raises FileNotFoundError."""
+        raise FileNotFoundError(f"no unfinished upload {upload.upload_id!r} of {upload.key!r}")
 
     @abc.abstractmethod
     def set_request_listener(self, listener: RequestListener) -> None:

@@ -7,15 +7,17 @@ import io
 import os
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
 from .base import (
+    ABORT_MULTIPART,
     DELETE,
     GET,
     HEAD,
     LIST,
+    LIST_MULTIPART,
     PUT,
     Backend,
     ObjectInfo,
@@ -23,6 +25,7 @@ from .base import (
     ReadStream,
     RequestListener,
     StreamBase,
+    UnfinishedUpload,
 )
 from .errors import InvalidRangeError
 
@@ -75,7 +78,7 @@ class _FileRangeStream(StreamBase):
 # An upload in progress: `.upload-<key's name>.<random>.tmp` beside the key's file. Named
 # after its key so that deleting the key also deletes one a killed writer left behind
 # (GC deletes the keys of stale pending files: the temp file of a process killed mid-upload
-# goes with them); never listed.
+# goes with them, and `unfinished_uploads` finds the rest); never listed.
 UPLOAD_PREFIX, UPLOAD_SUFFIX = ".upload-", ".tmp"
 
 
@@ -226,6 +229,32 @@ class FileStore(Backend):
                     st = full.stat()
                     found.append(ObjectInfo(key, st.st_size, st.st_mtime_ns // 1_000_000))
         yield from sorted(found, key=lambda o: o.key)
+
+    def unfinished_uploads(self, started_before_ms: int) -> Sequence[UnfinishedUpload]:
+        """The temporary files of uploads last written before `started_before_ms` (one
+        directory walk): `upload_id` is the file's name."""
+        self._report(LIST_MULTIPART, 0, 0)
+        found = []
+        for dirpath, _, files in os.walk(self.root):
+            for name in files:
+                target = _upload_of(name)
+                if target is None:
+                    continue
+                try:
+                    modified = (Path(dirpath) / name).stat().st_mtime_ns // 1_000_000
+                except FileNotFoundError:  # finished or aborted since the walk saw it
+                    continue
+                if modified < started_before_ms:
+                    key = (Path(dirpath) / target).relative_to(self.root).as_posix()
+                    found.append(UnfinishedUpload(key, name, modified))
+        return sorted(found, key=lambda u: (u.key, u.upload_id))
+
+    def abort_upload(self, upload: UnfinishedUpload) -> None:
+        path = self._path(upload.key)
+        if _upload_of(upload.upload_id) != path.name or "/" in upload.upload_id:
+            raise ValueError(f"{upload.upload_id!r} is no upload of {upload.key!r}")
+        self._report(ABORT_MULTIPART, 0, 0)
+        (path.parent / upload.upload_id).unlink()
 
 
 _MEMORY: dict[str, dict[str, bytes]] = {}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, get_args
 from urllib.parse import urlparse
@@ -42,6 +42,7 @@ from .base import (
     GET,
     HEAD,
     LIST,
+    LIST_MULTIPART,
     PUT,
     UPLOAD_PART,
     Backend,
@@ -50,6 +51,7 @@ from .base import (
     ReadStream,
     RequestListener,
     StreamBase,
+    UnfinishedUpload,
 )
 from .errors import (
     BucketNotFoundError,
@@ -84,6 +86,7 @@ OPERATIONS = {
     "GetObject": GET,
     "HeadObject": HEAD,
     "ListObjectsV2": LIST,
+    "ListMultipartUploads": LIST_MULTIPART,
     "DeleteObjects": DELETE,
     "DeleteObject": DELETE,
 }
@@ -358,7 +361,7 @@ class _S3Writer(ObjectWriter):
         self._done = True
         self._buf = bytearray()
         if self._upload_id is not None:
-            # If this fails, the bucket's lifecycle rule reaps the unfinished upload; a
+            # If this fails, GC aborts the unfinished upload later (`unfinished_uploads`); a
             # repeated abort whose first answer was lost is told NoSuchUpload: done too.
             with contextlib.suppress(ObjectStoreError, OSError, ValueError):
                 self._request(self._s.client.abort_multipart_upload, Bucket=self._s.bucket,
@@ -505,3 +508,27 @@ class S3Store(Backend):
             if not resp.get("IsTruncated"):
                 return
             token = str(resp["NextContinuationToken"])
+
+    def unfinished_uploads(self, started_before_ms: int) -> Sequence[UnfinishedUpload]:
+        full = f"{self.prefix}/" if self.prefix else ""
+        strip = len(full)
+        found: list[UnfinishedUpload] = []
+        markers: dict[str, str] = {}
+        while True:
+            resp = _call(f"list uploads s3://{self.bucket}/{full}",
+                         self.client.list_multipart_uploads, Bucket=self.bucket, Prefix=full,
+                         **markers)
+            for up in resp.get("Uploads", []):
+                started = int(up["Initiated"].timestamp() * 1000)
+                if started < started_before_ms:
+                    found.append(UnfinishedUpload(str(up["Key"])[strip:], str(up["UploadId"]),
+                                                  started))
+            if not resp.get("IsTruncated"):
+                return found
+            markers = {"KeyMarker": str(resp["NextKeyMarker"]),
+                       "UploadIdMarker": str(resp["NextUploadIdMarker"])}
+
+    def abort_upload(self, upload: UnfinishedUpload) -> None:
+        _call(f"abort upload {upload.upload_id} of {self._what(upload.key)}",
+              self.client.abort_multipart_upload, Bucket=self.bucket,
+              Key=self._key(upload.key), UploadId=upload.upload_id)

@@ -7,12 +7,17 @@ dependency, not a runtime one.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
+_UPLOAD = re.compile(rb"<Upload>.*?</Upload>", re.S)
+_UPLOAD_ID = re.compile(rb"<UploadId>([^<]*)</UploadId>")
+_INITIATED = re.compile(rb"<Initiated>[^<]*</Initiated>")
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
@@ -39,6 +44,8 @@ class ServedRequest:
         if not parts[0]:
             return "ListBuckets" if self.method == "GET" else self.method
         if len(parts) == 1 or not parts[1]:
+            if self.method == "GET" and "uploads" in params:
+                return "ListMultipartUploads"
             return _BUCKET_OPS.get(
                 (self.method, "delete" in params), f"{self.method}Bucket"
             )
@@ -59,7 +66,7 @@ class ServedRequest:
 
 # (method, has `?delete`) on a bucket path -> operation.
 _BUCKET_OPS = {
-    ("GET", False): "LIST",  # ListObjects(V2), or ListMultipartUploads with ?uploads
+    ("GET", False): "LIST",  # ListObjects(V2) (ListMultipartUploads, `?uploads`, is apart)
     ("POST", True): "DELETE",  # DeleteObjects (batch)
     ("PUT", False): "CreateBucket",
     ("HEAD", False): "HeadBucket",
@@ -75,24 +82,51 @@ class RecordingMotoServer:
         self._port = port
         self._lock = threading.Lock()
         self._requests: list[ServedRequest] = []
+        self._initiated: dict[bytes, bytes] = {}  # upload id -> when created (ISO 8601)
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
     def _wrap(self, app: WSGIApp) -> WSGIApp:
         def recording_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
             path = str(environ.get("PATH_INFO", ""))
-            if not path.startswith("/moto-api"):
-                req = ServedRequest(
-                    method=str(environ.get("REQUEST_METHOD", "")),
-                    path=path,
-                    query=str(environ.get("QUERY_STRING", "")),
-                    range=environ.get("HTTP_RANGE"),
-                )
-                with self._lock:
-                    self._requests.append(req)
+            if path.startswith("/moto-api"):
+                return app(environ, start_response)
+            req = ServedRequest(
+                method=str(environ.get("REQUEST_METHOD", "")),
+                path=path,
+                query=str(environ.get("QUERY_STRING", "")),
+                range=environ.get("HTTP_RANGE"),
+            )
+            with self._lock:
+                self._requests.append(req)
+            if req.operation in ("CreateMultipartUpload", "ListMultipartUploads"):
+                return self._initiated_times(req.operation, app(environ, start_response))
             return app(environ, start_response)
 
         return recording_app
+
+    def _initiated_times(self, operation: str, body: Iterable[bytes]) -> list[bytes]:
+        """moto lists every multipart upload as initiated in 2010: note when each was
+        created, and list it with that time (same length: Content-Length holds)."""
+        data = b"".join(body)
+        if operation == "CreateMultipartUpload":
+            found = _UPLOAD_ID.search(data)
+            if found:
+                now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+                with self._lock:
+                    self._initiated[found.group(1)] = now.encode()
+            return [data]
+
+        def fix(upload: re.Match[bytes]) -> bytes:
+            block = upload.group(0)
+            upload_id = _UPLOAD_ID.search(block)
+            with self._lock:
+                when = self._initiated.get(upload_id.group(1)) if upload_id else None
+            if when is None:
+                return block
+            return _INITIATED.sub(b"<Initiated>" + when + b"</Initiated>", block)
+
+        return [_UPLOAD.sub(fix, data)]
 
     def start(self) -> RecordingMotoServer:
         """Start serving in a daemon thread; returns self."""

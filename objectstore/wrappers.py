@@ -7,7 +7,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -20,6 +20,7 @@ from .base import (
     RequestCounts,
     RequestListener,
     RequestRunner,
+    UnfinishedUpload,
 )
 from .config import StoreConfig
 from .errors import ObjectStoreError
@@ -130,6 +131,12 @@ class StoreWrapper(ObjectStore):
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         return self.inner.list(prefix)
 
+    def unfinished_uploads(self, started_before_ms: int) -> Sequence[UnfinishedUpload]:
+        return self.inner.unfinished_uploads(started_before_ms)
+
+    def abort_upload(self, upload: UnfinishedUpload) -> None:
+        self.inner.abort_upload(upload)
+
 
 class RetryingStore(StoreWrapper):
     """Retries each request under one RetryPolicy.
@@ -181,6 +188,12 @@ class RetryingStore(StoreWrapper):
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         return iter(self._run(lambda: list(self.inner.list(prefix))))
+
+    def unfinished_uploads(self, started_before_ms: int) -> Sequence[UnfinishedUpload]:
+        return self._run(lambda: self.inner.unfinished_uploads(started_before_ms))
+
+    def abort_upload(self, upload: UnfinishedUpload) -> None:
+        self._run(lambda: self.inner.abort_upload(upload))
 
 
 class CountingStore(StoreWrapper):

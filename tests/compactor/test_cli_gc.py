@@ -4,6 +4,7 @@ or `--grace-ms`; uploads still pending are left for compactor.lease.ms."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,9 @@ from cli.main import cli
 from metadata import MetadataStore
 from metadata.identity import MARKER_KEY
 from objectstore import open_store
+from objectstore.base import ABORT_MULTIPART, LIST_MULTIPART
+from objectstore.local import UPLOAD_PREFIX, UPLOAD_SUFFIX
+from objectstore.testserver import RecordingMotoServer
 
 
 def run(args: list[str], env: dict[str, str], input: str | None = None) -> tuple[int, str, str]:
@@ -55,7 +59,8 @@ def test_gc_deletes_retired_inputs_now_with_a_zero_grace(env: dict[str, str]) ->
     assert json.loads(out)[0]["outcome"] == "committed"
     assert keys(env) > inputs  # the retired inputs wait for the 60 s default grace
 
-    assert gc(env) == {"deleted": 0, "keys": [], "waiting": 3, "grace_ms": 60_000}
+    assert gc(env) == {"deleted": 0, "keys": [], "waiting": 3, "grace_ms": 60_000,
+                      "uploads_aborted": 0}
     assert keys(env) > inputs
     result = gc(env, "--grace-ms", "0")
     assert sorted(result["keys"]) == sorted(inputs) and result["deleted"] == 3
@@ -83,3 +88,62 @@ def test_gc_grace_from_the_settings_and_pending_uploads_wait_for_the_lease(
     assert keys(env) == set()
     code, _, err = run(["gc", "--grace-ms", "-1"], env)
     assert code == 2 and "-1" in err
+
+
+def start_upload(env: dict[str, str], key: str) -> None:
+    """Begin an upload of `key` and leave it unfinished, as a process killed mid-upload
+    does (S3: a multipart upload; file://: its temporary file, named as the writer names
+    it)."""
+    url = env["SILT_STORE"]
+    if url.startswith("s3://"):
+        import boto3
+
+        bucket, _, prefix = url[5:].partition("/")
+        boto3.client("s3").create_multipart_upload(Bucket=bucket, Key=f"{prefix}/{key}")
+        return
+    path = Path(url[len("file://"):]) / key
+    path.parent.mkdir(parents=True, exist_ok=True)
+    (path.parent / f"{UPLOAD_PREFIX}{path.name}.x1y2z3{UPLOAD_SUFFIX}").write_bytes(b"half")
+
+
+def unfinished(env: dict[str, str]) -> list[str]:
+    """The keys of the store's unfinished uploads, however young."""
+    return sorted(u.key for u in open_store(env["SILT_STORE"]).unfinished_uploads(2**62))
+
+
+def upload_requests(server: RecordingMotoServer) -> dict[str, int]:
+    """The upload requests the S3 server served since the last call."""
+    counts = server.counts()
+    server.clear_log()
+    return {k: v for k, v in counts.items() if k in (LIST_MULTIPART, ABORT_MULTIPART)}
+
+
+def test_gc_aborts_unfinished_uploads_older_than_the_lease(
+        env: dict[str, str], request: pytest.FixtureRequest) -> None:
+    """One listing per run (S3: the server's count; the CLI's file store is not seen)."""
+    assert run(["topics", "create", "t", "--partitions", "1"], env)[0] == 0
+    start_upload(env, "data/killed-mid-upload")
+    start_upload(env, "compacted/renewed-output")
+    time.sleep(3.5)  # older than the lease (2 s) and the store clock's slack (1 s)
+    start_upload(env, "data/young")
+    md = MetadataStore.open(env["SILT_METADATA"])
+    try:  # a job's output whose lease was just renewed: its upload may still complete
+        md.register_pending_file("compacted/renewed-output", level=1)
+    finally:
+        md.close()
+    server: RecordingMotoServer | None = None
+    if env["SILT_STORE"].startswith("s3://"):
+        server = request.getfixturevalue("moto_server")
+    if server is not None:
+        upload_requests(server)
+    result = gc({**env, "SILT_COMPACTOR_LEASE_MS": "2000"}, "--grace-ms", "0")
+    assert result["uploads_aborted"] == 1 and result["deleted"] == 0
+    if server is not None:
+        assert upload_requests(server) == {LIST_MULTIPART: 1, ABORT_MULTIPART: 1}
+    assert unfinished(env) == ["compacted/renewed-output", "data/young"]
+    if server is not None:
+        upload_requests(server)
+    assert gc(env, "--grace-ms", "0")["uploads_aborted"] == 0  # the 60 s default lease
+    if server is not None:
+        assert upload_requests(server) == {LIST_MULTIPART: 1}
+    assert unfinished(env) == ["compacted/renewed-output", "data/young"]

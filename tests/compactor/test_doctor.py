@@ -22,7 +22,6 @@ from compactor.doctor import (
     CORRUPT,
     DATA_PREFIXES,
     MISSING,
-    MTIME_SLACK_MS,
     ORPHAN,
     SIZE,
     STALE_PENDING,
@@ -32,6 +31,7 @@ from compactor.doctor import (
 )
 from metadata import FileInfo
 from metadata import schema as s
+from objectstore import MTIME_SLACK_MS
 from objectstore.testserver import RecordingMotoServer
 from tests.compactor.support import Harness, Row
 
@@ -127,7 +127,7 @@ def test_orphans_are_reported_and_fix_removes_only_those_past_the_grace(h: Harne
     retired = [f for f in h.md.audit_snapshot().files if f.state == s.FILE_RETIRED]
     kept = {f.object_key: h.store.get(f.object_key) for f in retired}
     h.clock.advance(GRACE_MS + 1)
-    assert sorted(h.compactor().collect_garbage()) == sorted(kept)
+    assert sorted(h.compactor().collect_garbage().deleted) == sorted(kept)
     late, data = next(iter(kept.items()))
     h.store.put(late, data)
     old = "data/00000000000000000001-orphan.silt"

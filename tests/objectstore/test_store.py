@@ -3,8 +3,10 @@ server-side proof of the request-count claims."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,6 +22,7 @@ from botocore.exceptions import (
 )
 
 from objectstore import (
+    MTIME_SLACK_MS,
     CountingStore,
     FileStore,
     InvalidRangeError,
@@ -401,6 +404,62 @@ def test_aborted_multipart_upload_on_the_server(s3_url: str,
     assert list(store.list()) == [] and _pending_uploads(s3_url) == []
 
 
+def test_unfinished_uploads_listed_under_the_prefix_and_aborted(
+        s3_url: str, moto_server: RecordingMotoServer) -> None:
+    """Uploads a killed process left (under this store's prefix only) are listed with the
+    time they began and aborted; client counts match the server's, by type."""
+    import boto3
+
+    bucket = s3_url[5:].split("/")[0]
+    client = boto3.client("s3")
+    before_ms = int(time.time() * 1000) - MTIME_SLACK_MS
+    for key in ("prefix/a/killed", "prefix/b/killed", "elsewhere/killed"):
+        client.create_multipart_upload(Bucket=bucket, Key=key)
+    after_ms = int(time.time() * 1000) + MTIME_SLACK_MS
+    moto_server.clear_log()
+    store = open_store(s3_url)
+    assert store.unfinished_uploads(before_ms) == []
+    found = store.unfinished_uploads(after_ms)
+    assert [u.key for u in found] == ["a/killed", "b/killed"]
+    assert all(before_ms <= u.started_ms <= after_ms for u in found)
+    store.abort_upload(found[0])
+    with pytest.raises(FileNotFoundError):
+        store.abort_upload(found[0])  # aborted already
+    assert [u.key for u in store.unfinished_uploads(after_ms)] == ["b/killed"]
+    server = moto_server.counts()
+    assert server == {"ListMultipartUploads": 3, "AbortMultipartUpload": 2}
+    client_counts = {k: v for k, v in store.counters().as_dict().items()
+                     if v and not k.startswith("bytes")}
+    assert client_counts == server
+    assert (store.counters().writes) == 3  # ListMultipartUploads is billed as a LIST
+    assert {u["Key"] for u in client.list_multipart_uploads(Bucket=bucket)["Uploads"]} == {
+        "prefix/b/killed", "elsewhere/killed"}
+
+
+def test_stale_upload_files_of_the_file_store(tmp_path: Path) -> None:
+    """The file store's unfinished uploads are the temporary files of killed writers, by
+    their modification time; memory:// keeps none."""
+    store = open_store(f"file://{tmp_path}/objects")
+    store.put("d/done", b"v")
+    leftover = tmp_path / "objects" / "d" / ".upload-killed.abc123.tmp"
+    leftover.write_bytes(b"half")
+    os.utime(leftover, ns=(0, 10_000 * 1_000_000))
+    assert store.unfinished_uploads(10_000) == []
+    (upload,) = store.unfinished_uploads(10_001)
+    assert (upload.key, upload.upload_id, upload.started_ms) == (
+        "d/killed", leftover.name, 10_000)
+    with pytest.raises(ValueError):
+        store.abort_upload(dataclasses.replace(upload, key="d/done"))
+    store.abort_upload(upload)
+    assert not leftover.exists() and store.get("d/done") == b"v"
+    with pytest.raises(FileNotFoundError):
+        store.abort_upload(upload)
+    assert store.counters().ListMultipartUploads == 2
+    assert store.counters().AbortMultipartUpload == 2  # the refused one made no request
+    memory = open_store(f"memory://uploads-{os.urandom(4).hex()}")
+    assert memory.unfinished_uploads(2**62) == []
+
+
 def test_failed_part_aborts_the_upload(s3_url: str, moto_server: RecordingMotoServer) -> None:
     s3 = S3Store(s3_url, multipart_threshold=MIN_PART_SIZE, part_size=MIN_PART_SIZE)
     real = s3.client.upload_part
@@ -507,6 +566,8 @@ def test_transport_errors(exc: Exception, expected: type[Exception], retriable: 
     ("POST", "/b", "delete", "DELETE"),
     ("POST", "/b/", "delete=", "DELETE"),
     ("DELETE", "/b/k", "uploadId=u", "AbortMultipartUpload"),
+    ("GET", "/b", "uploads", "ListMultipartUploads"),
+    ("GET", "/b/", "prefix=p&uploads=", "ListMultipartUploads"),
     ("DELETE", "/b/k", "", "DELETE"),
     ("DELETE", "/b", "", "DeleteBucket"),
 ])

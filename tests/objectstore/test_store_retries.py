@@ -89,7 +89,7 @@ def test_multipart_upload_survives_a_fault_at_every_step(
 def test_a_lost_create_answer_leaves_only_an_invisible_upload(
         s3_url: str, fault_proxy: FaultProxy, moto_server: RecordingMotoServer) -> None:
     """CreateMultipartUpload applied but unanswered: the retry makes a second upload; the
-    first stays unfinished (invisible, reaped by the bucket's lifecycle rule)."""
+    first stays unfinished (invisible) until GC lists and aborts it, both retried."""
     store = retrying(s3_url)
     fault_proxy.inject(DROP_AFTER)
     with store.put_stream("big") as w:
@@ -97,6 +97,14 @@ def test_a_lost_create_answer_leaves_only_an_invisible_upload(
     assert store.size("big") == MIN_PART_SIZE + 1
     assert [o.key for o in store.list()] == ["big"]
     assert len(uploads_left(s3_url, moto_server)) == 1
+    fault_proxy.inject(RESET)
+    (left,) = store.unfinished_uploads(2**62)
+    assert left.key == "big"
+    fault_proxy.inject(SLOWDOWN)
+    store.abort_upload(left)
+    assert store.retries == 3
+    assert uploads_left(s3_url, moto_server) == []
+    assert store.get("big") == b"x" * (MIN_PART_SIZE + 1)  # the completed one is untouched
 
 
 def test_giving_up_is_one_line_and_names_the_attempts(s3_url: str,
