@@ -852,7 +852,7 @@ def gc(ctx: Context, grace_ms: int | None, as_json: bool) -> None:
 
     config = ctx.load({f"compactor.{FILE_DELETE_DELAY_MS}": grace_ms}).compactor
     comp = Compactor(ctx.store, ctx.metadata, config)
-    report = comp.collect_garbage()
+    report = comp.collect_garbage(sweep_uploads=True)
     deleted = report.deleted
     waiting = len(ctx.metadata.files_to_gc(comp.clock.now_ms()))
     if as_json:

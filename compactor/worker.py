@@ -73,6 +73,10 @@ from .snapshot import PlannerSnapshots
 log = logging.getLogger(__name__)
 
 OUTPUT_PREFIX = "compacted/"
+# How often the GC timer lists the store's unfinished uploads (one LIST-class request): an
+# upload is abandoned only by a killed process or a retried CreateMultipartUpload, so an
+# hour's delay costs little storage and saves ~85,000 listings a month at a 30 s GC timer.
+UPLOAD_SWEEP_INTERVAL_MS = 3_600_000
 
 
 @dataclass(slots=True)
@@ -174,6 +178,7 @@ class Compactor:
         self._snapshots = PlannerSnapshots()
         # Pending outputs of this worker's jobs under way, which its own GC leaves alone.
         self._in_flight: set[int] = set()
+        self._uploads_swept_at: int | None = None  # last unfinished-upload sweep (ms)
 
     # ----------------------------------------------------------------- planning
 
@@ -351,7 +356,8 @@ class Compactor:
 
     # ----------------------------------------------------------------- garbage
 
-    def collect_garbage(self, grace_ms: int | None = None) -> GarbageReport:
+    def collect_garbage(self, grace_ms: int | None = None,
+                        sweep_uploads: bool | None = None) -> GarbageReport:
         """Delete objects of retired inputs past the grace period (`grace_ms`, default
         file.delete.delay.ms), and of abandoned uploads; abort the store's unfinished
         uploads (`_abort_unfinished_uploads`); then prune the metadata's history rows past
@@ -363,7 +369,12 @@ class Compactor:
         on a timer, during jobs), other workers' because each lease renewal restarts their
         outputs' age (`renew_lease`), every third of lease.ms; and any pending upload (an
         agent's flush too) is left for lease.ms at least, however short the grace (`silt gc
-        --grace-ms 0` collects now without failing writes under way)."""
+        --grace-ms 0` collects now without failing writes under way).
+
+        The unfinished-upload sweep (one listing request) runs on the first call and then
+        at most once per UPLOAD_SWEEP_INTERVAL_MS (`sweep_uploads` None), or when told
+        (`silt gc`: True): such uploads are rare, and a GC timer every 30 s would otherwise
+        list them ~86,000 times a month per compactor."""
         grace = self.config.grace_ms if grace_ms is None else grace_ms
         now = self.clock.now_ms()
         pending_before = now - max(grace, self.config.lease_ms)
@@ -377,7 +388,12 @@ class Compactor:
             keys = [f.object_key for f in due if f.id in set(ids)]
             self.store.delete_many(keys)
             self.metadata.mark_deleted(ids)
-        aborted = self._abort_unfinished_uploads(pending_before, in_flight)
+        aborted = 0
+        if sweep_uploads or (sweep_uploads is None and (
+                self._uploads_swept_at is None
+                or now - self._uploads_swept_at >= UPLOAD_SWEEP_INTERVAL_MS)):
+            aborted = self._abort_unfinished_uploads(pending_before, in_flight)
+            self._uploads_swept_at = now
         pruned = self.metadata.prune()
         if pruned.files or pruned.jobs:
             log.info("pruned %d deleted files (%d segments) and %d finished jobs",

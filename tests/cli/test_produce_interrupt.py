@@ -4,12 +4,14 @@ line to resume, and exits 130; resuming from that line duplicates nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +23,7 @@ from cli.agent_process import REPO
 
 WAIT_S = 120.0
 LINES = 300_000
+FIRST_PART = 20_000  # lines fed before the signal
 RESUME = re.compile(r"interrupted: (\d+) lines committed; resume from line (\d+)")
 
 
@@ -71,15 +74,35 @@ def test_signal_mid_file_prints_committed_offsets_and_resume_line(
                 f.write("\n")  # blank lines count as input lines
             f.write(json.dumps({"key": f"k{i}", "value": f"v{i}"}) + "\n")
     total_lines = lines_in(src)
+    # The file reaches produce through a FIFO fed in two parts, the second only after the
+    # signal: the signal lands mid-file however fast produce runs.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    signalled = threading.Event()
+
+    def feed() -> None:
+        with src.open("rb") as f, contextlib.suppress(BrokenPipeError), fifo.open("wb") as w:
+            for i, line in enumerate(f):
+                if i == FIRST_PART:
+                    w.flush()
+                    signalled.wait(WAIT_S)
+                w.write(line)
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
     out, err = tmp_path / "out", tmp_path / "err"
-    proc = produce(env, out, err, "--file", str(src))
-    wait_until(lambda: lines_in(out) >= 1000 or proc.poll() is not None, "first offsets")
-    proc.send_signal(sig)
-    assert proc.wait(WAIT_S) == 130, err.read_text()
+    try:
+        proc = produce(env, out, err, "--file", str(fifo))
+        wait_until(lambda: lines_in(out) >= 1000 or proc.poll() is not None, "first offsets")
+        proc.send_signal(sig)
+        assert proc.wait(WAIT_S) == 130, err.read_text()
+    finally:
+        signalled.set()
+        feeder.join(WAIT_S)
     match = RESUME.search(err.read_text())
     assert match, err.read_text()
     committed, resume = int(match[1]), int(match[2])
-    assert resume <= total_lines, "the run finished before the signal: make LINES bigger"
+    assert resume <= FIRST_PART + 1 < total_lines  # it stopped reading at the signal
 
     acks = [json.loads(line) for line in out.read_text().splitlines()]
     stored = topic_records(env)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 from clock import ManualClock
 from compactor import Compactor, CompactorConfig
+from compactor.worker import UPLOAD_SWEEP_INTERVAL_MS
 from metadata import MetadataStore
 from metadata.errors import CommitConflictError, CommitUnknownError, StaleLeaseError
-from objectstore import open_store
+from objectstore import UnfinishedUpload, open_store
 from objectstore.testserver import RecordingMotoServer
 from tests.compactor.helpers import Env, latest_per_key
 
@@ -384,3 +385,27 @@ def test_retired_inputs_are_deleted_only_after_the_grace_period(env: Env) -> Non
     env.clock.advance(2_000)
     assert set(comp.collect_garbage().deleted) == inputs
     assert not inputs & {o.key for o in env.store.list()}
+
+
+def test_gc_timer_lists_unfinished_uploads_at_most_once_an_hour(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unfinished-upload listing (one request) runs on the first GC pass, then once
+    UPLOAD_SWEEP_INTERVAL_MS has passed; `silt gc` (sweep_uploads=True) always lists."""
+    comp = env.compactor()
+    listings: list[int] = []
+    real = comp.store.unfinished_uploads
+
+    def spy(before: int) -> Sequence[UnfinishedUpload]:
+        listings.append(before)
+        return real(before)
+
+    monkeypatch.setattr(comp.store, "unfinished_uploads", spy)
+    comp.collect_garbage()
+    env.clock.advance(UPLOAD_SWEEP_INTERVAL_MS - 1)
+    comp.collect_garbage()
+    assert len(listings) == 1
+    comp.collect_garbage(sweep_uploads=True)
+    assert len(listings) == 2
+    env.clock.advance(UPLOAD_SWEEP_INTERVAL_MS)
+    comp.collect_garbage()
+    assert len(listings) == 3
