@@ -199,10 +199,12 @@ class Compactor:
 
     def run_once(self, *, everything: bool = False) -> list[JobReport]:
         """Apply retention, run every job proposed now one after the other, then collect
-        garbage. Retention goes first so no job rewrites data that is past its retention."""
+        garbage. Retention goes first so no job rewrites data that is past its retention.
+        No unfinished-upload sweep here: a `compact --once` run from cron would list them at
+        every run (the service's timer and `silt gc` do it)."""
         self.apply_retention()
         reports = [self.run_job(spec) for spec in self.plan(everything=everything).jobs]
-        self.collect_garbage()
+        self.collect_garbage(sweep_uploads=False)
         return reports
 
     # ----------------------------------------------------------------- one job
@@ -372,9 +374,10 @@ class Compactor:
         --grace-ms 0` collects now without failing writes under way).
 
         The unfinished-upload sweep (one listing request) runs on the first call and then
-        at most once per UPLOAD_SWEEP_INTERVAL_MS (`sweep_uploads` None), or when told
-        (`silt gc`: True): such uploads are rare, and a GC timer every 30 s would otherwise
-        list them ~86,000 times a month per compactor."""
+        at most once per UPLOAD_SWEEP_INTERVAL_MS (`sweep_uploads` None: the service's
+        timer), always (`silt gc`: True) or never (False: `run_once`): such uploads are
+        rare, and a GC timer every 30 s would otherwise list them ~86,000 times a month per
+        compactor."""
         grace = self.config.grace_ms if grace_ms is None else grace_ms
         now = self.clock.now_ms()
         pending_before = now - max(grace, self.config.lease_ms)
