@@ -14,20 +14,13 @@ from __future__ import annotations
 import tempfile
 from typing import IO
 
-from fileformat.errors import NativeBuildError
+from fileformat.native import check_built
 
 ABI = 1
 SPOOL_MEMORY = 8 << 20  # hash bytes kept in memory before the spool moves to a temp file
 
-try:
-    from compactor import _offsetmap
-except ImportError as exc:  # pragma: no cover - exercised only on a broken install
-    raise NativeBuildError("compactor._offsetmap is not built: run `make` (or `python setup.py"
-                           " build_ext --inplace` in a source checkout)") from exc
-
-if _offsetmap.ABI != ABI:  # pragma: no cover
-    raise NativeBuildError(f"compactor._offsetmap is a stale build (ABI {_offsetmap.ABI}, need"
-                           f" {ABI}): run `make` (or `python setup.py build_ext --inplace`)")
+check_built("compactor._offsetmap", ABI)
+from compactor import _offsetmap  # noqa: E402  (checked just above)
 
 OffsetMap = _offsetmap.OffsetMap
 

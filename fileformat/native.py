@@ -7,18 +7,27 @@ the C source, which the ABI check below catches when a contract changed.
 
 from __future__ import annotations
 
+import importlib
+
 from fileformat.errors import NativeBuildError
 
 ABI = 4
+_BUILD = "run `make` (or `python setup.py build_ext --inplace` in a source checkout)"
 
-try:
-    from fileformat import _native
-except ImportError as exc:  # pragma: no cover - exercised only on a broken install
-    raise NativeBuildError("fileformat._native is not built: run `make` (or `python setup.py"
-                           " build_ext --inplace` in a source checkout)") from exc
 
-if _native.ABI != ABI:  # pragma: no cover
-    raise NativeBuildError(f"fileformat._native is a stale build (ABI {_native.ABI}, need {ABI}):"
-                           " run `make` (or `python setup.py build_ext --inplace`)")
+def check_built(module: str, abi: int) -> None:
+    """Import the compiled extension `module` (fileformat._native, compactor._offsetmap), or
+    raise a one-line NativeBuildError saying how to build it; a build whose ABI is not
+    `abi` (its C source changed since) is refused the same way."""
+    try:
+        built = importlib.import_module(module)
+    except ImportError as exc:  # pragma: no cover - exercised only on a broken install
+        raise NativeBuildError(f"{module} is not built: {_BUILD}") from exc
+    if abi != built.ABI:  # pragma: no cover
+        raise NativeBuildError(f"{module} is a stale build (ABI {built.ABI}, need {abi}): {_BUILD}")
 
-__all__ = ["ABI", "_native"]
+
+check_built("fileformat._native", ABI)
+from fileformat import _native  # noqa: E402  (checked just above)
+
+__all__ = ["ABI", "_native", "check_built"]
