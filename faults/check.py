@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from agent import ConsumedRecord, Reader
 from metadata import MetadataStore
@@ -76,6 +76,15 @@ class Tally:
     def figures(self) -> dict[str, int]:
         return {"acked": self.acked, "read": self.read,
                 **{kind: self.counts[kind] for kind in self.kinds}}
+
+    def outcome(self, errors: list[str], seconds: float, trials: int) -> dict[str, Any]:
+        """The figures every process-running suite ends with: these records' `figures`, the
+        processes that failed (`errors`, each a violation), time per trial, the total and
+        the first examples."""
+        return {**self.figures(), "process errors": len(errors),
+                "seconds per trial": round(seconds / max(trials, 1), 3),
+                "violations": self.violations() + len(errors),
+                "examples": self.examples + errors[:5]}
 
 
 def read_acks(path: Path) -> dict[TP, list[Ack]]:

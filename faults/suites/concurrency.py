@@ -93,11 +93,7 @@ def run(trials: int, seed: int, admin_url: str = POSTGRES_URL) -> dict[str, Any]
         "agent processes": totals["agents"],
         "compactor processes": totals["compactors"],
         **{k: totals[k] for k in sorted(totals) if k.startswith("job rows")},
-        **tally.figures(),
-        "process errors": len(errors),
-        "seconds per trial": round(elapsed / max(trials, 1), 3),
-        "violations": tally.violations() + len(errors),
-        "examples": tally.examples + errors[:5],
+        **tally.outcome(errors, elapsed, trials),
     }
 
 

@@ -109,11 +109,7 @@ def run(trials: int, seed: int) -> dict[str, Any]:
         "random kill after the process ended": outcomes["random too late"],
         "kills per step (killed/trials)": ", ".join(
             f"{s} {per_step[s, True]}/{per_step[s, True] + per_step[s, False]}" for s in STEPS),
-        **tally.figures(),
-        "process errors": len(errors),
-        "seconds per trial": round(elapsed / max(trials, 1), 3),
-        "violations": tally.violations() + len(errors),
-        "examples": tally.examples + errors[:5],
+        **tally.outcome(errors, elapsed, trials),
     }
 
 
