@@ -240,11 +240,12 @@ def merge(
                 # Inputs in offset order of this partition's segments.
                 live.sort(key=lambda i: i.file.segments[tp][0])
                 compacted = tp[0] in compacted_topics
-                _merge_partition(
-                    tp, live, target(compacted), compacted, rules.get(tp), stats,
-                    capacity=capacity, now_ms=now_ms, codec=(codecs or {}).get(tp[0]),
-                    after_pass1=after_pass1,
-                )
+                with HashSpool() as spool:
+                    _merge_partition(
+                        tp, live, target(compacted), compacted, rules.get(tp), stats, spool,
+                        capacity=capacity, now_ms=now_ms, codec=(codecs or {}).get(tp[0]),
+                        after_pass1=after_pass1,
+                    )
                 stats.partitions += 1
             heartbeat()
         for i in opened:
@@ -320,26 +321,6 @@ def _merge_partition(
     compacted: bool,
     rule: PartitionRule | None,
     stats: MergeStats,
-    *,
-    capacity: int,
-    now_ms: int,
-    codec: Compression | None,
-    after_pass1: Callable[[TopicPartition], None],
-) -> None:
-    """Pass 1 over the META heads of `inputs`, then pass 2 over their DATA streams."""
-    with HashSpool() as spool:
-        _merge_partition_spooled(tp, inputs, out, compacted, rule, stats, spool,
-                                 capacity=capacity, now_ms=now_ms, codec=codec,
-                                 after_pass1=after_pass1)
-
-
-def _merge_partition_spooled(
-    tp: TopicPartition,
-    inputs: list[_Input],
-    out: OutputTarget,
-    compacted: bool,
-    rule: PartitionRule | None,
-    stats: MergeStats,
     spool: HashSpool,
     *,
     capacity: int,
@@ -347,6 +328,8 @@ def _merge_partition_spooled(
     codec: Compression | None,
     after_pass1: Callable[[TopicPartition], None],
 ) -> None:
+    """Pass 1 over the META heads of `inputs` (key hashes into the map and `spool`), then
+    pass 2 over their DATA streams."""
     topic, partition = tp
     segs = [i.file.segments[tp] for i in inputs]
     out_base = segs[0][0]
