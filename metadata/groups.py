@@ -120,6 +120,51 @@ def held_groups(db: Database, agent_id: str) -> dict[str, int]:
         return {r.group_id: int(r.epoch) for r in rows}
 
 
+def _exists(group_id: Any) -> sa.ColumnElement[bool]:
+    """Whether the group exists: stored state or committed offsets."""
+    g, o = s.groups.c, s.group_offsets.c
+    return sa.or_(sa.exists(sa.select(g.group_id).where(g.group_id == group_id)),
+                  sa.exists(sa.select(o.group_id).where(o.group_id == group_id)))
+
+
+def held_existing_groups(db: Database, agent_id: str, after: str | None,
+                         limit: int) -> list[str]:
+    """A page of the groups whose lease `agent_id` holds and that exist (stored state or
+    committed offsets), by id, the first `limit` after `after` (an agent loads them when it
+    starts: those of its previous process)."""
+    gc = s.group_coordinators.c
+    query = (sa.select(gc.group_id).where(gc.agent_id == agent_id, _exists(gc.group_id))
+             .order_by(gc.group_id).limit(limit))
+    if after is not None:
+        query = query.where(gc.group_id > after)
+    with db.read() as conn:
+        return [r.group_id for r in conn.execute(query)]
+
+
+def adopt_groups(db: Database, agent_id: str, group_ids: Sequence[str]
+                 ) -> list[tuple[GroupLease, GroupRecord | None]]:
+    """Take, with a new epoch each, the leases `agent_id` still holds among `group_ids`
+    (a previous process of the same agent id held them: it is fenced), with each group as
+    stored (None: only offsets), in one transaction; leases another agent holds by now,
+    and groups that no longer exist, are left alone."""
+    gc, g = s.group_coordinators.c, s.groups.c
+    now = db.clock.now_ms()
+    with db.write() as conn:
+        held = [r.group_id for r in conn.execute(
+            sa.select(gc.group_id).where(gc.group_id.in_(sorted(set(group_ids))),
+                                         gc.agent_id == agent_id, _exists(gc.group_id))
+            .order_by(gc.group_id).with_for_update())]
+        if not held:
+            return []
+        epochs = {r.group_id: int(r.epoch) for r in conn.execute(
+            s.group_coordinators.update().where(gc.group_id.in_(held))
+            .values(epoch=gc.epoch + 1, acquired_at_ms=now)
+            .returning(gc.group_id, gc.epoch))}
+        records = {r.group_id: _record(r) for r in conn.execute(
+            sa.select(s.groups).where(g.group_id.in_(held)))}
+    return [(GroupLease(gid, agent_id, epochs[gid]), records.get(gid)) for gid in held]
+
+
 def _fence(conn: sa.Connection, lease: GroupLease) -> None:
     """Raise GroupLeaseLostError unless `lease` is still the group's lease; the row stays
     locked (shared) to the end of the transaction, so a takeover waits for this write."""

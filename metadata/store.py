@@ -87,6 +87,8 @@ class MetadataStore(Database):
     group_coordinator = groups.group_coordinator
     acquire_group = groups.acquire_group
     held_groups = groups.held_groups
+    held_existing_groups = groups.held_existing_groups
+    adopt_groups = groups.adopt_groups
     live_coordinators = groups.live_coordinators
     load_group = groups.load_group
     store_group = groups.store_group

@@ -36,7 +36,14 @@ from kio.schema.errors import ErrorCode
 
 from agent.config import AgentConfig
 from agent.placement import coordinator
-from metadata import AgentInfo, GroupMember, GroupRecord, MetadataStore, OffsetCommit
+from metadata import (
+    AgentInfo,
+    GroupLease,
+    GroupMember,
+    GroupRecord,
+    MetadataStore,
+    OffsetCommit,
+)
 from metadata.errors import (
     GroupCoordinatedElsewhereError,
     GroupLeaseLostError,
@@ -54,10 +61,12 @@ from .group import (
     JoinResult,
     Member,
     SyncResult,
+    as_loaded,
 )
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+ADOPT_PAGE = 100  # groups loaded per transaction at start
 Run = Callable[..., Awaitable[Any]]
 
 E = ErrorCode
@@ -107,8 +116,12 @@ class Coordinator:
         self.run = run
         self.me = me
         self.groups: dict[str, Group] = {}
-        self._loading: dict[str, asyncio.Future[Group]] = {}
+        # Groups being loaded; None from a start-up load that did not load it (the waiter
+        # loads it itself).
+        self._loading: dict[str, asyncio.Future[Group | None]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._adopting: asyncio.Task[None] | None = None
+        self._adopted = False
         self._closed = False
 
     # ------------------------------------------------------------------ loading
@@ -121,9 +134,12 @@ class Coordinator:
         NOT_COORDINATOR) if another live agent coordinates it."""
         if (g := self.groups.get(group_id)) is not None:
             return g
-        if (loading := self._loading.get(group_id)) is not None:
-            return await asyncio.shield(loading)
-        fut: asyncio.Future[Group] = asyncio.get_running_loop().create_future()
+        while (loading := self._loading.get(group_id)) is not None:
+            if (g := await asyncio.shield(loading)) is not None:
+                return g
+        if (g := self.groups.get(group_id)) is not None:
+            return g
+        fut: asyncio.Future[Group | None] = asyncio.get_running_loop().create_future()
         self._loading[group_id] = fut
         try:
             g = await self._load(group_id)
@@ -146,6 +162,12 @@ class Coordinator:
         holder = await self.run(self.metadata.group_coordinator, group_id)
         if holder is not None and holder.agent_id != self.me():
             raise Unavailable(E.not_coordinator)
+        return await self._load_existing(group_id)
+
+    async def _load_existing(self, group_id: str) -> Group | None:
+        """`existing` once the holder is known to be this agent or nobody."""
+        if (g := self.groups.get(group_id)) is not None:
+            return g
         if await self.run(self.metadata.load_group, group_id) is None and \
                 not await self.run(self.metadata.fetch_offsets, group_id):
             return None
@@ -162,24 +184,21 @@ class Coordinator:
         except GroupCoordinatedElsewhereError:
             raise Unavailable(E.not_coordinator) from None
         record: GroupRecord | None = await self.run(self.metadata.load_group, group_id)
-        g = Group(group_id, lease)
-        if record is not None:
-            g.generation, g.protocol_type = record.generation, record.protocol_type
-            g.state_at_ms = record.state_at_ms
-            if record.state == GROUP_STABLE and record.members:
-                g.state, g.protocol_name, g.leader = GROUP_STABLE, record.protocol_name, \
-                    record.leader
-                for m in record.members:
-                    member = Member.restored(m, record.protocol_type, record.protocol_name)
-                    g.members[m.member_id] = member
-                    if m.group_instance_id:
-                        g.static[m.group_instance_id] = m.member_id
-                    self._heard_from(g, member)
-            elif record.state != GROUP_EMPTY:  # a rebalance was under way: start afresh
-                g.state_at_ms = self._now_ms()
-                await self._store(g, g.record(g.state_at_ms))
-        self.groups[group_id] = g
-        log.info("coordinating group %r (lease epoch %d, generation %d, %s)", group_id,
+        return await self._install(lease, record)
+
+    async def _install(self, lease: GroupLease, stored: GroupRecord | None) -> Group:
+        """Coordinate the group from its stored record (Kafka's onGroupLoaded): restored
+        members' sessions start now; a group stored mid-rebalance is stored again as
+        Empty."""
+        now = self._now_ms()
+        record = None if stored is None else as_loaded(stored, now)
+        g = Group.loaded(lease, record)
+        if record is not stored:
+            await self._store(g, g.record(now))
+        for member in g.members.values():
+            self._heard_from(g, member)
+        self.groups[g.group_id] = g
+        log.info("coordinating group %r (lease epoch %d, generation %d, %s)", g.group_id,
                  lease.epoch, g.generation, g.state)
         return g
 
@@ -200,11 +219,78 @@ class Coordinator:
         if g.rebalance_timer is not None:
             g.rebalance_timer.cancel()
 
+    def adopt_soon(self) -> None:
+        """Start loading, once and in the background, the groups whose lease this agent's
+        id already holds: its previous process's (the id is the advertised address), as
+        Kafka's coordinator loads the groups of the offsets partitions it is elected for
+        (onElection, loadGroupsForPartition). Until then ListGroups lists them as stored
+        and a request for one loads it at once."""
+        if self._adopted or self._closed or self.me() is None or \
+                (self._adopting is not None and not self._adopting.done()):
+            return
+        self._adopting = asyncio.ensure_future(self._adopt())
+        self._tasks.add(self._adopting)
+        self._adopting.add_done_callback(self._tasks.discard)
+
+    async def _adopt(self) -> None:
+        me = self.me()
+        assert me is not None
+        after: str | None = None
+        adopted = 0
+        try:
+            while not self._closed:
+                page: list[str] = await self.run(self.metadata.held_existing_groups, me,
+                                                 after, ADOPT_PAGE)
+                if not page:
+                    break
+                after = page[-1]
+                adopted += await self._adopt_page(
+                    me, [gid for gid in page if gid not in self.groups
+                         and gid not in self._loading])
+        except Exception:
+            log.exception("loading the groups held at start failed (retrying)")
+            return
+        self._adopted = True
+        if adopted:
+            log.info("loaded %d group(s) whose lease this agent's id held at start", adopted)
+
+    async def _adopt_page(self, me: str, group_ids: list[str]) -> int:
+        """Load these groups (one transaction takes their leases): those still held by
+        this agent's id and existing; the others are left to their first request."""
+        if not group_ids:
+            return 0
+        loop = asyncio.get_running_loop()
+        futs: dict[str, asyncio.Future[Group | None]] = {
+            gid: loop.create_future() for gid in group_ids}
+        self._loading.update(futs)
+        n = 0
+        try:
+            taken: list[tuple[GroupLease, GroupRecord | None]] = await self.run(
+                self.metadata.adopt_groups, me, group_ids)
+            for lease, record in taken:
+                if self._closed:
+                    break
+                try:
+                    futs[lease.group_id].set_result(await self._install(lease, record))
+                    n += 1
+                except Exception as exc:  # its first request loads it again
+                    log.warning("group %r: loading it failed: %s", lease.group_id, exc)
+        finally:
+            for gid, fut in futs.items():
+                if self._loading.get(gid) is fut:
+                    del self._loading[gid]
+                if not fut.done():
+                    fut.set_result(None)
+        return n
+
     async def check_leases(self) -> None:
         """Drop the loaded groups whose lease this agent no longer holds (taken over while
-        this agent was paused past its session)."""
+        this agent was paused past its session); start loading those it held at start."""
         me = self.me()
-        if me is None or not self.groups:
+        if me is None:
+            return
+        self.adopt_soon()
+        if not self.groups:
             return
         before = dict(self.groups)  # groups loaded later took their lease after the read
         held: dict[str, int] = await self.run(self.metadata.held_groups, me)
@@ -218,7 +304,7 @@ class Coordinator:
         self._closed = True
         for g in list(self.groups.values()):
             self.drop(g, "shutting down")
-        for task in self._tasks:
+        for task in list(self._tasks):
             task.cancel()
 
     # ------------------------------------------------------------------ helpers
@@ -841,7 +927,14 @@ class Coordinator:
             holder = await self.run(self.metadata.group_coordinator, group_id)
             if holder is not None and holder.agent_id != self.me():
                 return E.not_coordinator, None
-            if (g := self.groups.get(group_id)) is None:
+            if holder is not None:  # held by this agent's id: loaded (as at start)
+                try:
+                    g = await self._load_existing(group_id)
+                except Unavailable as exc:
+                    return exc.code, None
+                if g is None:
+                    return E.none, None
+            elif (g := self.groups.get(group_id)) is None:
                 record: GroupRecord | None = await self.run(self.metadata.load_group,
                                                             group_id)
                 return E.none, record
@@ -849,16 +942,24 @@ class Coordinator:
             return E.none, g.record(self._now_ms())
 
     async def listed(self, live: Sequence[AgentInfo]) -> list[GroupRecord]:
-        """ListGroups: the groups coordinated here, and the stored ones nobody coordinates
-        that FindCoordinator would send here (so clients asking every agent see each group
-        once)."""
+        """ListGroups: the groups coordinated here (those whose lease this agent's id holds
+        but not yet loaded since its start: as they will load), and the stored ones nobody
+        coordinates that FindCoordinator would send here (so clients asking every agent see
+        each group once). Unavailable(COORDINATOR_NOT_AVAILABLE) before it registered."""
         me = self.me()
+        if me is None:
+            raise Unavailable(E.coordinator_not_available)
+        self.adopt_soon()
         holders: dict[str, str] = await self.run(self.metadata.live_coordinators)
         stored: list[GroupRecord] = await self.run(self.metadata.list_groups)
-        out = {gid: g.record(self._now_ms()) for gid, g in self.groups.items()}
+        now = self._now_ms()
+        out = {gid: g.record(now) for gid, g in self.groups.items()}
         for record in stored:
-            if record.group_id in out or record.group_id in holders or not live:
+            if record.group_id in out:
                 continue
-            if coordinator(record.group_id, live).agent_id == me:
+            holder = holders.get(record.group_id)
+            if holder == me:
+                out[record.group_id] = as_loaded(record, now)
+            elif holder is None and live and coordinator(record.group_id, live).agent_id == me:
                 out[record.group_id] = record
         return [out[k] for k in sorted(out)]

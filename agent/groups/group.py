@@ -35,7 +35,21 @@ __all__ = [
     "JoinResult",
     "Member",
     "SyncResult",
+    "as_loaded",
 ]
+
+
+def as_loaded(record: GroupRecord, now_ms: int) -> GroupRecord:
+    """The stored group as a coordinator loads it, as Kafka's (GroupMetadataManager's load
+    and onGroupLoaded): Stable with its members if it was stored Stable with members (they
+    go on heartbeating at their generation, or their sessions expire), else Empty at its
+    generation (a rebalance under way when the last coordinator stopped starts afresh)."""
+    if record.state == GROUP_STABLE and record.members:
+        return record
+    if record.state == GROUP_EMPTY and not record.members:
+        return record
+    return dataclasses.replace(record, state=GROUP_EMPTY, protocol_name=None, leader=None,
+                               members=(), state_at_ms=now_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +165,24 @@ class Group:
     initial_join: bool = False  # in group.initial.rebalance.delay.ms
     new_member_added: bool = False
     last_store: asyncio.Future[None] | None = None  # stores run in order
+
+    @classmethod
+    def loaded(cls, lease: GroupLease, record: GroupRecord | None) -> Group:
+        """The group from its `as_loaded` record (None: only offsets, Empty), its members'
+        sessions not yet scheduled."""
+        g = cls(lease.group_id, lease)
+        if record is None:
+            return g
+        g.state, g.generation, g.protocol_type = record.state, record.generation, \
+            record.protocol_type
+        g.protocol_name, g.leader, g.state_at_ms = record.protocol_name, record.leader, \
+            record.state_at_ms
+        for m in record.members:
+            g.members[m.member_id] = Member.restored(m, record.protocol_type,
+                                                     record.protocol_name)
+            if m.group_instance_id:
+                g.static[m.group_instance_id] = m.member_id
+        return g
 
     # ------------------------------------------------------------------ questions
 

@@ -8,13 +8,15 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from agent.config import AgentConfig
+from agent.groups import coordinator as coordinator_module
 from agent.groups.coordinator import Coordinator, JoinRequest
 from clock import ManualClock
-from metadata import GroupMember, MetadataStore, OffsetCommit
-from metadata.models import GROUP_STABLE
+from metadata import GroupMember, GroupRecord, MetadataStore, OffsetCommit
+from metadata.models import GROUP_EMPTY, GROUP_PREPARING_REBALANCE, GROUP_STABLE
 
 T = TypeVar("T")
 CONFIG = AgentConfig(group_initial_rebalance_delay_ms=0, group_min_session_timeout_ms=100)
@@ -93,6 +95,67 @@ def test_check_leases_drops_a_group_whose_lease_moved(metadata_url: str) -> None
             await a.check_leases()
             assert a.loaded("g") is None
             a.close()
+
+        asyncio.run(scenario())
+    finally:
+        md.close()
+
+
+def test_a_restarted_agent_loads_the_groups_its_id_held(
+        metadata_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new process with the same agent id (its address): ListGroups lists the groups the
+    old one held at once, DescribeGroups and requests load them, and the start-up load takes
+    the rest in pages (a Stable group keeps its members, a mid-rebalance one is Empty); a
+    group a live other agent holds is neither listed nor taken."""
+    monkeypatch.setattr(coordinator_module, "ADOPT_PAGE", 2)
+    clock = ManualClock()
+    md = MetadataStore.open(metadata_url, clock=clock, create=True)
+    try:
+        md.create_topic("t", 2)
+        md.register_agent("a", "127.0.0.1", 1)
+        md.register_agent("b", "127.0.0.1", 2)
+        b = Coordinator(md, CONFIG, _run, lambda: "b")
+        old = Coordinator(md, CONFIG, _run, lambda: "a")
+
+        async def scenario() -> None:
+            joined = await old.join(_join())
+            member = joined.member_id
+            await old.sync("g", 1, member, None, None, None, [(member, b"assigned")])
+            assert await old.commit("simple", -1, "", None, [OffsetCommit("t", 1, 3)]) == {
+                ("t", 1): ErrorCode.none}
+            lease = md.acquire_group("mid", "a")
+            md.store_group(lease, GroupRecord("mid", "consumer", "range", 4, "x",
+                                              GROUP_PREPARING_REBALANCE, (), 0))
+            for i in range(3):
+                md.store_group(md.acquire_group(f"e{i}", "a"), GroupRecord(
+                    f"e{i}", "consumer", None, 2, None, GROUP_EMPTY, (), 0))
+            md.store_group((await b.group("bg")).lease, GroupRecord(
+                "bg", "consumer", None, 1, None, GROUP_EMPTY, (), 0))
+            old.close()  # the process dies; its leases stay (its id is live again below)
+
+            new = Coordinator(md, CONFIG, _run, lambda: "a")
+            live = md.live_brokers()
+            listed = {r.group_id: r.state for r in await new.listed(live)}
+            assert listed == {"g": GROUP_STABLE, "simple": GROUP_EMPTY, "mid": GROUP_EMPTY,
+                              "e0": GROUP_EMPTY, "e1": GROUP_EMPTY, "e2": GROUP_EMPTY}
+            assert (await new.describe("bg"))[0] is ErrorCode.not_coordinator
+            error, described = await new.describe("g")
+            assert error is ErrorCode.none and described is not None
+            assert [m.member_id for m in described.members] == [member]
+            assert new.loaded("g") is not None
+            if new._adopting is not None:
+                await new._adopting
+            assert sorted(new.groups) == ["e0", "e1", "e2", "g", "mid", "simple"]
+            assert md.held_groups("b") == {"bg": 1}
+            mid = md.load_group("mid")
+            assert mid is not None and mid.state == GROUP_EMPTY and mid.generation == 4
+            # the restored member goes on at its generation; the old process is fenced
+            assert await new.heartbeat("g", 1, member, None) is ErrorCode.none
+            assert await new.commit("g", 1, member, None, [OffsetCommit("t", 0, 2)]) == {
+                ("t", 0): ErrorCode.none}
+            assert {r.group_id for r in await b.listed(live)} == {"bg"}
+            new.close()
+            b.close()
 
         asyncio.run(scenario())
     finally:

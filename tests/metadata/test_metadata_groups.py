@@ -144,6 +144,40 @@ def test_fence_refuses_a_lease_of_a_group_never_acquired(agents: MetadataStore) 
     assert agents.fetch_offsets("g") == []
 
 
+def test_held_existing_groups_pages_the_existing_groups_an_agent_holds(
+        agents: MetadataStore) -> None:
+    store = agents
+    for group in ("g1", "g2", "g3", "leased-only"):
+        store.acquire_group(group, "a1")
+    store.store_group(GroupLease("g1", "a1", 1), _record(store, "g1"))
+    store.commit_offsets("g2", [OffsetCommit("t", 0, 1)], lease=GroupLease("g2", "a1", 1))
+    store.store_group(GroupLease("g3", "a1", 1), _record(store, "g3", GROUP_EMPTY, ()))
+    store.store_group(store.acquire_group("other", "a2"), _record(store, "other"))
+    assert store.held_existing_groups("a1", None, 10) == ["g1", "g2", "g3"]
+    assert store.held_existing_groups("a1", None, 2) == ["g1", "g2"]
+    assert store.held_existing_groups("a1", "g2", 2) == ["g3"]
+    assert store.held_existing_groups("a1", "g3", 2) == []
+    assert store.held_existing_groups("a2", None, 10) == ["other"]
+
+
+def test_adopt_groups_takes_only_its_own_existing_leases_and_fences_the_old_ones(
+        agents: MetadataStore) -> None:
+    store = agents
+    old = store.acquire_group("g1", "a1")
+    record = _record(store, "g1")
+    store.store_group(old, record)
+    store.commit_offsets("g2", [OffsetCommit("t", 0, 1)], lease=store.acquire_group("g2", "a1"))
+    store.acquire_group("leased-only", "a1")
+    store.store_group(store.acquire_group("other", "a2"), _record(store, "other"))
+    adopted = store.adopt_groups("a1", ["other", "g2", "leased-only", "g1", "absent"])
+    assert adopted == [(GroupLease("g1", "a1", 2), record), (GroupLease("g2", "a1", 2), None)]
+    assert store.held_groups("a1") == {"g1": 2, "g2": 2, "leased-only": 1}
+    assert store.held_groups("a2") == {"other": 1}  # a live other agent's: left alone
+    with pytest.raises(GroupLeaseLostError):  # the previous process is fenced
+        store.store_group(old, _record(store, "g1", GROUP_EMPTY, ()))
+    assert store.adopt_groups("a1", []) == []
+
+
 def _race_to_acquire(url: str, group: str, agent_ids: list[str]
                      ) -> tuple[list[GroupLease], list[str]]:
     """Every agent tries to acquire `group` at once, each on its own handle: the leases

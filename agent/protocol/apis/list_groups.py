@@ -1,6 +1,8 @@
-"""ListGroups (key 16): the groups this agent coordinates, and the stored ones nobody
-coordinates that FindCoordinator sends here, so a client asking every agent (as admin
-clients do) sees each group once; v4+ filters by state (case-insensitive, as Kafka)."""
+"""ListGroups (key 16): the groups this agent coordinates (those its id held before a
+restart included, at once), and the stored ones nobody coordinates that FindCoordinator
+sends here, so a client asking every agent (as admin clients do) sees each group once;
+v4+ filters by state (case-insensitive, as Kafka). COORDINATOR_NOT_AVAILABLE before the
+agent registered."""
 
 from __future__ import annotations
 
@@ -8,13 +10,19 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from agent.groups.coordinator import Unavailable
+
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 
 
 async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
     live = await ctx.run(ctx.live_brokers)
-    groups = await ctx.groups.listed(live)
+    try:
+        groups = await ctx.groups.listed(live)
+    except Unavailable as exc:  # not registered yet
+        return b("ListGroupsResponse", throttle_time=NO_THROTTLE, error_code=exc.code,
+                 groups=())
     states = {s.lower() for s in getattr(request, "states_filter", ())}
     types = set(getattr(request, "types_filter", ()))
     return b("ListGroupsResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
