@@ -57,9 +57,11 @@ class AgentProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> Self:
-        """Start the agent and return once it accepts connections."""
-        self.port = free_port()
+    def start(self, same_port: bool = False) -> Self:
+        """Start the agent and return once it accepts connections: on a free port, or on
+        its last one (`same_port`: a restart keeps its agent id, the advertised address)."""
+        if not (same_port and self.port):
+            self.port = free_port()
         env = {**os.environ, **self.DEFAULT_ENV, **self.extra_env, "PYTHONPATH": str(REPO)}
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
