@@ -4,7 +4,12 @@ loop, for the groups whose lease (metadata/groups.py) this agent holds.
 A group is loaded at its first request here: the lease is taken (refused while another live
 agent holds it: NOT_COORDINATOR) and the group read from the store, its members keeping
 their ids and assignment, so after a coordinator moves they go on heartbeating at their
-generation without a rebalance. What is stored, and when (each write fenced by the lease):
+generation without a rebalance (or their sessions expire), as Kafka's onGroupLoaded. An
+agent restarted on its address has its previous process's agent id, and so its leases: it
+loads those groups at start, in pages in the background (`adopt_soon`, as Kafka's
+coordinator loads the groups of the offsets partitions it is elected for); meanwhile
+ListGroups lists them as they will load and any request for one loads it at once. What
+is stored, and when (each write fenced by the lease):
 
 - the group leaving Empty, before its first rebalance proceeds (so `silt groups
   reset-offsets`, which holds the group's row, never races a member's first offset read);
