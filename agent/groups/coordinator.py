@@ -228,7 +228,7 @@ class Coordinator:
         """Start loading, once and in the background, the groups whose lease this agent's
         id already holds: its previous process's (the id is the advertised address), as
         Kafka's coordinator loads the groups of the offsets partitions it is elected for
-        (onElection, loadGroupsForPartition). Until then ListGroups lists them as stored
+        (onElection, loadGroupsForPartition). Until then ListGroups lists them as they will load
         and a request for one loads it at once."""
         if self._adopted or self._closed or self.me() is None or \
                 (self._adopting is not None and not self._adopting.done()):
