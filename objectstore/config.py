@@ -70,8 +70,10 @@ class StoreConfig(Section):
         RETRY_BACKOFF_MS, 50, lo=0,
         doc="wait before a retry after a 5xx or a dropped connection: doubled per try, full"
             " jitter")
-    retry_backoff_max_ms: int = integer(RETRY_BACKOFF_MAX_MS, 2_000, lo=0,
-                                        doc="the longest wait between two tries")
+    retry_backoff_max_ms: int = integer(
+        RETRY_BACKOFF_MAX_MS, 2_000, lo=0,
+        doc="the longest wait between two tries (after a throttle: the larger of this and"
+            " retry.throttle.backoff.ms)")
     retry_throttle_backoff_ms: int = integer(
         RETRY_THROTTLE_BACKOFF_MS, 250, lo=0,
         doc="wait before a retry after a throttle (503 SlowDown, 429): doubled per try,"
