@@ -41,7 +41,7 @@ from typing import IO, Any
 import sqlalchemy as sa
 from confluent_kafka import Consumer, TopicPartition
 
-from cli.agent_process import REPO, AgentProcess
+from harness.agent_process import REPO, AgentProcess
 from metadata import MetadataStore
 from metadata.engine import engine_url
 

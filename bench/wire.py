@@ -28,7 +28,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from agent.config import OBJECT_PREFIX
-from cli.agent_process import AgentProcess
+from harness.agent_process import AgentProcess
 from metadata import MetadataStore
 from objectstore import ObjectStore, open_store
 

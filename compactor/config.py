@@ -42,14 +42,27 @@ class CompactorConfig(Section):
 
     SECTION: ClassVar[str] = "compactor"
 
-    memory_budget: int = integer(MEMORY_BUDGET, DEFAULT_MEMORY_BUDGET, lo=1)
-    lease_ms: int = integer(LEASE_MS, 60_000, lo=1)
-    grace_ms: int = integer(FILE_DELETE_DELAY_MS, 60_000, lo=0)
-    poll_interval_s: float = number(POLL_INTERVAL_S, 5.0, above=0)
-    retention_check_interval_ms: int = integer(RETENTION_CHECK_INTERVAL_MS, 30_000, lo=1)
-    gc_interval_ms: int = integer(GC_INTERVAL_MS, 30_000, lo=1)
-    shutdown_timeout_ms: int = integer(SHUTDOWN_TIMEOUT_MS, 30_000, lo=0)
-    compression: str = choice(COMPRESSION_TYPE, PRODUCER, COMPRESSION_CHOICES)
+    memory_budget: int = integer(
+        MEMORY_BUDGET, DEFAULT_MEMORY_BUDGET, lo=1,
+        doc="bytes of a job's key -> offset map (at most budget / 24 B keys)")
+    lease_ms: int = integer(LEASE_MS, 60_000, lo=1,
+                            doc="how long a job's lease lasts (renewed every third of it)")
+    grace_ms: int = integer(FILE_DELETE_DELAY_MS, 60_000, lo=0,
+                            doc="how long replaced files stay readable before GC deletes them")
+    poll_interval_s: float = number(POLL_INTERVAL_S, 5.0, above=0,
+                                    doc="seconds between two rounds of `silt compactor`")
+    retention_check_interval_ms: int = integer(
+        RETENTION_CHECK_INTERVAL_MS, 30_000, lo=1,
+        doc="how often `silt compactor` applies retention")
+    gc_interval_ms: int = integer(GC_INTERVAL_MS, 30_000, lo=1,
+                                  doc="how often `silt compactor` collects garbage")
+    shutdown_timeout_ms: int = integer(
+        SHUTDOWN_TIMEOUT_MS, 30_000, lo=0,
+        doc="on SIGTERM, how long the job under way may finish before it is abandoned")
+    compression: str = choice(
+        COMPRESSION_TYPE, PRODUCER, COMPRESSION_CHOICES,
+        doc="codec of rewritten batches for topics without their own (`producer`: keep each"
+            " batch's)")
     # `silt compactor`'s metrics port (telemetry/: /metrics, /healthz, /readyz; "" = none).
     # Its gauges are computed once per round, from the round's own plan.
     metrics_listeners: str = metrics.listeners()

@@ -40,34 +40,48 @@ class MetadataConfig(Section):
     SECTION: ClassVar[str] = "metadata"
 
     url: str = text(URL, DEFAULT_URL, allowed="a URL sqlite:///path or postgresql://...",
-                    check=_supported, env=ENV_URL)
+                    check=_supported, env=ENV_URL, doc="where metadata lives")
     # Kafka's producer.id.expiration.ms: a producer's state on a partition is forgotten
     # after this long without a write there (its next batch is then accepted at any
     # sequence, as a new producer's).
-    producer_id_expiration_ms: int = integer(PRODUCER_ID_EXPIRATION_MS, 86_400_000, lo=1)
+    producer_id_expiration_ms: int = integer(
+        PRODUCER_ID_EXPIRATION_MS, 86_400_000, lo=1,
+        doc="an idle producer's state on a partition is forgotten after this long")
     # Kafka's producer.id.expiration.check.interval.ms: how often each `silt agent` deletes
     # the expired states (`MetadataStore.expire_producers`; harmless when agents overlap).
     producer_id_expiration_check_interval_ms: int = integer(
-        PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS, 600_000, lo=1)
+        PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS, 600_000, lo=1,
+        doc="how often each `silt agent` deletes expired producer states")
     # Kafka's KRaft broker.session.timeout.ms / broker.heartbeat.interval.ms: an agent is
     # live (listed as a broker) while its last heartbeat is younger than the timeout; it
     # heartbeats every interval.
-    broker_session_timeout_ms: int = integer(BROKER_SESSION_TIMEOUT_MS, 9_000, lo=1)
-    broker_heartbeat_interval_ms: int = integer(BROKER_HEARTBEAT_INTERVAL_MS, 2_000, lo=1)
+    broker_session_timeout_ms: int = integer(
+        BROKER_SESSION_TIMEOUT_MS, 9_000, lo=1,
+        doc="an agent is live (listed as a broker) while its last heartbeat is younger")
+    broker_heartbeat_interval_ms: int = integer(
+        BROKER_HEARTBEAT_INTERVAL_MS, 2_000, lo=1,
+        doc="how often an agent heartbeats in the agent registry (< the session timeout)")
 
     # Kafka's offsets.retention.minutes: a group's committed offsets are deleted once the
     # group has been empty this long (a "simple" consumer's, this long after each commit);
     # each `silt agent` checks every offsets.retention.check.interval.ms.
-    offsets_retention_minutes: int = integer(OFFSETS_RETENTION_MINUTES, 7 * 24 * 60, lo=1)
+    offsets_retention_minutes: int = integer(
+        OFFSETS_RETENTION_MINUTES, 7 * 24 * 60, lo=1,
+        doc="a group's committed offsets are deleted once it has been empty this long")
     offsets_retention_check_interval_ms: int = integer(
-        OFFSETS_RETENTION_CHECK_INTERVAL_MS, 600_000, lo=1)
+        OFFSETS_RETENTION_CHECK_INTERVAL_MS, 600_000, lo=1,
+        doc="how often each `silt agent` deletes expired committed offsets")
 
     # How long history rows stay (`MetadataStore.prune`, run by every compactor's GC pass):
     # a finished compaction job's row (committed, failed or abandoned; a leased one once its
     # lease has been expired this long) after its last update, a deleted file's row and its
     # segments' rows after the deletion. Without them the metadata only grows.
-    jobs_retention_ms: int = integer(JOBS_RETENTION_MS, 86_400_000, lo=0)
-    deleted_files_retention_ms: int = integer(DELETED_FILES_RETENTION_MS, 300_000, lo=0)
+    jobs_retention_ms: int = integer(
+        JOBS_RETENTION_MS, 86_400_000, lo=0,
+        doc="a finished compaction job's row is deleted this long after its last update")
+    deleted_files_retention_ms: int = integer(
+        DELETED_FILES_RETENTION_MS, 300_000, lo=0,
+        doc="a deleted file's row and its segments' rows are deleted this long after")
 
     def check_across(self) -> None:
         if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms:

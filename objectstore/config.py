@@ -62,11 +62,22 @@ class StoreConfig(Section):
     SECTION: ClassVar[str] = "store"
 
     url: str = text(URL, "file://./silt-data/objects", allowed=f"a URL {URL_FORMS}",
-                    check=is_store_url, env=ENV_URL)
-    retry_attempts: int = integer(RETRY_ATTEMPTS, 6, lo=1, hi=100)
-    retry_backoff_ms: int = integer(RETRY_BACKOFF_MS, 50, lo=0)
-    retry_backoff_max_ms: int = integer(RETRY_BACKOFF_MAX_MS, 2_000, lo=0)
-    retry_throttle_backoff_ms: int = integer(RETRY_THROTTLE_BACKOFF_MS, 250, lo=0)
+                    check=is_store_url, env=ENV_URL, doc="where objects live")
+    retry_attempts: int = integer(
+        RETRY_ATTEMPTS, 6, lo=1, hi=100,
+        doc="tries in all of every object-store request (streamed uploads' parts included)")
+    retry_backoff_ms: int = integer(
+        RETRY_BACKOFF_MS, 50, lo=0,
+        doc="wait before a retry after a 5xx or a dropped connection: doubled per try, full"
+            " jitter")
+    retry_backoff_max_ms: int = integer(
+        RETRY_BACKOFF_MAX_MS, 2_000, lo=0,
+        doc="the longest wait between two tries (after a throttle: the larger of this and"
+            " retry.throttle.backoff.ms)")
+    retry_throttle_backoff_ms: int = integer(
+        RETRY_THROTTLE_BACKOFF_MS, 250, lo=0,
+        doc="wait before a retry after a throttle (503 SlowDown, 429): doubled per try,"
+            " half jitter")
 
     def check_across(self) -> None:
         if self.retry_backoff_max_ms < self.retry_backoff_ms:

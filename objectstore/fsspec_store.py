@@ -184,6 +184,8 @@ class FsspecStore(Backend):
             fs, root = url_to_fs(f"{protocol}://{url.split('://', 1)[1]}", **options)
         except ImportError as exc:  # fsspec's message names the package to install
             raise UnsupportedUrlError(f"{url}: {exc}") from exc
+        except Exception as exc:  # a filesystem that connects when made (ftp, sftp, smb, ...)
+            raise translate(exc, f"open {url}") from exc
         self.fs: AbstractFileSystem = fs
         self.root = str(root).rstrip("/")
         # Objects under this size go up with one pipe_file; fsspec's memory filesystem

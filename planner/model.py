@@ -43,14 +43,26 @@ class PlannerConfig(Section):
 
     SECTION: ClassVar[str] = "planner"
 
-    l0_trigger_files: int = integer(L0_TRIGGER_FILES, 32, lo=1)
-    level_trigger_files: int = integer(LEVEL_TRIGGER_FILES, 8, lo=2)
-    level_trigger_bytes: int = integer(LEVEL_TRIGGER_BYTES, 256 * 1024 * 1024, lo=1)
-    l0_max_age_ms: int = integer(L0_MAX_AGE_MS, 30_000, lo=0)
-    target_file_bytes: int = integer(TARGET_FILE_BYTES, 512 * 1024 * 1024, lo=1)
-    max_level: int = integer(MAX_LEVEL, 4, lo=1)
-    l0_trigger_bytes: int = integer(L0_TRIGGER_BYTES, 64 * 1024 * 1024, lo=1)
-    level_max_age_ms: int | None = optional_integer(LEVEL_MAX_AGE_MS, None, lo=0)
+    l0_trigger_files: int = integer(L0_TRIGGER_FILES, 32, lo=1,
+                                    doc="L0 is merged into L1 when it holds this many files")
+    level_trigger_files: int = integer(
+        LEVEL_TRIGGER_FILES, 8, lo=2,
+        doc="a level above L0 is merged up when it holds this many files (the fan-out)")
+    level_trigger_bytes: int = integer(
+        LEVEL_TRIGGER_BYTES, 256 * 1024 * 1024, lo=1,
+        doc="a level above L0 is merged up when it holds this many bytes")
+    l0_max_age_ms: int = integer(
+        L0_MAX_AGE_MS, 30_000, lo=0,
+        doc="L0 is merged when its oldest file is this old (younger ones: the active segment)")
+    target_file_bytes: int = integer(TARGET_FILE_BYTES, 512 * 1024 * 1024, lo=1,
+                                     doc="jobs are bin-packed to about this much input each")
+    max_level: int = integer(MAX_LEVEL, 4, lo=1,
+                             doc="the highest level: its files are merged up no further")
+    l0_trigger_bytes: int = integer(L0_TRIGGER_BYTES, 64 * 1024 * 1024, lo=1,
+                                    doc="L0 is merged into L1 when it holds this many bytes")
+    level_max_age_ms: int | None = optional_integer(
+        LEVEL_MAX_AGE_MS, None, lo=0,
+        doc="a level above L0 is merged up when its oldest file is this old")
 
     def trigger_files(self, level: int) -> int:
         return self.l0_trigger_files if level == 0 else self.level_trigger_files

@@ -33,6 +33,7 @@ class Setting:
     check: Callable[[Any], bool]  # is this typed value allowed?
     parse: Callable[[str], Any]  # text -> typed value; raises ValueError if it cannot
     env: str | None = None  # environment name when not SILT_<SECTION>_<KEY>
+    doc: str = ""  # one line for the settings reference (docs/settings.md)
 
     def convert(self, raw: object) -> Any:
         """The typed value of `raw` (text is parsed first); ValueError if it is not allowed."""
@@ -43,9 +44,10 @@ class Setting:
 
 
 def setting(key: str, default: T, *, allowed: str, check: Callable[[Any], bool],
-            parse: Callable[[str], Any], env: str | None = None) -> T:
-    """A dataclass field declaring setting `key` with its default, check and parser."""
-    spec = Setting(key, allowed, check, parse, env)
+            parse: Callable[[str], Any], env: str | None = None, doc: str = "") -> T:
+    """A dataclass field declaring setting `key` with its default, check and parser (`doc`:
+    one line for the generated settings reference)."""
+    spec = Setting(key, allowed, check, parse, env, doc)
     if not spec.check(default):
         raise AssertionError(f"default of {key} is not allowed: {default!r}")
     return dataclasses.field(default=default, metadata={SETTING: spec})
@@ -72,17 +74,18 @@ def _parse_int(text: str) -> int:
 
 
 def integer(key: str, default: int, *, lo: int | None = None, hi: int | None = None,
-            env: str | None = None) -> int:
+            env: str | None = None, doc: str = "") -> int:
     """An integer setting in [lo, hi] (either bound optional)."""
     return setting(key, default, allowed="an integer" + _range_text(lo, hi),
-                   check=lambda v: _is_int(v) and _within(v, lo, hi), parse=_parse_int, env=env)
+                   check=lambda v: _is_int(v) and _within(v, lo, hi), parse=_parse_int, env=env,
+                   doc=doc)
 
 
 NEVER = "never"  # the text of None for optional integers
 
 
 def optional_integer(key: str, default: int | None, *, lo: int | None = None,
-                     env: str | None = None) -> int | None:
+                     env: str | None = None, doc: str = "") -> int | None:
     """An integer setting >= lo, or None written as "never" (or empty text)."""
 
     def parse(text: str) -> int | None:
@@ -90,11 +93,11 @@ def optional_integer(key: str, default: int | None, *, lo: int | None = None,
 
     return setting(key, default, allowed=f"an integer{_range_text(lo, None)} or {NEVER!r}",
                    check=lambda v: v is None or (_is_int(v) and _within(v, lo, None)),
-                   parse=parse, env=env)
+                   parse=parse, env=env, doc=doc)
 
 
 def number(key: str, default: float, *, lo: float | None = None, hi: float | None = None,
-           above: float | None = None, env: str | None = None) -> float:
+           above: float | None = None, env: str | None = None, doc: str = "") -> float:
     """A finite number in [lo, hi], or > `above`."""
     bounds = f" > {above}" if above is not None else _range_text(lo, hi)
 
@@ -104,10 +107,11 @@ def number(key: str, default: float, *, lo: float | None = None, hi: float | Non
         return _within(v, lo, hi) and (above is None or v > above)
 
     return setting(key, default, allowed="a number" + bounds, check=check,
-                   parse=lambda text: float(text.strip()), env=env)
+                   parse=lambda text: float(text.strip()), env=env, doc=doc)
 
 
-def choice(key: str, default: T, options: Mapping[str, T], *, env: str | None = None) -> T:
+def choice(key: str, default: T, options: Mapping[str, T], *, env: str | None = None,
+           doc: str = "") -> T:
     """One of `options` (name -> value), read from text by name (case-insensitive)."""
     values = list(options.values())
 
@@ -119,15 +123,15 @@ def choice(key: str, default: T, options: Mapping[str, T], *, env: str | None = 
 
     return setting(key, default, allowed="one of " + ", ".join(options),
                    check=lambda v: any(type(v) is type(o) and v == o for o in values),
-                   parse=parse, env=env)
+                   parse=parse, env=env, doc=doc)
 
 
 def text(key: str, default: str, *, allowed: str, check: Callable[[str], bool],
-         env: str | None = None) -> str:
+         env: str | None = None, doc: str = "") -> str:
     """A string setting (read from text as it is, stripped)."""
     return setting(key, default, allowed=allowed,
                    check=lambda v: isinstance(v, str) and check(v),
-                   parse=lambda t: t.strip(), env=env)
+                   parse=lambda t: t.strip(), env=env, doc=doc)
 
 
 def parse_host_port(value: str) -> tuple[str, int] | None:

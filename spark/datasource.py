@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,11 +40,13 @@ from agent.reader import read_segment
 from clock import SYSTEM_CLOCK
 from fileformat import ChunkBuilder, FileWriter, KeyHasher
 from metadata import ChunkMeta, MetadataStore, SegmentInfo
+from metadata.config import MetadataConfig
 from metadata.errors import CommitUnknownError, FileStateError
 from metadata.schema import FILE_LIVE
 from metadata.segments import chunk_meta
 from objectstore import StoreSpec, open_store
-from settings.load import load_settings
+from objectstore.config import StoreConfig
+from settings import declared
 
 NAME = "silt"
 SCHEMA = ("topic string, partition int, offset long, timestamp long, key binary, "
@@ -55,6 +58,17 @@ OPT_PARTITIONS = "partitions"
 OPT_START = "start_offset"
 OPT_END = "end_offset"
 OPT_LATEST = "latest_per_key"
+
+
+def _url(section: type[StoreConfig] | type[MetadataConfig]) -> str:
+    """The section's `url` as the settings layer gives it without a file or flags: from its
+    environment variable (`SILT_STORE`, `SILT_METADATA`; checked, with the same one-line
+    error), else its default."""
+    env = declared(section)["url"][1].env or ""
+    raw = os.environ.get(env)
+    if raw is None:
+        return section().url
+    return str(section.convert("url", raw, f"env {env}")[1])
 
 
 @dataclass(frozen=True)
@@ -79,9 +93,8 @@ class Options:
         parts = options.get(OPT_PARTITIONS)
         end = options.get(OPT_END)
         store, metadata = options.get(OPT_STORE), options.get(OPT_METADATA)
-        if not (store and metadata):
-            settings = load_settings()
-            store, metadata = store or settings.store.url, metadata or settings.metadata.url
+        store = store or _url(StoreConfig)
+        metadata = metadata or _url(MetadataConfig)
         return cls(
             topic=topic,
             store=StoreSpec.resolve(store),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.agent_process import REPO
+from harness.agent_process import REPO
 from metadata import DEFAULT_URL, MetadataStore
 from metadata.identity import MARKER_KEY
 from objectstore import open_store

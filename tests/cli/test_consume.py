@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli.agent_process import REPO
 from cli.main import cli
+from harness.agent_process import REPO
 
 WAIT_S = 120.0
 

@@ -19,7 +19,7 @@ from typing import IO
 
 import pytest
 
-from cli.agent_process import REPO
+from harness.agent_process import REPO
 
 WAIT_S = 120.0
 LINES = 300_000

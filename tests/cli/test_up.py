@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from cli.agent_process import REPO, free_port
+from harness.agent_process import REPO, free_port
 from metadata import MetadataStore
 from metadata import schema as s
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.agent_process import REPO
+from harness.agent_process import REPO
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from agent import Agent, AgentConfig
-from cli.agent_process import REPO
+from harness.agent_process import REPO
 from metadata import MetadataStore
 from metadata import schema as s
 from objectstore import open_store

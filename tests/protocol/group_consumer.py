@@ -26,7 +26,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from cli.agent_process import REPO
+from harness.agent_process import REPO
 
 SCRIPT = "tests.protocol.group_consumer"
 

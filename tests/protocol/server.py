@@ -20,8 +20,8 @@ from kio.static.primitive import i16, i32
 
 from agent.protocol.context import ServerContext
 from agent.protocol.server import Server
-from cli import agent_process
-from cli.agent_process import REPO
+from harness import agent_process
+from harness.agent_process import REPO
 from metadata import MetadataStore
 
 __all__ = ["REPO", "AgentProcess", "Backend", "RawClient", "serve_in_process"]

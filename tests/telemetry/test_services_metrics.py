@@ -23,7 +23,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from cli.agent_process import REPO, free_port
+from harness.agent_process import REPO, free_port
 from metadata import MetadataStore
 
 from ..protocol.server import AgentProcess

@@ -1,8 +1,8 @@
 """`silt agent` as a child process on a free port: what the protocol tests and the wire
 benchmark drive with real Kafka clients (one launcher for both, so neither imports the other).
 
-The child runs `python -m cli` from this checkout (PYTHONPATH points at it), so it serves the
-code of the tree that started it, installed or not.
+The child runs `python -m cli` from this checkout (PYTHONPATH points at `REPO`), so it serves
+the code of the tree that started it. Not shipped: `REPO` is the checkout this file is in.
 """
 
 from __future__ import annotations
