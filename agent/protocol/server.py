@@ -38,6 +38,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import resource
 import signal
 import time
 from inspect import isawaitable, iscoroutine
@@ -405,6 +406,21 @@ async def _check_group_leases(ctx: ServerContext) -> None:
             log.exception("checking group leases failed (retrying)")
 
 
+def _descriptors_for(connections: int) -> None:
+    """Raise the soft limit on open files toward max.connections (+ the agent's own files),
+    within the hard limit; say so if it still falls short (accepts would then fail)."""
+    want = connections + 1024
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        if target > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        if soft < want:
+            log.warning("open files limited to %d (RLIMIT_NOFILE): fewer connections than"
+                        " max.connections (%d) can be accepted", soft, connections)
+
+
 async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig,
                 settings: Settings | None = None) -> None:
     """Run `silt agent` until SIGTERM or SIGINT, then shut down cleanly. `settings`: the
@@ -417,6 +433,7 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
                         cache=SegmentCache(store, config.fetch_cache_bytes), config=config,
                         loaded=settings)
     server = Server(ctx, *listen)
+    _descriptors_for(config.max_connections)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
