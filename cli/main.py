@@ -172,6 +172,7 @@ class Context:
     def global_args(self) -> list[str]:
         """The global options this command was given, for a child `silt` (`silt up`)."""
         args = ["--config", str(self.config_path)] if self.config_path is not None else []
+        args += ["--verbose"] if self.verbose else []
         for flag, key in (("--store", f"store.{URL}"), ("--metadata", f"metadata.{URL}")):
             if self.flags.get(key) is not None:
                 args += [flag, str(self.flags[key])]
@@ -1191,8 +1192,10 @@ def agent_command(ctx: Context, listen: str | None, advertise: str | None,
     # instead of 203-224, agent CPU 3.2-3.4 s instead of 3.3-3.9).
     gc.collect()
     gc.freeze()
-    configure_logging(log_format, logging.WARNING)
     config = settings.agent
+    # The log.level setting, lowered to info by --verbose (refused frames and limits show).
+    level = logging.getLevelName(config.log_level.upper())
+    configure_logging(log_format, min(level, logging.INFO) if ctx.verbose else level)
     try:
         asyncio.run(serve(ctx.store, ctx.metadata, config, settings))
     except OSError as exc:  # the listen address is taken or not ours

@@ -76,6 +76,12 @@ REQUESTS = Counter("silt_requests", "Kafka requests dispatched, by API.", ["api"
 CONNECTIONS = Gauge("silt_connections", "Open Kafka client connections.")
 CONNECTIONS_ACCEPTED = Counter("silt_connections_accepted", "Kafka client connections"
                                " accepted.")
+CONNECTIONS_REFUSED = Counter("silt_connections_refused", "Kafka client connections this agent"
+                              " refused or closed, by reason: a request it would not read"
+                              " (malformed_request, frame_too_large, unsupported_version), a"
+                              " limit (max_connections, max_connections_per_ip, read_timeout,"
+                              " idle), a handler failure (handler_error) or a reply it could"
+                              " not write (reply_failed).", ["reason"])
 GROUP_LAG = LatestGauges("silt_consumer_group_lag", "Records between a consumer group's"
                          " committed offsets and the log end, summed per topic, for the groups"
                          " this agent coordinates.", ("group", "topic"))
@@ -130,6 +136,11 @@ LIVE_FILES = LatestGauges("silt_live_files", "Live files by level.", ("level",))
 LIVE_BYTES = LatestGauges("silt_live_bytes", "Bytes of live files by level.", ("level",))
 LIVE_SEGMENTS = LatestGauges("silt_live_segments", "Live segments by level.", ("level",))
 
+# Why the agent refuses or closes a client connection (silt_connections_refused).
+REFUSAL_REASONS: Final = ("malformed_request", "frame_too_large", "unsupported_version",
+                          "max_connections", "max_connections_per_ip", "read_timeout", "idle",
+                          "handler_error", "reply_failed")
+
 # The file states whose objects GC deletes (metadata.schema: FILE_RETIRED, ...).
 GC_STATES: Final = ("retired", "abandoned", "deleting")
 
@@ -143,6 +154,8 @@ for _label in ("sent", "received"):
     STORE_BYTES.labels(_label)
 for _label in ("failed", "unknown"):
     FLUSH_FAILURES.labels(_label)
+for _label in REFUSAL_REASONS:
+    CONNECTIONS_REFUSED.labels(_label)
 
 # ============================================================================ the calls
 
@@ -181,6 +194,11 @@ def connection_opened() -> None:
 
 def connection_closed() -> None:
     CONNECTIONS.dec()
+
+
+def connection_refused(reason: str) -> None:
+    """The agent refused or closed a client connection for `reason` (REFUSAL_REASONS)."""
+    CONNECTIONS_REFUSED.labels(reason).inc()
 
 
 def store_request(op: str, sent: int, received: int) -> None:

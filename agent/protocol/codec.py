@@ -25,6 +25,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from kio.static.primitive import i32
 
+from .bounds import check_request
 from .errors import ProtocolError
 
 FRAME = struct.Struct(">i")
@@ -112,7 +113,10 @@ def _request_schema(api_key: int, version: int) -> type[Any]:
 
 
 def decode_request(payload: bytes, api_key: int, version: int) -> tuple[Any, Any]:
-    """(header, request) of a frame whose key and version the caller already accepted."""
+    """(header, request) of a frame whose key and version the caller already accepted;
+    its lengths are checked against the frame first (bounds.py: kio would reserve what a
+    length claims)."""
+    check_request(payload, api_key, version)
     cls = _request_schema(api_key, version)
     try:
         header, n = entity_reader(cls.__header_schema__)(payload, 0)

@@ -15,7 +15,12 @@ log = logging.getLogger(__name__)
 
 class ProtocolError(Exception):
     """A connection sent bytes that are not a request this server accepts (garbage, a
-    truncated or oversize frame, an unknown API key or version): that connection is closed."""
+    truncated or oversize frame, an unknown API key or version): that connection is closed.
+    `reason`: the label it is counted under (telemetry.REFUSAL_REASONS)."""
+
+    def __init__(self, message: str, reason: str = "malformed_request") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 # Failures of the stores a handler reports in one line (anything else may be a bug: logged

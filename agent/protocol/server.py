@@ -1,16 +1,30 @@
-"""The asyncio server: frames, dispatch through the one table, ordered replies, shutdown.
+"""The asyncio server: frames, dispatch through the one table, ordered replies, limits,
+shutdown.
 
 A frame is a 4-byte big-endian size and that many bytes. A size above
-socket.request.max.bytes, a truncated frame, bytes that do not decode, or an unknown API key
-or version close THAT connection only (as Kafka does); an unsupported ApiVersions version
-gets the v0 error response UNSUPPORTED_VERSION with the supported list, so the client can
-retry with one it has. Requests on one connection are read and dispatched one after the
-other and answered in order; a Produce's reply waits for its flush while the next requests
-are read (up to MAX_IN_FLIGHT replies), and nothing here blocks other connections (blocking
-work runs in the thread pool). Handlers answer the failures they meet (a store outage, a
-topic deleted meanwhile) with their API's error codes; one that escapes a handler closes
-that connection, as does a reply that cannot be written (the replies behind it are dropped,
-and the connection ends even if its reply queue is full).
+socket.request.max.bytes, a truncated frame, bytes that do not decode (every length is
+checked against the frame before kio reads it: bounds.py), or an unknown API key or version
+close THAT connection only (as Kafka does); an unsupported ApiVersions version gets the v0
+error response UNSUPPORTED_VERSION with the supported list, so the client can retry with one
+it has. Requests on one connection are read and dispatched one after the other and answered
+in order; a Produce's reply waits for its flush while the next requests are read (up to
+MAX_IN_FLIGHT replies), and nothing here blocks other connections (blocking work runs in the
+thread pool). Handlers answer the failures they meet (a store outage, a topic deleted
+meanwhile) with their API's error codes; one that escapes a handler closes that connection,
+as does a reply that cannot be written (the replies behind it are dropped, and the
+connection ends even if its reply queue is full).
+
+Limits (agent settings, Kafka's names where Kafka has one): the bytes of requests read and
+not yet answered, per connection and in all (queued.max.request.bytes): past either, the
+server reads no further frame on that connection until replies free room (backpressure, as
+Kafka mutes a channel when its memory pool is empty), though a connection with nothing
+pending may always read one frame when nothing is queued at all, so the agent holds at most
+max(queued.max.request.bytes, socket.request.max.bytes) of requests. A frame must arrive
+whole within request.read.timeout.ms of its first byte; a connection with nothing pending
+that sends nothing for connections.max.idle.ms is closed (a sweep checks both); connections
+past max.connections, or max.connections.per.ip from one address, are closed as they are
+accepted (Kafka's acceptor instead waits for a slot: a client retries either way). Every
+refusal and close is counted by reason and logged in one rate-limited line (refusals.py).
 
 Shutdown (SIGTERM/SIGINT): stop accepting, stop reading new requests (connections waiting
 for a request are dropped at once, the others after the request they are reading), flush the
@@ -24,7 +38,9 @@ import asyncio
 import contextlib
 import functools
 import logging
+import resource
 import signal
+import time
 from inspect import isawaitable, iscoroutine
 from typing import TYPE_CHECKING, Any
 
@@ -39,11 +55,13 @@ from objectstore import ObjectStore
 from settings import parse_host_port
 
 from .apis import API_VERSIONS, TABLE, api_versions
+from .bounds import walker
 from .cache import SegmentCache
 from .codec import FRAME, PREFIX, Builder, decode_request, encode_response
-from .context import PEER, ServerContext
+from .context import PEER, ServerContext, Wakeup
 from .errors import ProtocolError
 from .health import AgentMetrics
+from .refusals import Refusals
 from .registry import Registration
 from .timers import offsets_expiry, producer_expiry
 from .writev import send_buffers
@@ -59,6 +77,9 @@ log = logging.getLogger(__name__)
 # queued produces are bounded by buffer.memory, not by this count.
 MAX_IN_FLIGHT = 4096
 SHUTDOWN_GRACE_S = 30.0
+# How often the sweep looks for idle and slow connections: a quarter of the shorter of the
+# two limits, within these bounds.
+SWEEP_MIN_S, SWEEP_MAX_S = 0.01, 1.0
 
 
 @functools.cache
@@ -67,35 +88,52 @@ def builder(api_key: int, version: int) -> Builder:
 
 
 class _Connection:
-    """One client connection: its reader task and whether it waits for a new frame."""
+    """One client connection: its reader task, whether it waits for a new frame, and what
+    the limits look at."""
 
-    __slots__ = ("idle", "task", "writer")
+    __slots__ = ("active", "idle", "ip", "pending", "queued", "reason", "started", "task",
+                 "writer")
 
-    def __init__(self, task: asyncio.Task[None], writer: asyncio.StreamWriter) -> None:
+    def __init__(self, task: asyncio.Task[None], writer: asyncio.StreamWriter,
+                 ip: str) -> None:
         self.task = task
         self.writer = writer
-        self.idle = True
+        self.ip = ip
+        self.idle = True  # waiting for the first byte of a frame
+        self.started: float | None = None  # when the frame being read began (monotonic)
+        self.active = time.monotonic()  # the last frame read or reply written
+        self.pending = 0  # requests read and not yet answered
+        self.queued = 0  # their bytes
+        self.reason: str | None = None  # why the server is closing it (the sweep)
 
 
 class Server:
     """Serves the Kafka protocol on one listener for the agent in `ctx`."""
 
-    def __init__(self, ctx: ServerContext, host: str, port: int,
-                 max_request_bytes: int = AgentConfig().socket_request_max_bytes) -> None:
+    def __init__(self, ctx: ServerContext, host: str, port: int) -> None:
         ctx.apis = TABLE
         ctx.agent.set_room_listener(ctx.notify_room_threadsafe)
         self.ctx = ctx
         self.host, self.port = host, port
-        self.max_request_bytes = max_request_bytes
+        self.config: AgentConfig = ctx.config  # the limits
         self._server: asyncio.Server | None = None
         self._conns: dict[asyncio.Task[None], _Connection] = {}
+        self._per_ip: dict[str, int] = {}
+        self._queued = 0  # bytes of requests read and not yet answered, all connections
+        self._room = Wakeup()  # set when replies free queued bytes
+        self._sweep: asyncio.Task[None] | None = None
         self._stopping = False
+        self.refusals = Refusals()
 
     async def start(self) -> None:
         """Bind and start accepting (port 0 picks a free port: read `self.port` after)."""
         self.ctx.loop = asyncio.get_running_loop()
+        for key, api in TABLE.items():  # every walker compiled before the first request
+            for version in range(api.min_version, api.max_version + 1):
+                walker(key, version)
         self._server = await asyncio.start_server(self._serve, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
+        self._sweep = asyncio.create_task(self._sweeper())
         if self.ctx.advertised[1] == 0:
             self.ctx.advertised = (self.ctx.advertised[0], self.port)
 
@@ -104,6 +142,9 @@ class Server:
         self._stopping = self.ctx.stopping = True
         if self._server is not None:
             self._server.close()
+        if self._sweep is not None:
+            self._sweep.cancel()
+        self._room.notify()  # readers waiting for room read their frame and end
         self.ctx.notify_commit()  # long-polling fetches answer now
         self.ctx.notify_room()  # produces waiting for buffer.memory give up
         for conn in self._conns.values():
@@ -125,33 +166,63 @@ class Server:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        conn = self._conns[task] = _Connection(task, writer)
-        telemetry.connection_opened()
-        replies: asyncio.Queue[tuple[int, Any] | None] = asyncio.Queue(MAX_IN_FLIGHT)
-        sender = asyncio.create_task(self._send(replies, writer))
         peer = writer.get_extra_info("peername")
-        PEER.set(f"/{peer[0]}" if isinstance(peer, tuple) else "")
+        ip = peer[0] if isinstance(peer, tuple) else ""
+        if not self._admit(ip, peer):
+            writer.transport.abort()  # nothing was read: no reason to linger
+            return
+        conn = self._conns[task] = _Connection(task, writer, ip)
+        self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
+        telemetry.connection_opened()
+        self.refusals.say("opened", logging.DEBUG, "connection %s: opened", peer)
+        replies: asyncio.Queue[tuple[int, int, Any] | None] = asyncio.Queue(MAX_IN_FLIGHT)
+        sender = asyncio.create_task(self._send(replies, conn))
+        PEER.set(f"/{ip}" if ip else "")
+        max_bytes = self.config.socket_request_max_bytes
         try:
             # A connection whose replies can no longer be written (the sender aborted it)
             # reads no further: what it already received is not dispatched.
             while not self._stopping and not writer.transport.is_closing():
-                conn.idle = True
-                head = await reader.readexactly(FRAME.size)
-                conn.idle = False
-                size = FRAME.unpack(head)[0]
-                if not PREFIX.size <= size <= self.max_request_bytes:
-                    raise ProtocolError(f"frame of {size} bytes (limit "
-                                        f"{self.max_request_bytes})")
+                conn.idle, conn.started = True, None
+                first = await reader.readexactly(1)
+                conn.idle, conn.started = False, time.monotonic()
+                size = FRAME.unpack(first + await reader.readexactly(FRAME.size - 1))[0]
+                if not PREFIX.size <= size <= max_bytes:
+                    raise ProtocolError(f"frame of {size} bytes (socket.request.max.bytes"
+                                        f" {max_bytes})", "frame_too_large")
+                if not self._has_room(conn, size):
+                    conn.started = None  # the wait is the server's, not the client's
+                    await self._wait_for_room(conn, size)
+                    conn.started = time.monotonic()
                 payload = await reader.readexactly(size)
-                await replies.put(await self._dispatch(payload))
+                conn.started, conn.active = None, time.monotonic()
+                self._take(conn, size)
+                try:
+                    correlation_id, reply = await self._dispatch(payload)
+                    await replies.put((size, correlation_id, reply))
+                except BaseException:
+                    self._release(conn, size)
+                    raise
         except asyncio.IncompleteReadError as exc:
-            if exc.partial:
-                log.info("connection %s: truncated frame, closing", peer)
-        except (ProtocolError, ConnectionError) as exc:
-            log.info("connection %s: %s, closing", peer, exc)
+            if conn.reason is not None:
+                self._closed(conn, peer)
+            elif exc.partial or not conn.idle:
+                self.refusals.say("truncated", logging.INFO,
+                                  "connection %s: closed by the client mid-frame", peer)
+            else:
+                self.refusals.say("closed", logging.DEBUG, "connection %s: closed by the"
+                                  " client", peer)
+        except ProtocolError as exc:
+            self.refusals.refused(exc.reason, "connection %s: %s, closing", peer, exc)
+        except ConnectionError as exc:
+            if conn.reason is not None:
+                self._closed(conn, peer)
+            else:
+                self.refusals.say("reset", logging.INFO, "connection %s: %s", peer, exc)
         except asyncio.CancelledError:
             pass  # shutdown while waiting for a request
         except Exception:
+            telemetry.connection_refused("handler_error")
             log.exception("connection %s: handler failed, closing", peer)
         finally:
             try:
@@ -165,10 +236,107 @@ class Server:
                 raise
             finally:  # the socket is closed however this ends (never left to the GC)
                 writer.close()
-                del self._conns[task]
-                telemetry.connection_closed()
+                self._forget(task, conn)
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    def _admit(self, ip: str, peer: object) -> bool:
+        """Whether a new connection is within max.connections and max.connections.per.ip
+        (else it is counted and said, and the caller closes it)."""
+        if len(self._conns) >= self.config.max_connections:
+            self.refusals.refused("max_connections", "connection %s: refused, %d connections"
+                                  " open (max.connections)", peer, len(self._conns))
+            return False
+        if self._per_ip.get(ip, 0) >= self.config.max_connections_per_ip:
+            self.refusals.refused("max_connections_per_ip", "connection %s: refused, %d"
+                                  " connections from %s (max.connections.per.ip)", peer,
+                                  self._per_ip[ip], ip)
+            return False
+        return True
+
+    def _forget(self, task: asyncio.Task[None], conn: _Connection) -> None:
+        """A connection ended: its slot, and whatever it still had queued, are free."""
+        del self._conns[task]
+        left = self._per_ip[conn.ip] - 1
+        if left:
+            self._per_ip[conn.ip] = left
+        else:
+            del self._per_ip[conn.ip]
+        if conn.queued:  # replies never sent (the sender was reaped at shutdown)
+            self._queued -= conn.queued
+            conn.queued = conn.pending = 0
+            self._room.notify()
+        telemetry.connection_closed()
+
+    def _closed(self, conn: _Connection, peer: object) -> None:
+        """Say why the sweep closed `conn` (idle: debug, as Kafka; a slow frame: info)."""
+        if conn.reason == "idle":
+            self.refusals.refused("idle", "connection %s: idle for %d ms"
+                                  " (connections.max.idle.ms), closed", peer,
+                                  self.config.connections_max_idle_ms, level=logging.DEBUG)
+        else:
+            self.refusals.refused("read_timeout", "connection %s: frame not received within"
+                                  " %d ms of its first byte (request.read.timeout.ms), closed",
+                                  peer, self.config.request_read_timeout_ms)
+
+    # ------------------------------------------------------------------ queued bytes
+
+    def _has_room(self, conn: _Connection, size: int) -> bool:
+        """Whether `conn` may read a frame of `size` bytes now: always when nothing is
+        queued at all; else within queued.max.request.bytes, and within the per-connection
+        cap if it has requests pending (one frame alone always fits)."""
+        if self._queued == 0:
+            return True
+        if self._queued + size > self.config.queued_max_request_bytes:
+            return False
+        return (conn.queued == 0
+                or conn.queued + size <= self.config.queued_max_request_bytes_per_connection)
+
+    async def _wait_for_room(self, conn: _Connection, size: int) -> None:
+        self.refusals.say("backpressure", logging.DEBUG, "connection %s: waiting for %d"
+                          " queued bytes to be answered (%d on this connection)",
+                          conn.writer.get_extra_info("peername"), self._queued, conn.queued)
+        while True:
+            freed = self._room.event()
+            if self._has_room(conn, size) or self._stopping:
+                return
+            await freed.wait()
+
+    def _take(self, conn: _Connection, size: int) -> None:
+        conn.pending += 1
+        conn.queued += size
+        self._queued += size
+
+    def _release(self, conn: _Connection, size: int) -> None:
+        """A request was answered (or will never be): its bytes free room."""
+        conn.pending -= 1
+        conn.queued -= size
+        self._queued -= size
+        conn.active = time.monotonic()
+        self._room.notify()
+
+    # ------------------------------------------------------------------ idle and slow
+
+    async def _sweeper(self) -> None:
+        """Close the connections idle past connections.max.idle.ms and those whose frame
+        did not arrive within request.read.timeout.ms; sum up suppressed log lines."""
+        idle_s = self.config.connections_max_idle_ms / 1000
+        read_s = self.config.request_read_timeout_ms / 1000
+        period = min(max(min(idle_s, read_s) / 4, SWEEP_MIN_S), SWEEP_MAX_S)
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for conn in list(self._conns.values()):
+                if conn.reason is not None:
+                    continue
+                if conn.started is not None and now - conn.started > read_s:
+                    conn.reason = "read_timeout"
+                elif conn.idle and not conn.pending and now - conn.active > idle_s:
+                    conn.reason = "idle"
+                else:
+                    continue
+                conn.writer.transport.abort()  # its reader sees the end, says conn.reason
+            self.refusals.flush()
 
     async def _dispatch(self, payload: bytes) -> tuple[int, Any]:
         """(correlation id, reply) of one request; ProtocolError closes the connection."""
@@ -178,27 +346,29 @@ class Server:
             return correlation_id, api_versions.response(
                 self.ctx, builder(API_VERSIONS, 0), ErrorCode.unsupported_version)
         if api is None or not api.supports(version):
-            raise ProtocolError(f"unsupported API key {key} version {version}")
+            raise ProtocolError(f"unsupported API key {key} version {version}",
+                                "unsupported_version")
         header, request = decode_request(payload, key, version)
         telemetry.request(api.name)
         reply = await api.handler(self.ctx, header, request, builder(key, version))
         return correlation_id, reply
 
-    @staticmethod
-    async def _send(replies: asyncio.Queue[tuple[int, Any] | None],
-                    writer: asyncio.StreamWriter) -> None:
+    async def _send(self, replies: asyncio.Queue[tuple[int, int, Any] | None],
+                    conn: _Connection) -> None:
         """Write replies in request order (awaiting the pending ones) until the reader's
-        end (None). If one cannot be written the connection is aborted, so its reader stops
-        too (the client reconnects), and the replies still coming are dropped: taken off
-        the queue all the same, so a reader waiting for room in a full one is never left
-        waiting (it would hang, and its connection with it)."""
+        end (None), each freeing its request's queued bytes once written. If one cannot be
+        written the connection is aborted, so its reader stops too (the client reconnects),
+        and the replies still coming are dropped: taken off the queue all the same, so a
+        reader waiting for room in a full one is never left waiting (it would hang, and its
+        connection with it)."""
+        writer = conn.writer
         failed = False
         while (item := await replies.get()) is not None:
-            correlation_id, reply = item
-            if failed:
-                _drop(reply)
-                continue
+            size, correlation_id, reply = item
             try:
+                if failed:
+                    _drop(reply)
+                    continue
                 if isawaitable(reply):
                     reply = await reply
                 if reply is None:  # acks=0
@@ -210,8 +380,10 @@ class Server:
             except Exception as exc:
                 failed = True
                 writer.transport.abort()
-                log.info("connection %s: reply not sent (%s), closing",
-                         writer.get_extra_info("peername"), exc)
+                self.refusals.refused("reply_failed", "connection %s: reply not sent (%s),"
+                                      " closing", writer.get_extra_info("peername"), exc)
+            finally:
+                self._release(conn, size)
 
 
 def _drop(reply: Any) -> None:
@@ -234,6 +406,21 @@ async def _check_group_leases(ctx: ServerContext) -> None:
             log.exception("checking group leases failed (retrying)")
 
 
+def _descriptors_for(connections: int) -> None:
+    """Raise the soft limit on open files toward max.connections (+ the agent's own files),
+    within the hard limit; say so if it still falls short (accepts would then fail)."""
+    want = connections + 1024
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        if target > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        if soft < want:
+            log.warning("open files limited to %d (RLIMIT_NOFILE): fewer connections than"
+                        " max.connections (%d) can be accepted", soft, connections)
+
+
 async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig,
                 settings: Settings | None = None) -> None:
     """Run `silt agent` until SIGTERM or SIGINT, then shut down cleanly. `settings`: the
@@ -245,7 +432,8 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
     ctx = ServerContext(agent=agent, metadata=metadata, store=store, advertised=advertised,
                         cache=SegmentCache(store, config.fetch_cache_bytes), config=config,
                         loaded=settings)
-    server = Server(ctx, *listen, max_request_bytes=config.socket_request_max_bytes)
+    server = Server(ctx, *listen)
+    _descriptors_for(config.max_connections)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -1,0 +1,227 @@
+"""Decoding is bounded (agent/protocol/bounds.py): for every API key and version the server
+dispatches, valid requests built with kio and every mutation of their length fields (0, -1,
+2^31-1, 2^35-2 ...), truncations and random bytes either decode or raise ProtocolError, and
+none makes the decoder allocate more than a small multiple of the frame.
+
+The mutations run in a child process whose address space is capped (RLIMIT_AS): kio's
+native reader would abort it (one 24-byte frame reserves 256 GiB) or fail to reserve 16 GiB
+there, so a length the walker lets through shows as the child's death, and Python-side
+allocations are measured with tracemalloc per frame."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import random
+import resource
+import struct
+import subprocess
+import sys
+import tracemalloc
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_writer
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveTupleField,
+    classify_field,
+    get_schema_field_type,
+)
+from kio.static.primitive import i16, i32
+
+from agent.protocol.apis import TABLE
+from agent.protocol.bounds import length_positions, walker
+from agent.protocol.codec import decode_request
+from agent.protocol.errors import ProtocolError
+
+from .server import REPO
+
+# The issue's killer frame (Metadata v12, a compact array of 2^35-2 topics) and an int32
+# array of 2^31-1 topics in Metadata v1: size prefix included.
+KILLERS = [bytes.fromhex("000000140003000c0000000b000466757a7a00ffffffff7f"),
+           struct.pack(">ihhih4si", 18, 3, 1, 7, 4, b"fuzz", 2**31 - 1)]
+# Lengths written at every length position, by its kind.
+VALUES = {"i8": (0, -1), "i16": (0, -1, -2, 2**15 - 1), "i32": (0, -1, -2, 2**31 - 1),
+          "uvarint": (0, 1, 2**31, 2**35 - 2)}
+# What decoding one frame may allocate on the Python side: this many times the frame, plus
+# a constant for kio's per-call objects.
+EXPANSION, SLACK = 64, 64 * 1024
+# Padding after a request whose array lengths are then set to fill it (dense arrays of
+# zero-byte elements: the most objects a frame of that size can make kio build).
+PADDING = 4096
+# The child's address space: what it has after imports plus this.
+HEADROOM = 1 << 30
+
+_SAMPLES: dict[str, Any] = {
+    "bool": True, "int8": 1, "uint8": 1, "int16": 1, "uint16": 1, "int32": 1, "uint32": 1,
+    "int64": 1, "uint64": 1, "float64": 1.0, "string": "ab", "bytes": b"ab",
+    "records": b"ab", "uuid": uuid.UUID(int=1), "error_code": ErrorCode.none,
+    "timedelta_i32": datetime.timedelta(milliseconds=1),
+    "timedelta_i64": datetime.timedelta(milliseconds=1),
+    "datetime_i64": datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC),
+}
+
+
+def sample(cls: type) -> Any:
+    """An instance of kio entity `cls` with every field set (two elements per array), so
+    that every length position of its version appears on the wire."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        kind = classify_field(f)
+        if isinstance(kind, EntityTupleField):
+            values[f.name] = (sample(kind.type_), sample(kind.type_))
+        elif isinstance(kind, EntityField):
+            values[f.name] = sample(kind.type_)
+        elif isinstance(kind, PrimitiveTupleField):
+            one = _SAMPLES[get_schema_field_type(f)]
+            values[f.name] = (one, one)
+        else:
+            values[f.name] = _SAMPLES[get_schema_field_type(f)]
+    return cls(**values)
+
+
+def encode(api_key: int, version: int, request: Any) -> bytes:
+    """Header and body of a request (no size prefix: what the server decodes)."""
+    cls = load_request_schema(api_key, version)
+    header_cls = cls.__header_schema__
+    buf = io.BytesIO()
+    entity_writer(header_cls)(buf, header_cls(request_api_key=i16(api_key),
+                                              request_api_version=i16(version),
+                                              correlation_id=i32(7), client_id="fuzz"))
+    entity_writer(cls)(buf, request)
+    return buf.getvalue()
+
+
+def served() -> Iterator[tuple[int, int]]:
+    for key, api in sorted(TABLE.items()):
+        for version in range(api.min_version, api.max_version + 1):
+            yield key, version
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _varint_size(payload: bytes, at: int) -> int:
+    size = 1
+    while at + size - 1 < len(payload) and payload[at + size - 1] & 0x80 and size < 5:
+        size += 1
+    return size
+
+
+def mutations(payload: bytes, key: int, version: int, seed: int) -> Iterator[bytes]:
+    """Every length position set to each of VALUES; truncations; random tails and bytes."""
+    for at, kind in length_positions(payload, key, version):
+        for value in VALUES[kind]:
+            if kind == "uvarint":
+                new = _uvarint(value)
+                yield payload[:at] + new + payload[at + _varint_size(payload, at):]
+            else:
+                size = {"i8": 1, "i16": 2, "i32": 4}[kind]
+                new = value.to_bytes(size, "big", signed=True)
+                yield payload[:at] + new + payload[at + size:]
+    padded = payload + bytes(PADDING)
+    for at, kind in length_positions(payload, key, version):
+        if kind in ("i32", "uvarint"):
+            for least in (1, 2, 4, 8, 16):
+                count = (len(padded) - at) // least
+                new = (_uvarint(count + 1) if kind == "uvarint"
+                       else count.to_bytes(4, "big", signed=True))
+                size = _varint_size(payload, at) if kind == "uvarint" else 4
+                yield padded[:at] + new + padded[at + size:]
+    for end in range(len(payload)):
+        yield payload[:end]
+    rng = random.Random(seed * 1_000_003 + key * 100 + version)
+    for _ in range(16):  # a valid header, then random bytes
+        yield payload[:8] + rng.randbytes(rng.randrange(1, 64))
+    for _ in range(16):  # a few bytes of the valid request flipped
+        flipped = bytearray(payload)
+        for _ in range(rng.randrange(1, 4)):
+            flipped[rng.randrange(8, len(flipped))] = rng.randrange(256)
+        yield bytes(flipped)
+
+
+def fuzz(seed: int) -> tuple[int, int, float]:
+    """Decode every mutation of every served version: (frames, refused, largest ratio of
+    Python-side allocation to frame size among frames of PADDING bytes or more). Raises
+    AssertionError on anything but success or ProtocolError, or an allocation past
+    EXPANSION x the frame + SLACK."""
+    frames = refused = 0
+    worst = 0.0
+    tracemalloc.start()
+    try:
+        for key, version in served():
+            payload = encode(key, version, sample(load_request_schema(key, version)))
+            decode_request(payload, key, version)  # compiled outside the measure
+            for frame in mutations(payload, key, version, seed):
+                tracemalloc.reset_peak()
+                base = tracemalloc.get_traced_memory()[0]
+                try:
+                    decode_request(frame, key, version)
+                except ProtocolError:
+                    refused += 1
+                peak = tracemalloc.get_traced_memory()[1] - base
+                assert peak <= EXPANSION * len(frame) + SLACK, (key, version, frame.hex())
+                if len(frame) >= PADDING:
+                    worst = max(worst, peak / len(frame))
+                frames += 1
+    finally:
+        tracemalloc.stop()
+    return frames, refused, worst
+
+
+@pytest.mark.parametrize(("key", "version"), list(served()))
+def test_valid_request_walks_to_its_end(key: int, version: int) -> None:
+    """The walker reads a version exactly as kio writes it (every field, tagged ones too)
+    and lets it through."""
+    request = sample(load_request_schema(key, version))
+    payload = encode(key, version, request)
+    assert walker(key, version)(payload, 0, len(payload)) == len(payload)
+    assert decode_request(payload, key, version)[1] == request
+    assert length_positions(payload, key, version)
+
+
+def test_killer_frames_refused() -> None:
+    for killer in KILLERS:
+        body = killer[4:]
+        key, version = struct.unpack_from(">hh", body)
+        with pytest.raises(ProtocolError, match="array of"):
+            decode_request(body, key, version)
+
+
+def test_mutations_decode_or_refuse_in_bounded_memory() -> None:
+    """Every mutation, in a child capped at its size after imports + 1 GiB."""
+    done = subprocess.run([sys.executable, "-m", "tests.protocol.test_bounds", "1"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    frames, refused, worst = done.stdout.split()
+    assert int(frames) > 10_000 and 0 < int(refused) < int(frames)
+    assert float(worst) <= EXPANSION
+
+
+def _cap_address_space() -> None:
+    with open("/proc/self/status") as status:
+        vm = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize"))
+    resource.setrlimit(resource.RLIMIT_AS, (vm + HEADROOM, vm + HEADROOM))
+
+
+if __name__ == "__main__":
+    _cap_address_space()
+    for killer in KILLERS:  # kio itself would abort here
+        key, version = struct.unpack_from(">hh", killer, 4)
+        with pytest.raises(ProtocolError):
+            decode_request(killer[4:], key, version)
+    n, bad, ratio = fuzz(int(sys.argv[1]))
+    print(n, bad, f"{ratio:.1f}")
