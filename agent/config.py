@@ -23,10 +23,10 @@ ADVERTISED_LISTENERS = "advertised.listeners"
 SOCKET_REQUEST_MAX_BYTES = "socket.request.max.bytes"
 FETCH_CACHE_BYTES = "fetch.cache.bytes"
 QUEUED_MAX_REQUEST_BYTES = "queued.max.request.bytes"
-QUEUED_MAX_REQUEST_BYTES_PER_CONNECTION = "queued.max.request.bytes.per.connection"
+QUEUED_MAX_REQUEST_BYTES_PER_CONNECTION = "connection.queued.max.request.bytes"
 CONNECTIONS_MAX_IDLE_MS = "connections.max.idle.ms"
 REQUEST_READ_TIMEOUT_MS = "request.read.timeout.ms"
-MAX_CONNECTIONS = "max.connections"
+MAX_CONNECTIONS = "max.connections.total"  # Kafka's max.connections (TOML: not a prefix of per.ip)
 MAX_CONNECTIONS_PER_IP = "max.connections.per.ip"
 LOG_LEVEL = "log.level"
 AUTO_CREATE_TOPICS_ENABLE = "auto.create.topics.enable"
@@ -109,26 +109,37 @@ class AgentConfig(Section):
     # past either the agent stops reading (that connection, or every connection with
     # requests pending) until replies free room; a connection with nothing pending may
     # always read one frame.
-    queued_max_request_bytes: int = integer(QUEUED_MAX_REQUEST_BYTES, 256 * 1024 * 1024,
-                                            lo=1)
+    queued_max_request_bytes: int = integer(
+        QUEUED_MAX_REQUEST_BYTES, 256 * 1024 * 1024, lo=1,
+        doc="bytes of requests read and not yet answered, all connections together; past it"
+            " the agent stops reading")
     queued_max_request_bytes_per_connection: int = integer(
-        QUEUED_MAX_REQUEST_BYTES_PER_CONNECTION, 64 * 1024 * 1024, lo=1)
+        QUEUED_MAX_REQUEST_BYTES_PER_CONNECTION, 64 * 1024 * 1024, lo=1,
+        doc="bytes of requests read and not yet answered on one connection")
     # A connection with no request pending that sends nothing this long is closed (Kafka's
     # default); a frame must arrive whole this long after its first byte (ours: 30 s, the
     # clients' own request.timeout.ms, after which they gave up on the request anyway).
-    connections_max_idle_ms: int = integer(CONNECTIONS_MAX_IDLE_MS, 600_000, lo=1)
-    request_read_timeout_ms: int = integer(REQUEST_READ_TIMEOUT_MS, 30_000, lo=1)
+    connections_max_idle_ms: int = integer(
+        CONNECTIONS_MAX_IDLE_MS, 600_000, lo=1,
+        doc="a connection with no request pending that sends nothing this long is closed")
+    request_read_timeout_ms: int = integer(
+        REQUEST_READ_TIMEOUT_MS, 30_000, lo=1,
+        doc="a request frame must arrive whole this long after its first byte")
     # Connections beyond these are closed as they are accepted (Kafka's defaults are
     # unbounded): 10,000 in all (each may buffer some 0.4 MiB of unread bytes besides its
     # queued requests; the process needs as many file descriptors, RLIMIT_NOFILE), 1,000
     # from one address (a host running hundreds of clients, each with a connection per
     # agent, and still well short of max.connections).
-    max_connections: int = integer(MAX_CONNECTIONS, 10_000, lo=1)
-    max_connections_per_ip: int = integer(MAX_CONNECTIONS_PER_IP, 1_000, lo=1)
+    max_connections: int = integer(
+        MAX_CONNECTIONS, 10_000, lo=1, doc="connections beyond this are closed as accepted")
+    max_connections_per_ip: int = integer(
+        MAX_CONNECTIONS_PER_IP, 1_000, lo=1,
+        doc="connections from one address beyond this are closed as accepted")
     # `silt agent`'s log level (--verbose lowers it to info): refused frames and limits
     # show at info, every connection opened and closed at debug.
     log_level: str = choice(LOG_LEVEL, "warning",
-                            {name: name for name in ("debug", "info", "warning", "error")})
+                            {name: name for name in ("debug", "info", "warning", "error")},
+                            doc="`silt agent`'s log level; --verbose lowers it to info")
 
     def check_across(self) -> None:
         if self.group_max_session_timeout_ms < self.group_min_session_timeout_ms:

@@ -245,7 +245,7 @@ class Server:
         (else it is counted and said, and the caller closes it)."""
         if len(self._conns) >= self.config.max_connections:
             self.refusals.refused("max_connections", "connection %s: refused, %d connections"
-                                  " open (max.connections)", peer, len(self._conns))
+                                  " open (max.connections.total)", peer, len(self._conns))
             return False
         if self._per_ip.get(ip, 0) >= self.config.max_connections_per_ip:
             self.refusals.refused("max_connections_per_ip", "connection %s: refused, %d"
@@ -452,6 +452,7 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
         offsets.start()
         registration = ctx.registration = Registration(metadata, *ctx.advertised)
         info = await ctx.run(registration.start)
+        ctx.groups.adopt_soon()  # the groups this agent's id still leases load now
         leases = asyncio.create_task(_check_group_leases(ctx))
         log.warning("silt agent %s (node %d) listening on %s:%d, advertised as %s:%d",
                     info.agent_id, info.node_id, server.host, server.port, *ctx.advertised)
