@@ -158,10 +158,10 @@ def test_malformed_batches_refuse_their_chunk_only(md: MetadataStore) -> None:
     assert md.get_file(fid).state == "live"
     assert (next_offset(md, 0), next_offset(md, 1)) == (0, 4)
     good = md.allocate_producer_id()
-    out = commit(md, "y", {TP: [pbatch(1, 40_000, 0)], OTHER: [pbatch(good, 0, 0)]})
-    assert "epoch" in str(rejected(out[TP]).other) and out[OTHER] == 4
-    out = commit(md, "z", {TP: [ProducerBatch(good + 1, 0, -1, 1, 0)]})
-    assert "sequence out of range" in str(rejected(out[TP]).other)
+    mixed = commit(md, "y", {TP: [pbatch(1, 40_000, 0)], OTHER: [pbatch(good, 0, 0)]})
+    assert "epoch" in str(rejected(mixed[TP]).other) and mixed[OTHER] == 4
+    alone = commit(md, "z", {TP: [ProducerBatch(good + 1, 0, -1, 1, 0)]})
+    assert "sequence out of range" in str(rejected(alone[TP]).other)
     assert (next_offset(md, 0), next_offset(md, 1)) == (0, 7)
 
 
