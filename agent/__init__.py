@@ -8,7 +8,10 @@ from .errors import (
     FlushError,
     FlushOutcomeUnknownError,
     InvalidRecordError,
+    NullKeyError,
+    PartitionOutOfRangeError,
     RecordTooLargeError,
+    TransactionalBatchError,
 )
 from .producer import Agent, FlushReport, FlushTotals, ProduceFuture
 from .reader import ConsumedRecord, Reader
@@ -26,8 +29,11 @@ __all__ = [
     "FlushReport",
     "FlushTotals",
     "InvalidRecordError",
+    "NullKeyError",
+    "PartitionOutOfRangeError",
     "ProduceFuture",
     "Reader",
     "RecordTooLargeError",
+    "TransactionalBatchError",
     "tune_gc",
 ]

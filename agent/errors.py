@@ -21,11 +21,23 @@ class BufferFullError(AgentError):
 
 
 class InvalidRecordError(AgentError):
-    """The record breaks a topic rule (null key on a compacted topic, bad partition...)."""
+    """Base of the record rules a topic enforces (never raised itself): a null key on a
+    compacted topic (NullKeyError), a record or batch too large (RecordTooLargeError)."""
 
 
 class NullKeyError(InvalidRecordError):
-    """A record without a key sent to a compacted topic (Kafka: INVALID_RECORD)."""
+    """A record without a key sent to a compacted topic (Kafka: INVALID_RECORD). A batch's
+    null keys are fileformat.errors.NullKeyRecordsError instead (with their indexes)."""
+
+
+class PartitionOutOfRangeError(AgentError):
+    """The partition is past the topic's count, even after reloading the topic once
+    (partitions added through another agent): Kafka's UNKNOWN_TOPIC_OR_PARTITION."""
+
+
+class TransactionalBatchError(AgentError):
+    """A transactional batch: transactions are not served (the Produce handler answers as
+    KafkaApis does without a transactional id)."""
 
 
 class RecordTooLargeError(InvalidRecordError):

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 import telemetry
 from clock import SYSTEM_CLOCK, Clock
 from fileformat import ChunkBuilder, FileWriter, KeyHasher
-from fileformat.batch import CheckedBatch, check_client_batch
+from fileformat.batch import MAX_DECOMPRESSED, CheckedBatch, check_client_batch
 from fileformat.objectfile import MAX_OFFSET_SPAN
 from metadata import MetadataStore, ProducerBatch, RejectedChunk, TopicInfo
 from metadata.errors import CommitUnknownError, UnknownPartitionError, UnknownTopicError
@@ -57,9 +57,10 @@ from .errors import (
     BufferFullError,
     FlushError,
     FlushOutcomeUnknownError,
-    InvalidRecordError,
     NullKeyError,
+    PartitionOutOfRangeError,
     RecordTooLargeError,
+    TransactionalBatchError,
 )
 from .idempotence import Admit, InFlight, ProducerTracker
 
@@ -70,6 +71,12 @@ Headers = Sequence[tuple[str, bytes | None]]
 RECORD_OVERHEAD = 24
 # FlushReports an agent keeps (`Agent.reports`); `Agent.totals` counts all of them.
 REPORTS_KEPT = 1000
+# A compressed batch may expand to this many times max.message.bytes (at least
+# DECOMPRESSED_FLOOR, at most fileformat's MAX_DECOMPRESSED) before it is refused as a bomb:
+# the decompressed records are walked before anything is buffered, so this bounds the memory
+# one produce can make the agent touch.
+DECOMPRESSION_RATIO = 64
+DECOMPRESSED_FLOOR = 64 << 20
 
 
 def new_object_key(clock: Clock = SYSTEM_CLOCK) -> str:
@@ -249,7 +256,7 @@ class Agent:
     def partition_topic(self, topic: str, partition: int) -> TopicInfo:
         """The topic's metadata once `partition` is in range, reloaded once if it looks past
         the end (partitions added through another agent since it was cached); raises
-        UnknownTopicError, or InvalidRecordError if the partition is still out of range."""
+        UnknownTopicError, or PartitionOutOfRangeError if the partition is still out of range."""
         return self._check_partition(self.topic(topic), partition)
 
     def produce(
@@ -275,7 +282,7 @@ class Agent:
         if not 0 <= partition < info.partitions:
             info = self._check_partition(info, partition)
         if key is None and compacted:
-            raise InvalidRecordError(
+            raise NullKeyError(
                 f"topic {topic!r} is compacted: records must have a key (Kafka rejects null keys)"
             )
         size = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
@@ -337,10 +344,11 @@ class Agent:
         the future with OutOfOrderSequenceError / InvalidProducerEpochError (metadata
         errors) without buffering anything. The commit checks again (module docstring).
         Raised at once, nothing buffered and no buffer.memory kept: RecordTooLargeError,
-        NullKeyError (a compacted topic), InvalidRecordError (partition out of range after
-        one reload of the topic; a transactional batch: transactions are not supported),
-        FormatError (framing, CRC, codec, a batch without records; UnsupportedError: a
-        control batch or an old magic).
+        PartitionOutOfRangeError (after one reload of the topic), TransactionalBatchError
+        (transactions are not supported), FormatError: every check of
+        `fileformat.batch.check_client_batch` (Kafka's produce validation: CRC, framing of
+        every record, counts and offset deltas, producer fields, codecs, a bounded
+        decompression; NullKeyRecordsError lists a compacted topic's null-key records).
         """
         return self.produce_batches(topic, partition, [raw_batch])[0]
 
@@ -382,21 +390,20 @@ class Agent:
 
     def _check_batch(self, info: TopicInfo, raw_batch: bytes) -> CheckedBatch:
         """The batch checked (for the chunk builder to take without checking again) once it
-        passes the topic's rules (see `produce_batch`) and every check the chunk builder
-        makes, so that appending it cannot fail. A compacted topic's batch is decoded here
-        (null keys; the builder reuses the records for the key hashes)."""
-        if len(raw_batch) > info.config.max_message_bytes:
+        passes the topic's rules (see `produce_batch`) and Kafka's produce validation
+        (`check_client_batch`), so that appending it cannot fail. A compacted topic's batch
+        is decoded here (the builder reuses the records for the key hashes)."""
+        max_bytes = info.config.max_message_bytes
+        if len(raw_batch) > max_bytes:
             raise RecordTooLargeError(
                 f"batch of {len(raw_batch)} bytes exceeds max.message.bytes="
-                f"{info.config.max_message_bytes} of topic {info.name!r}"
+                f"{max_bytes} of topic {info.name!r}"
             )
-        header, decoded = checked = check_client_batch(raw_batch, info.config.compacted)
-        if header.is_transactional:
-            raise InvalidRecordError("transactional batches are not supported")
-        if info.config.compacted and any(key is None for *_, key in decoded or ()):
-            raise NullKeyError(
-                f"topic {info.name!r} is compacted: records must have a key"
-                " (Kafka rejects null keys)")
+        compacted = info.config.compacted
+        limit = min(MAX_DECOMPRESSED, max(DECOMPRESSED_FLOOR, DECOMPRESSION_RATIO * max_bytes))
+        checked = check_client_batch(raw_batch, compacted, null_keys=compacted, limit=limit)
+        if checked[0].is_transactional:
+            raise TransactionalBatchError("transactional batches are not supported")
         return checked
 
     def _produce_checked(self, info: TopicInfo, partition: int, raw_batch: bytes,
@@ -489,13 +496,13 @@ class Agent:
 
     def _check_partition(self, info: TopicInfo, partition: int) -> TopicInfo:
         """The topic's info once `partition` is in range (reloaded if it looks past the end:
-        partitions added through another agent); raises InvalidRecordError if not."""
+        partitions added through another agent); raises PartitionOutOfRangeError if not."""
         if self._closed:
             raise AgentClosedError("agent is closed")
         if partition >= info.partitions:  # grown since cached (CreatePartitions elsewhere)?
             info = self._load_rules(info.name)[0]
         if not 0 <= partition < info.partitions:
-            raise InvalidRecordError(
+            raise PartitionOutOfRangeError(
                 f"partition {partition} out of range for topic {info.name!r}"
                 f" (0..{info.partitions - 1})"
             )

@@ -7,7 +7,7 @@
 #include <Python.h>
 
 /* Bumped when a function's contract changes, so a stale build is refused at import. */
-#define NATIVE_ABI 4
+#define NATIVE_ABI 5
 
 /* ==== encoder (ingest) ==== */
 #include <stdint.h>
@@ -680,6 +680,156 @@ done:
 }
 /* ==== end filter ==== */
 
+/* ==== validate (produce admission) ==== */
+/* validate_records(batch, start, count, null_keys) -> (max_timestamp_delta, indexes)
+ *
+ * Walks the `count` records of an UNCOMPRESSED records section, batch[start:], as Kafka's
+ * DefaultRecord.readFrom reads them, and checks what a producer's batch must hold: every
+ * record's length prefix (an int32 varint, at most 5 bytes) spans its body exactly;
+ * inside it an attributes byte, a timestampDelta varlong, an offsetDelta varint equal to
+ * the record's index (0, 1, ... as every client writes them: stored offsets are
+ * baseOffset + index), key and value lengths >= -1 (-1: null), a header count >= 0 and
+ * per header a key length >= 0 and a value length >= -1, each length inside the record;
+ * and the `count` records fill the section exactly. Returns the largest timestampDelta
+ * and, if `null_keys`, the indexes of the records with a null key (a list), else None.
+ * A violation raises ValueError(kind, message): kind 1 a record's framing, 2 an
+ * offsetDelta, 3 the record count against the bytes. Nothing is allocated per record.
+ * The twin is fileformat.batch._validate_records_py. */
+
+#define VAL_FRAMING 1
+#define VAL_OFFSET_DELTA 2
+#define VAL_COUNT 3
+
+/* Kafka's int32 zigzag varint (ByteUtils.readVarint): at most 5 bytes, the 5th without
+ * its continuation bit; bits past 32 are dropped, as Java's int arithmetic does. */
+static int val_varint32(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t end,
+                        int32_t *value) {
+    uint32_t raw = 0;
+    for (int i = 0; i < 5; i++) {
+        if (*pos >= end) {
+            return -1;
+        }
+        unsigned char b = p[(*pos)++];
+        raw |= (uint32_t)(b & 0x7F) << (7 * i);
+        if (b < 0x80) {
+            *value = (int32_t)((raw >> 1) ^ (~(raw & 1) + 1));
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static PyObject *val_error(int kind, Py_ssize_t record, const char *what) {
+    PyObject *msg = PyUnicode_FromFormat("record %zd: %s", record, what);
+    if (msg != NULL) {
+        PyObject *args = Py_BuildValue("(iN)", kind, msg);
+        if (args != NULL) {
+            PyErr_SetObject(PyExc_ValueError, args);
+            Py_DECREF(args);
+        }
+    }
+    return NULL;
+}
+
+/* A length (key, value or header value: -1 is null) and its bytes inside [*pos, end). */
+static int val_blob(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t end, int nullable,
+                    int32_t *len) {
+    if (val_varint32(p, pos, end, len) < 0 || *len < (nullable ? -1 : 0) ||
+        *len > end - *pos) {
+        return -1;
+    }
+    if (*len > 0) {
+        *pos += *len;
+    }
+    return 0;
+}
+
+static PyObject *native_validate_records(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer batch;
+    Py_ssize_t start, count;
+    int want_null;
+    if (!PyArg_ParseTuple(args, "y*nnp", &batch, &start, &count, &want_null)) {
+        return NULL;
+    }
+    PyObject *nulls = NULL, *result = NULL;
+    const unsigned char *p = batch.buf;
+    Py_ssize_t end = batch.len, pos = start;
+    int64_t max_ts = 0;
+    if (start < 0 || start > end || count < 0) {
+        PyErr_SetString(PyExc_ValueError, "records section or count out of range");
+        goto done;
+    }
+    if (want_null && (nulls = PyList_New(0)) == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int32_t size, delta, klen, vlen, nh, hk, hv;
+        int64_t ts;
+        if (pos >= end) {
+            val_error(VAL_COUNT, i, "missing: the records section ends before the batch's"
+                      " record count");
+            goto done;
+        }
+        if (val_varint32(p, &pos, end, &size) < 0 || size < 0 || size > end - pos) {
+            val_error(VAL_FRAMING, i, "length prefix is malformed, negative or runs past"
+                      " the batch");
+            goto done;
+        }
+        Py_ssize_t rec_end = pos + size, q = pos + 1; /* past the attributes byte */
+        if (q > rec_end || filter_varint(p, &q, rec_end, &ts) < 0 ||
+            val_varint32(p, &q, rec_end, &delta) < 0) {
+            val_error(VAL_FRAMING, i, "timestamp or offset delta runs past the record");
+            goto done;
+        }
+        if (delta != i) {
+            val_error(VAL_OFFSET_DELTA, i, "offsetDelta is not the record's index");
+            goto done;
+        }
+        if (val_blob(p, &q, rec_end, 1, &klen) < 0 || val_blob(p, &q, rec_end, 1, &vlen) < 0) {
+            val_error(VAL_FRAMING, i, "key or value length below -1 or past the record");
+            goto done;
+        }
+        if (val_varint32(p, &q, rec_end, &nh) < 0 || nh < 0 || nh > rec_end - q) {
+            val_error(VAL_FRAMING, i, "header count is malformed, negative or past the record");
+            goto done;
+        }
+        for (int32_t h = 0; h < nh; h++) {
+            if (val_blob(p, &q, rec_end, 0, &hk) < 0 || val_blob(p, &q, rec_end, 1, &hv) < 0) {
+                val_error(VAL_FRAMING, i, "header key or value length is invalid or past"
+                          " the record");
+                goto done;
+            }
+        }
+        if (q != rec_end) {
+            val_error(VAL_FRAMING, i, "fields do not fill the record's length exactly");
+            goto done;
+        }
+        if (i == 0 || ts > max_ts) {
+            max_ts = ts;
+        }
+        if (klen < 0 && nulls != NULL) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (index == NULL || PyList_Append(nulls, index) < 0) {
+                Py_XDECREF(index);
+                goto done;
+            }
+            Py_DECREF(index);
+        }
+        pos = rec_end;
+    }
+    if (pos != end) {
+        val_error(VAL_COUNT, count, "bytes remain after the batch's last record");
+        goto done;
+    }
+    result = Py_BuildValue("(LO)", (long long)max_ts, nulls != NULL ? nulls : Py_None);
+done:
+    Py_XDECREF(nulls);
+    PyBuffer_Release(&batch);
+    return result;
+}
+/* ==== end validate ==== */
+
 static PyMethodDef native_methods[] = {
     /* encoder (ingest) */
     {"crc32c", (PyCFunction)(void (*)(void))native_crc32c, METH_FASTCALL,
@@ -690,6 +840,10 @@ static PyMethodDef native_methods[] = {
     {"filter_records", native_filter_records, METH_VARARGS,
      "filter_records(batch, start, mask) -> (bytearray, kept, last_offset_delta,"
      " max_timestamp_delta): the batch's header and its records kept by mask."},
+    /* validate (produce admission) */
+    {"validate_records", native_validate_records, METH_VARARGS,
+     "validate_records(batch, start, count, null_keys) -> (max_timestamp_delta, indexes of"
+     " null keys or None): a producer's records walked; ValueError(kind, message) if bad."},
     {NULL, NULL, 0, NULL},
 };
 

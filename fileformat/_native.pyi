@@ -38,3 +38,12 @@ def filter_records(
     """The batch's header, then its records kept by `mask` (one byte per record, from
     `start`): (that bytearray, records kept, last kept offsetDelta, largest kept
     timestampDelta). Corrupt framing raises ValueError."""
+
+
+# ---- validate (produce admission)
+def validate_records(
+    batch: Any, start: int, count: int, null_keys: bool, /
+) -> tuple[int, list[int] | None]:
+    """A producer's `count` uncompressed records from `start` walked: (largest
+    timestampDelta, indexes of null-key records if `null_keys` else None). A bad record
+    raises ValueError(kind, message): 1 framing, 2 offsetDelta, 3 count."""

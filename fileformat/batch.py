@@ -5,7 +5,8 @@ Record sections are encoded by `BatchEncoder` (fileformat/_native.c; its pure-Py
 UNCOMPRESSED; compression is done here around it with one codec provider, cramjam, for all
 four Kafka codecs and their Kafka framings (gzip; snappy raw as librdkafka writes it or in
 Java's xerial framing; the LZ4 frame format; zstd). Decompression is bounded by
-MAX_DECOMPRESSED, and bytes that do not decompress raise CorruptDataError.
+MAX_DECOMPRESSED (or a smaller bound the caller gives), and bytes that do not decompress
+raise DecompressionError.
 
 Byte layout (big-endian; `pos` relative to the batch start)::
 
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 from typing import Any
 
@@ -44,7 +45,20 @@ import numpy as np
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatch
 
-from fileformat.errors import CorruptDataError, TruncatedError, UnsupportedError
+from fileformat.errors import (
+    ControlBatchError,
+    CorruptDataError,
+    DecompressionError,
+    LogAppendTimeError,
+    NullKeyRecordsError,
+    OffsetDeltaError,
+    OldMagicError,
+    ProducerFieldsError,
+    RecordCountError,
+    RecordFramingError,
+    TruncatedError,
+    UnsupportedError,
+)
 from fileformat.native import _native
 
 HEADER = struct.Struct(
@@ -297,31 +311,36 @@ def compress(data: Any, compression: Compression) -> bytes:
     raise UnsupportedError(f"cannot compress with {compression}")
 
 
-def decompress(data: Any, compression: Compression) -> bytes:
-    """Decompress a records section (at most MAX_DECOMPRESSED bytes: bomb guard).
+def decompress(data: Any, compression: Compression, limit: int | None = None) -> bytes:
+    """Decompress a records section (at most `limit` bytes: bomb guard).
 
-    Raises CorruptDataError if the bytes do not decompress, expand past the bound, or
+    Raises DecompressionError if the bytes do not decompress, expand past the bound, or
     hold trailing bytes; never returns a partial result.
     """
-    out = _output_buffer(0)
-    return bytes(out[: _decompress_into(data, compression, out)])
+    out = _output_buffer(0, limit)
+    return bytes(out[: _decompress_into(data, compression, out, limit)])
 
 
-def _output_buffer(room: int) -> memoryview:
-    """`room` bytes, then space for MAX_DECOMPRESSED + 1 decompressed bytes. Uninitialised
-    (np.empty of this size is an anonymous mapping): only pages written cost memory."""
-    return memoryview(np.empty(room + MAX_DECOMPRESSED + 1, dtype=np.uint8).data)
+def _output_buffer(room: int, limit: int | None = None) -> memoryview:
+    """`room` bytes, then space for `limit` + 1 decompressed bytes. Uninitialised
+    (np.empty of this size is an anonymous mapping): only pages written cost memory.
+    `limit` None: MAX_DECOMPRESSED (read when called, so tests can lower it)."""
+    limit = MAX_DECOMPRESSED if limit is None else limit
+    return memoryview(np.empty(room + limit + 1, dtype=np.uint8).data)
 
 
-def _decompress_into(data: Any, compression: Compression, out: memoryview) -> int:
-    """Decompress `data` into `out` (sized by `_output_buffer`), returning the byte count.
+def _decompress_into(data: Any, compression: Compression, out: memoryview,
+                     limit: int | None = None) -> int:
+    """Decompress `data` into `out` (sized by `_output_buffer` for `limit`), returning the
+    byte count.
 
     cramjam fails instead of writing past the end of `out`, so a bomb is stopped at
-    MAX_DECOMPRESSED + 1 bytes written; reaching that size is itself an error.
+    `limit` + 1 bytes written; reaching that size is itself an error.
     """
+    limit = MAX_DECOMPRESSED if limit is None else limit
     try:
         if compression == Compression.SNAPPY:
-            n = _snappy_into(memoryview(data), out)
+            n = _snappy_into(memoryview(data), out, limit)
         elif compression == Compression.GZIP:
             n = cramjam.gzip.decompress_into(data, out)
         elif compression == Compression.LZ4:
@@ -331,14 +350,14 @@ def _decompress_into(data: Any, compression: Compression, out: memoryview) -> in
         else:
             raise UnsupportedError(f"cannot decompress {compression}")
     except cramjam.DecompressionError as exc:
-        raise CorruptDataError(f"{compression.name} records are corrupt or decompress to more"
-                               f" than {MAX_DECOMPRESSED} bytes: {exc}") from exc
-    if n > MAX_DECOMPRESSED:
-        raise CorruptDataError(f"records decompress to more than {MAX_DECOMPRESSED} bytes")
+        raise DecompressionError(f"{compression.name} records are corrupt or decompress to"
+                                 f" more than {limit} bytes: {exc}") from exc
+    if n > limit:
+        raise DecompressionError(f"records decompress to more than {limit} bytes")
     return int(n)
 
 
-def _snappy_into(data: memoryview, out: memoryview) -> int:
+def _snappy_into(data: memoryview, out: memoryview, limit: int) -> int:
     """Raw snappy (librdkafka) or Java's xerial framing (detected by its magic), into `out`.
 
     Each raw block states its decompressed length up front; it is checked against the
@@ -351,11 +370,11 @@ def _snappy_into(data: memoryview, out: memoryview) -> int:
     written = 0
     for block in blocks:
         size = cramjam.snappy.decompress_raw_len(block)
-        if written + size > MAX_DECOMPRESSED:
-            raise CorruptDataError(f"records decompress to more than {MAX_DECOMPRESSED} bytes")
+        if written + size > limit:
+            raise DecompressionError(f"records decompress to more than {limit} bytes")
         got = cramjam.snappy.decompress_raw_into(block, out[written : written + size])
         if got != size:
-            raise CorruptDataError(f"snappy block holds {got} bytes, its header says {size}")
+            raise DecompressionError(f"snappy block holds {got} bytes, its header says {size}")
         written += size
     return written
 
@@ -366,11 +385,12 @@ def _xerial_blocks(data: memoryview) -> Iterator[memoryview]:
     end = len(data)
     while pos < end:
         if pos + _XERIAL_LENGTH.size > end:
-            raise CorruptDataError("xerial snappy block length runs past the records")
+            raise DecompressionError("xerial snappy block length runs past the records")
         (size,) = _XERIAL_LENGTH.unpack_from(data, pos)
         pos += _XERIAL_LENGTH.size
         if size < 0 or pos + size > end:
-            raise CorruptDataError(f"xerial snappy block of {size} bytes runs past the records")
+            raise DecompressionError(f"xerial snappy block of {size} bytes runs past the"
+                                     " records")
         yield data[pos : pos + size]
         pos += size
 
@@ -518,15 +538,16 @@ def build_batch(
 # decoding
 
 
-def uncompressed_view(view: memoryview, header: BatchHeader) -> memoryview:
+def uncompressed_view(view: memoryview, header: BatchHeader,
+                      limit: int | None = None) -> memoryview:
     """The batch itself if uncompressed, else a reassembled uncompressed copy (CRC unchanged:
-    it covers the compressed bytes). The records are decompressed straight after the copied
-    header, so no further copy is made."""
+    it covers the compressed bytes) whose records section is at most `limit` bytes. The
+    records are decompressed straight after the copied header, so no further copy is made."""
     codec = header.compression
     if codec == Compression.NONE:
         return view
-    buf = _output_buffer(HEADER_SIZE)
-    size = HEADER_SIZE + _decompress_into(view[HEADER_SIZE:], codec, buf[HEADER_SIZE:])
+    buf = _output_buffer(HEADER_SIZE, limit)
+    size = HEADER_SIZE + _decompress_into(view[HEADER_SIZE:], codec, buf[HEADER_SIZE:], limit)
     out = buf[:size]
     out[:HEADER_SIZE] = view[:HEADER_SIZE]
     _LENGTH.pack_into(out, LENGTH_POS, size - LOG_OVERHEAD)
@@ -616,6 +637,101 @@ def _filter_records_py(batch: Any, start: int, mask: Any) -> FilteredRecords:
     if pos != end:
         raise CorruptDataError(f"{len(keep)} records do not frame the records section")
     return out, kept, last_delta, max_ts
+
+
+def _varint32(buf: Any, pos: int, end: int, what: str, i: int) -> tuple[int, int]:
+    """Kafka's int32 zigzag varint (ByteUtils.readVarint) at `pos`: at most 5 bytes, the
+    5th without its continuation bit, bits past 32 dropped; RecordFramingError saying
+    `what` for record `i` if it runs to `end` or past 5 bytes."""
+    raw = 0
+    for shift in range(0, 35, 7):
+        if pos >= end:
+            break
+        b = buf[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if b < 0x80:
+            raw &= 0xFFFFFFFF
+            return (raw >> 1) ^ -(raw & 1), pos
+    raise RecordFramingError(f"record {i}: {what}")
+
+
+_BLOB = "key or value length below -1 or past the record"
+_HEADER = "header key or value length is invalid or past the record"
+
+
+def _blob(buf: Any, pos: int, end: int, nullable: bool, what: str, i: int) -> tuple[int, int]:
+    """A length (-1: null if `nullable`) and its bytes inside `end`: (length, position after)."""
+    size, pos = _varint32(buf, pos, end, what, i)
+    if size < (-1 if nullable else 0) or size > end - pos:
+        raise RecordFramingError(f"record {i}: {what}")
+    return size, pos + max(size, 0)
+
+
+def _validate_records_py(batch: Any, start: int, count: int,
+                         null_keys: bool) -> tuple[int, list[int] | None]:
+    """Pure-Python twin of the C `_native.validate_records` (same contract, same errors and
+    messages): walk a producer's `count` uncompressed records from `start` as Kafka's
+    DefaultRecord.readFrom does, each framed exactly with offsetDelta = its index, the
+    records filling the section; (largest timestampDelta, null-key indexes or None)."""
+    buf = bytes(batch)
+    end, pos = len(buf), start
+    max_ts = 0
+    nulls: list[int] | None = [] if null_keys else None
+    for i in range(count):
+        if pos >= end:
+            raise RecordCountError(f"record {i}: missing: the records section ends before"
+                                   " the batch's record count")
+        size, pos = _varint32(buf, pos, end, _LENGTH_PREFIX, i)
+        if size < 0 or size > end - pos:
+            raise RecordFramingError(f"record {i}: {_LENGTH_PREFIX}")
+        rec_end = pos + size
+        try:
+            if pos + 1 > rec_end:
+                raise CorruptDataError("no attributes byte")
+            ts, q = _varint(buf, pos + 1, rec_end)
+        except CorruptDataError:
+            raise RecordFramingError(f"record {i}: {_DELTAS}") from None
+        delta, q = _varint32(buf, q, rec_end, _DELTAS, i)
+        if delta != i:
+            raise OffsetDeltaError(f"record {i}: offsetDelta is not the record's index")
+        key_len, q = _blob(buf, q, rec_end, True, _BLOB, i)
+        _, q = _blob(buf, q, rec_end, True, _BLOB, i)
+        headers, q = _varint32(buf, q, rec_end, _HEADERS, i)
+        if headers < 0 or headers > rec_end - q:
+            raise RecordFramingError(f"record {i}: {_HEADERS}")
+        for _ in range(headers):
+            _, q = _blob(buf, q, rec_end, False, _HEADER, i)
+            _, q = _blob(buf, q, rec_end, True, _HEADER, i)
+        if q != rec_end:
+            raise RecordFramingError(f"record {i}: fields do not fill the record's length"
+                                     " exactly")
+        max_ts = ts if i == 0 else max(max_ts, ts)
+        if key_len < 0 and nulls is not None:
+            nulls.append(i)
+        pos = rec_end
+    if pos != end:
+        raise RecordCountError(f"record {count}: bytes remain after the batch's last record")
+    return max_ts, nulls
+
+
+_LENGTH_PREFIX = "length prefix is malformed, negative or runs past the batch"
+_DELTAS = "timestamp or offset delta runs past the record"
+_HEADERS = "header count is malformed, negative or past the record"
+_VALIDATE_ERRORS: dict[int, type[CorruptDataError]] = {
+    1: RecordFramingError, 2: OffsetDeltaError, 3: RecordCountError}
+RecordsValidation = Callable[[Any, int, int, bool], tuple[int, "list[int] | None"]]
+
+
+def _validate_records_native(batch: Any, start: int, count: int,
+                             null_keys: bool) -> tuple[int, list[int] | None]:
+    """`_native.validate_records`, its ValueError(kind, message) as the kind's class."""
+    try:
+        return _native.validate_records(batch, start, count, null_keys)
+    except ValueError as exc:
+        if len(exc.args) == 2 and exc.args[0] in _VALIDATE_ERRORS:
+            raise _VALIDATE_ERRORS[exc.args[0]](exc.args[1]) from None
+        raise
 
 
 def _filter_records_native(batch: Any, start: int, mask: Any) -> FilteredRecords:
@@ -714,30 +830,84 @@ def batch_offsets(
 # A client's batch that passed `check_client_batch`: its header, and its records'
 # (delta, timestamp, is_tombstone, key) if it was decoded.
 CheckedBatch = tuple[BatchHeader, list[tuple[int, int, bool, bytes | None]] | None]
+_I64 = 1 << 63
 
 
-def check_client_batch(raw: Any, decode: bool) -> CheckedBatch:
-    """Every check a chunk makes of a client's batch before storing it
-    (`ChunkBuilder.append_batch`): magic 2 (else UnsupportedError), framing, CRC and codec,
-    a declared length of exactly `raw`, not a control batch, at least one record; and, when
-    `decode` or its offsets have gaps, its records decoded with their deltas checked.
+def check_client_batch(raw: Any, decode: bool, *, null_keys: bool = False,
+                       limit: int | None = None,
+                       walk: RecordsValidation = _validate_records_native) -> CheckedBatch:
+    """Every check a producer's batch gets before it is buffered, as Kafka's produce path
+    makes them (ProduceRequest.validateRecords, UnifiedLog, LogValidator, DefaultRecordBatch
+    and DefaultRecord; the Kafka exception each mirrors in brackets):
 
-    A batch that passed cannot make `append_batch(raw, checked)` fail, so a caller checks
-    all of its batches first and refuses a bad one before anything is buffered.
+    - CorruptDataError [CorruptRecordException]: a magic other than 0-2, a length below
+      the header's or not exactly `raw`, a bad CRC; DecompressionError (a CorruptDataError)
+      for compressed records that do not decompress or exceed `limit` bytes.
+    - UnsupportedError: codec ids 5-7.
+    - InvalidBatchError subclasses [InvalidRecordException]: OldMagicError (0 or 1),
+      ControlBatchError, RecordCountError (count < 1, lastOffsetDelta != count - 1, records
+      missing or extra), ProducerFieldsError (producerId >= 0 with a negative baseSequence or
+      epoch), RecordFramingError and OffsetDeltaError from the records walk
+      (`_native.validate_records`, every record of the decompressed section: one C pass,
+      nothing decoded into objects).
+    - RecordErrorsError subclasses, per record (KIP-467): LogAppendTimeError
+      [INVALID_TIMESTAMP] for a producer that set LogAppendTime, NullKeyRecordsError for
+      null keys when `null_keys` (a compacted topic).
+
+    The header returned carries the records' real largest timestamp (Kafka rewrites
+    maxTimestamp; the index takes it, the bytes stay as sent), and the records
+    (delta, timestamp, is_tombstone, key) when `decode`. A batch that passed cannot make
+    `append_batch(raw, checked)` fail, so a caller checks all of its batches first and
+    refuses a bad one before anything is buffered.
     """
-    if len(raw) > FRAME_SIZE - 1 and raw[FRAME_SIZE - 1] != MAGIC:
-        raise UnsupportedError(f"batch magic {raw[FRAME_SIZE - 1]}; only magic 2 is stored")
+    if len(raw) > MAGIC_POS and raw[MAGIC_POS] in (0, 1):
+        raise OldMagicError(f"batch magic {raw[MAGIC_POS]}: Produce carries magic 2 only")
     view = memoryview(raw)
-    header = verify_batch(view)
+    try:
+        header = verify_batch(view)
+    except CorruptDataError:
+        _negative_count(view)  # a good CRC over a negative count: Kafka's INVALID_RECORD
+        raise
     if header.length != len(view):
         raise CorruptDataError(f"batch declares {header.length} bytes, got {len(view)}")
     if header.is_control:
-        raise UnsupportedError("control batches cannot be produced")
-    if header.record_count == 0:
-        raise CorruptDataError("empty batch")
+        raise ControlBatchError("clients may not write control batches")
+    count = header.record_count
+    if count < 1 or header.last_offset_delta != count - 1:
+        raise RecordCountError(f"recordCount {count} with lastOffsetDelta "
+                               f"{header.last_offset_delta}: need count >= 1 and "
+                               "lastOffsetDelta = count - 1")
+    if header.producer_id >= 0 and (header.base_sequence < 0 or header.producer_epoch < 0):
+        raise ProducerFieldsError(f"producerId {header.producer_id} with baseSequence "
+                                  f"{header.base_sequence} and epoch {header.producer_epoch}")
+    plain = uncompressed_view(view, header, limit)
+    max_delta, nulls = walk(plain, HEADER_SIZE, count, null_keys)
+    if header.attributes & TIMESTAMP_TYPE_MASK:
+        raise LogAppendTimeError(
+            "producers may not set the LogAppendTime timestamp type",
+            tuple((i, "Producer should not set timestamp type to LogAppendTime.")
+                  for i in range(count)))
+    if nulls:
+        raise NullKeyRecordsError(
+            f"{len(nulls)} of {count} records have no key (a compacted topic)",
+            tuple((i, "Compacted topic cannot accept message without key") for i in nulls))
+    max_ts = (header.first_timestamp + max_delta + _I64) % (2 * _I64) - _I64  # Java's wrap
+    if max_ts != header.max_timestamp:
+        header = replace(header, max_timestamp=max_ts)
     decoded = None
-    if decode or header.record_count != header.last_offset_delta + 1:
-        decoded = batch_offsets(view, header)
-        if decoded[0][0] < 0:
-            raise CorruptDataError("batch has a negative offset delta")
+    if decode:
+        plain_header = replace(header, attributes=header.attributes & ~CODEC_MASK,
+                               length=len(plain))
+        decoded = batch_offsets(plain, plain_header)
     return header, decoded
+
+
+def _negative_count(view: memoryview) -> None:
+    """RecordCountError if `view` is a whole batch whose CRC holds and whose recordCount or
+    lastOffsetDelta is negative (what `read_header` refuses as corrupt)."""
+    if len(view) < HEADER_SIZE or _LENGTH.unpack_from(view, LENGTH_POS)[0] + LOG_OVERHEAD != len(
+            view) or view[MAGIC_POS] != MAGIC:
+        return
+    fields = HEADER.unpack_from(view)
+    if crc32c.crc32c(view[ATTRIBUTES_POS:]) == fields[4] and (fields[12] < 0 or fields[6] < 0):
+        raise RecordCountError(f"recordCount {fields[12]} with lastOffsetDelta {fields[6]}")

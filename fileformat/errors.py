@@ -24,6 +24,58 @@ class TruncatedError(CorruptDataError):
     """A buffer or stream ended before the structure it holds was complete."""
 
 
+class DecompressionError(CorruptDataError):
+    """A compressed records section does not decompress (garbage, truncated, trailing
+    bytes) or expands past the bound it was given (a decompression bomb, stopped there)."""
+
+
+class InvalidBatchError(CorruptDataError):
+    """A producer's batch breaks a rule Kafka's LogValidator or DefaultRecordBatch enforces
+    with InvalidRecordException (Kafka's INVALID_RECORD): the subclasses say which."""
+
+
+class OldMagicError(InvalidBatchError):
+    """Magic 0 or 1: Produce v3+ carries magic 2 batches only (ProduceRequest)."""
+
+
+class ControlBatchError(InvalidBatchError):
+    """A control batch from a client: only a transaction coordinator writes them."""
+
+
+class RecordCountError(InvalidBatchError):
+    """recordCount below 1, lastOffsetDelta not recordCount - 1, or records that do not
+    fill the batch exactly (missing ones, or bytes after the last)."""
+
+
+class RecordFramingError(InvalidBatchError):
+    """A record's varints or lengths do not frame it (negative, past its end, too long)."""
+
+
+class OffsetDeltaError(InvalidBatchError):
+    """A record's offsetDelta is not its index in the batch."""
+
+
+class ProducerFieldsError(InvalidBatchError):
+    """An idempotent batch (producerId >= 0) with a negative baseSequence or epoch."""
+
+
+class RecordErrorsError(InvalidBatchError):
+    """Some records of a well-formed batch are refused (KIP-467): `record_errors` holds
+    (index in the batch, message) per refused record, indexes rising."""
+
+    def __init__(self, message: str, record_errors: tuple[tuple[int, str], ...]) -> None:
+        super().__init__(message)
+        self.record_errors = record_errors
+
+
+class NullKeyRecordsError(RecordErrorsError):
+    """Records without a key for a compacted topic (Kafka: INVALID_RECORD per record)."""
+
+
+class LogAppendTimeError(RecordErrorsError):
+    """A producer set the LogAppendTime bit (Kafka: INVALID_TIMESTAMP for every record)."""
+
+
 class UnsupportedError(FormatError):
     """A well-formed structure uses a version, magic, codec or batch kind (control batches)
     this build cannot handle."""

@@ -11,7 +11,7 @@ import importlib
 
 from fileformat.errors import NativeBuildError
 
-ABI = 4
+ABI = 5
 _BUILD = "run `make` (or `python setup.py build_ext --inplace` in a source checkout)"
 
 

@@ -190,10 +190,12 @@ def commit_produced(
     A chunk that cannot be stored is not inserted (its bytes are dead space in the object,
     dropped by the next compaction of the file) and does not consume offsets; its outcome
     is a RejectedChunk: a chunk with a duplicate or out-of-order batch (duplicates answered
-    with their original offsets), or a chunk whose topic or partition is gone (deleted by
+    with their original offsets), a chunk whose topic or partition is gone (deleted by
     an admin since the agent buffered it: UnknownTopicError / UnknownPartitionError for all
-    of it). Other chunks commit normally. If no chunk is inserted the file goes pending →
-    abandoned (GC deletes it) instead of live.
+    of it), or a chunk whose `batches` are malformed (a producer id, epoch or sequence out
+    of range, batches overlapping or past the chunk: InvalidCommitError for all of it, so
+    one client's bad batch never fails the others'). Other chunks commit normally. If no
+    chunk is inserted the file goes pending → abandoned (GC deletes it) instead of live.
 
     Crash before COMMIT: the file stays pending, no state changed. After: the chunks and the
     producers' states are visible together. A failed COMMIT is read back through the file's
@@ -205,12 +207,16 @@ def commit_produced(
     layout = {"size": size, "data_offset": data_offset, "data_length": data_length,
               "meta_offset": meta_offset, "meta_length": meta_length}
     spans = {(c.topic, c.partition): c.offset_span for c in chunks}
+    refused: dict[tuple[str, int], RejectedChunk] = {}
     for tp, bs in batches.items():
         if tp not in spans:
             raise InvalidCommitError(f"producer batches for {tp[0]}/{tp[1]}, not in the file")
-        producers.validate_batches(spans[tp], bs, f"chunk {tp[0]}/{tp[1]}")
+        try:
+            producers.validate_batches(spans[tp], bs, f"chunk {tp[0]}/{tp[1]}")
+        except InvalidCommitError as exc:  # this chunk only: the others commit
+            refused[tp] = RejectedChunk((exc,) * len(bs), exc)
     return _commit(db, f"commit of file {file_id}", [(file_id, layout, chunks)], batches,
-                   produced=True)[0]
+                   produced=True, refused=refused)[0]
 
 
 def commit_files(db: Database, files: Sequence[FileCommit]) -> list[dict[tuple[str, int], int]]:
@@ -226,10 +232,11 @@ def commit_files(db: Database, files: Sequence[FileCommit]) -> list[dict[tuple[s
 
 
 def _commit(db: Database, what: str, files: Sequence[FileCommit],
-            batches: ProducerBatches | None = None, *, produced: bool = False
+            batches: ProducerBatches | None = None, *, produced: bool = False,
+            refused: Mapping[tuple[str, int], RejectedChunk] | None = None
             ) -> list[Outcomes]:
     """Commit `files` at once; `produced` (one agent's file): chunk by chunk (see
-    `commit_produced`), else all or nothing."""
+    `commit_produced`; `refused` chunks are not inserted), else all or nothing."""
     for _, _, chunks in files:
         _validate_chunks(chunks)
     ids = [file_id for file_id, _, _ in files]
@@ -259,12 +266,14 @@ def _commit(db: Database, what: str, files: Sequence[FileCommit],
                     found[file_id][tp] = RejectedChunk((retry,) * n, retry)
         return [found[i] for i in ids]
 
-    return db.commit(what, lambda conn: _commit_body(db, conn, files, batches, produced),
+    return db.commit(what, lambda conn: _commit_body(db, conn, files, batches, produced,
+                                                     refused or {}),
                      read_back, kind="files")
 
 
 def _commit_body(db: Database, conn: sa.Connection, files: Sequence[FileCommit],
-                 batches: ProducerBatches | None, produced: bool) -> list[Outcomes]:
+                 batches: ProducerBatches | None, produced: bool,
+                 refused: Mapping[tuple[str, int], RejectedChunk]) -> list[Outcomes]:
     f, t = s.files.c, s.topics.c
     now = db.clock.now_ms()
     # 1. pending → live, taking the file row locks (a concurrent abandon/GC waits).
@@ -306,6 +315,8 @@ def _commit_body(db: Database, conn: sa.Connection, files: Sequence[FileCommit],
         tp = (c.topic, c.partition)
         n = len(batches.get(tp, ())) if batches else 0  # one answer per idempotent batch
         gone[tp] = RejectedChunk((error,) * n, error)
+    for tp, rejected in refused.items():
+        gone.setdefault(tp, rejected)  # malformed producer batches: as if gone
     # 4. idempotent producers' state on these partitions (their rows are guarded by the
     #    partition locks just taken).
     states: dict[tuple[int, int], dict[int, ProducerState]] = {}  # partition -> pid -> state

@@ -15,6 +15,8 @@ from agent import (
     FlushError,
     FlushTotals,
     InvalidRecordError,
+    NullKeyError,
+    PartitionOutOfRangeError,
     Reader,
     RecordTooLargeError,
     producer,
@@ -89,11 +91,11 @@ def test_compacted_topic_rejects_null_key_and_large_records(env: Env) -> None:
         "state", 1, {"cleanup.policy": "compact", "max.message.bytes": "1000"}
     )
     with Agent(env.store, env.metadata) as agent:
-        with pytest.raises(InvalidRecordError, match=r"must have a key"):
+        with pytest.raises(NullKeyError, match=r"must have a key"):
             agent.produce("state", 0, None, b"v")
         with pytest.raises(RecordTooLargeError, match=r"max\.message\.bytes"):
             agent.produce("state", 0, b"k", b"x" * 2000)
-        with pytest.raises(InvalidRecordError, match="partition 5 out of range"):
+        with pytest.raises(PartitionOutOfRangeError, match="partition 5 out of range"):
             agent.produce("state", 5, b"k", b"v")
         assert agent.produce("state", 0, b"k", None).result() == 0  # tombstones are fine
 

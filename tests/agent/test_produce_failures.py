@@ -16,8 +16,9 @@ import pytest
 
 from agent import Agent, AgentConfig, InvalidRecordError
 from clock import ManualClock
-from fileformat import CorruptDataError, FormatError, UnsupportedError, build_batch
+from fileformat import CorruptDataError, FormatError, build_batch
 from fileformat.batch import ATTRIBUTES_POS, CONTROL_MASK, CRC_POS, RECORD_COUNT_POS
+from fileformat.errors import ControlBatchError, RecordCountError
 from metadata import MetadataStore
 from metadata.errors import UnknownPartitionError, UnknownTopicError
 from metadata.topicconfig import AlterOp, ConfigChange
@@ -47,7 +48,7 @@ def _bad_crc(raw: bytes) -> bytes:
 BAD = {
     "crc": (_bad_crc(GOOD), CorruptDataError),
     "empty": (_resealed(GOOD, count=0), CorruptDataError),
-    "control": (_resealed(GOOD, attributes=CONTROL_MASK), UnsupportedError),
+    "control": (_resealed(GOOD, attributes=CONTROL_MASK), ControlBatchError),
 }
 
 
@@ -108,19 +109,18 @@ def test_a_refused_batch_stores_none_of_its_partition(md: MetadataStore, tmp_pat
     assert [p.next_offset for p in md.partitions("t")] == [2]
 
 
-def test_a_batch_past_its_chunks_offset_span_starts_the_next_flush(
-        md: MetadataStore, tmp_path: Path) -> None:
-    """A chunk spans at most 2**32 offsets; batches whose offset deltas jump (one record at
-    delta 2**31 - 1 each) fill it after two, and the third goes to a new buffer (a second
-    object) rather than failing after its partition's first batches were buffered."""
+def test_a_batch_whose_offsets_jump_is_refused(md: MetadataStore, tmp_path: Path) -> None:
+    """A producer's batch spans exactly its record count (Kafka's LogValidator: lastOffsetDelta
+    = count - 1, offsetDelta = index): one record at delta 2**31 - 1 is refused with nothing
+    buffered. Before, three of them were stored and moved the log end by 3 * 2**31 (the
+    issue's 70-byte request that poisoned a partition)."""
     md.create_topic("t", 1)
     jump = build_batch([(2**31 - 1, 1, b"k", b"v", [])])
     with _agent(md, tmp_path) as agent:
-        futures = agent.produce_batches("t", 0, [jump] * 3)
-        agent.flush()
-        assert [f.result(timeout=30) for f in futures] == [0, 2**31, 2**32]
-        assert (agent.totals.objects, agent.buffer_used) == (2, 0)
-    assert [p.next_offset for p in md.partitions("t")] == [3 * 2**31]
+        with pytest.raises(RecordCountError):
+            agent.produce_batches("t", 0, [jump] * 3)
+        assert agent.buffer_used == 0
+    assert [p.next_offset for p in md.partitions("t")] == [0]
 
 
 def test_a_refused_record_leaves_no_empty_chunk(md: MetadataStore, tmp_path: Path) -> None:

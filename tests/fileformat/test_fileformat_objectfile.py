@@ -37,6 +37,7 @@ from fileformat import (
     read_object,
     verify_batch,
 )
+from fileformat.errors import OldMagicError
 from fileformat.objectfile import (
     ENTRY_SIZE_FIELD,
     FOOTER,
@@ -357,7 +358,7 @@ def test_append_batch_rejects_bad_input() -> None:
         builder.append_batch(bytes(raw))
     raw = bytearray(aiokafka_batch(2))
     raw[16] = 1
-    with pytest.raises(UnsupportedError):
+    with pytest.raises(OldMagicError):
         builder.append_batch(bytes(raw))
     with pytest.raises(CorruptDataError):
         builder.append_batch(aiokafka_batch(2) + b"\0")

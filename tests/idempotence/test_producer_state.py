@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from clock import ManualClock
-from metadata import BatchRecord, MetadataStore, ProducerState, RejectedChunk
+from metadata import BatchRecord, MetadataStore, ProducerBatch, ProducerState, RejectedChunk
 from metadata import schema as s
 from metadata.config import MetadataConfig
 from metadata.errors import (
@@ -137,19 +137,32 @@ def test_object_with_every_chunk_rejected_is_abandoned(md: MetadataStore) -> Non
     assert md.get_file(fid).state == "abandoned"
 
 
-def test_malformed_batches_are_refused(md: MetadataStore) -> None:
+def test_malformed_batches_refuse_their_chunk_only(md: MetadataStore) -> None:
+    """Producer batches that are malformed (past their chunk, an epoch or sequence out of
+    range) reject their own chunk (InvalidCommitError for all of it) and the other chunks of
+    the object commit: one client's bad batch never fails another's. Before, one such chunk
+    failed the whole flush and every client in it got KAFKA_STORAGE_ERROR. Batches for a
+    partition the object does not hold are the agent's bug: the whole commit is refused."""
     fid = md.register_pending_file("x")
     layout = {"size": 1, "data_offset": 0, "data_length": 1, "meta_offset": 0,
               "meta_length": 1}
     with pytest.raises(InvalidCommitError, match="not in the file"):
         md.commit_produced(fid, **layout, chunks=[chunk("t", 1, 3)],
                            batches={TP: [pbatch(1, 0, 0)]})
-    with pytest.raises(InvalidCommitError, match="leaves the chunk"):
-        md.commit_produced(fid, **layout, chunks=[chunk("t", 0, 2)],
-                           batches={TP: [pbatch(1, 0, 0, count=3)]})
-    with pytest.raises(InvalidCommitError, match="epoch"):
-        commit(md, "z", {TP: [pbatch(1, 40_000, 0)]})
     assert md.get_file(fid).state == "pending" and next_offset(md) == 0
+    out = md.commit_produced(fid, **layout, chunks=[chunk("t", 0, 2), chunk("t", 1, 4)],
+                             batches={TP: [pbatch(1, 0, 0, count=3)]})
+    assert isinstance(rejected(out[TP]).other, InvalidCommitError)
+    assert "leaves the chunk" in str(rejected(out[TP]).other)
+    assert out[OTHER] == 0
+    assert md.get_file(fid).state == "live"
+    assert (next_offset(md, 0), next_offset(md, 1)) == (0, 4)
+    good = md.allocate_producer_id()
+    mixed = commit(md, "y", {TP: [pbatch(1, 40_000, 0)], OTHER: [pbatch(good, 0, 0)]})
+    assert "epoch" in str(rejected(mixed[TP]).other) and mixed[OTHER] == 4
+    alone = commit(md, "z", {TP: [ProducerBatch(good + 1, 0, -1, 1, 0)]})
+    assert "sequence out of range" in str(rejected(alone[TP]).other)
+    assert (next_offset(md, 0), next_offset(md, 1)) == (0, 7)
 
 
 def test_state_expires(metadata_url: str, clock: ManualClock) -> None:

@@ -10,10 +10,10 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
 from agent.protocol.apis import PRODUCE, TABLE
-from agent.protocol.apis.produce import _response
+from agent.protocol.apis.produce import Outcome, Refusal, _response
 from agent.protocol.codec import Builder, frame
 
-Results = list[tuple[str, list[tuple[int, int | ErrorCode]]]]
+Results = list[tuple[str, list[tuple[int, Outcome]]]]
 
 CASES: list[Results] = [
     [],
@@ -21,18 +21,34 @@ CASES: list[Results] = [
     [("orders", [(0, 1234), (1, ErrorCode.corrupt_message), (99, 2**40)]),
      ("é" * 70, [(i, i * 1000) for i in range(130)])],  # a name and arrays past one varint byte
     [("t", [(3, ErrorCode.unknown_topic_or_partition)]), ("u", [])],
+    # KIP-467 record errors (v8+; older versions carry the code alone)
+    [("t", [(0, Refusal(ErrorCode.invalid_record, ((0, "no key"), (9, "é" * 200)), "bad")),
+            (1, 5), (2, Refusal(ErrorCode.invalid_timestamp, (), None))])],
+    [("t", [(0, Refusal(ErrorCode.invalid_record, tuple((i, "x") for i in range(200)),
+                        "m" * 300))])],
 ]
+
+
+def _partition(b: Builder, index: int, o: Outcome) -> object:
+    if isinstance(o, Refusal):
+        return b("PartitionProduceResponse", index=i32(index), error_code=o.code,
+                 base_offset=i64(-1), log_append_time=None, log_start_offset=i64(-1),
+                 record_errors=tuple(
+                     b("BatchIndexAndErrorMessage", batch_index=i32(i),
+                       batch_index_error_message=m) for i, m in o.record_errors)
+                 if b.version >= 8 else (),
+                 error_message=o.message)
+    return b("PartitionProduceResponse", index=i32(index),
+             error_code=o if isinstance(o, ErrorCode) else ErrorCode.none,
+             base_offset=i64(-1 if isinstance(o, ErrorCode) else o), log_append_time=None,
+             log_start_offset=i64(-1), record_errors=(), error_message=None)
 
 
 def _kio_response(b: Builder, results: Results) -> object:
     """The reference: kio's entity for the same response (what the handler used to build)."""
     return b("ProduceResponse", throttle_time=timedelta(0), responses=tuple(
         b("TopicProduceResponse", name=topic, partition_responses=tuple(
-            b("PartitionProduceResponse", index=i32(index),
-              error_code=o if isinstance(o, ErrorCode) else ErrorCode.none,
-              base_offset=i64(-1 if isinstance(o, ErrorCode) else o), log_append_time=None,
-              log_start_offset=i64(-1), record_errors=(), error_message=None)
-            for index, o in parts))
+            _partition(b, index, o) for index, o in parts))
         for topic, parts in results))
 
 

@@ -1,10 +1,16 @@
 """Produce (key 0): record batches appended through the agent, kept as bytes end to end.
 
 Each partition's records field is split into batches by their length prefixes
-(`fileformat.batch.split_frames`); each batch is
-CRC-checked and stored byte for byte by `Agent.produce_batches` (baseOffset patched there,
-null keys of compacted topics refused there), which checks all of a partition's batches
-before buffering any, so a bad one stores none of that partition and holds no memory. A
+(`fileformat.batch.split_frames`); each batch is validated as Kafka validates a produce
+(`fileformat.batch.check_client_batch`: CRC, every record's framing, counts, offset deltas,
+producer fields, a bounded decompression) and stored byte for byte by
+`Agent.produce_batches` (baseOffset patched there), which checks all of a partition's
+batches before buffering any, so a bad one stores none of that partition and holds no
+memory. Refusals answer Kafka's codes: CORRUPT_MESSAGE (CRC, batch framing, undecodable
+compression), INVALID_RECORD (record framing, counts, offset deltas, producer fields, old
+magic, control batches), and per record (KIP-467, v8+: record_errors with each bad record's
+index, and error_message) INVALID_RECORD for a compacted topic's null keys and
+INVALID_TIMESTAMP for a producer's LogAppendTime. A
 partition past the agent's cached count reloads the topic once (CreatePartitions through
 another agent) before UNKNOWN_TOPIC_OR_PARTITION; a topic deleted before the flush commits
 fails only its own partitions, with UNKNOWN_TOPIC_OR_PARTITION. Idempotent producers'
@@ -33,7 +39,7 @@ import asyncio
 import contextlib
 import struct
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -42,9 +48,10 @@ from agent.errors import (
     BufferFullError,
     FlushError,
     FlushOutcomeUnknownError,
-    InvalidRecordError,
     NullKeyError,
+    PartitionOutOfRangeError,
     RecordTooLargeError,
+    TransactionalBatchError,
 )
 from agent.producer import ProduceFuture
 from fileformat import FormatError
@@ -55,9 +62,15 @@ from fileformat.batch import (
     TRANSACTIONAL_MASK,
     split_frames,
 )
-from fileformat.errors import UnsupportedError
+from fileformat.errors import (
+    InvalidBatchError,
+    LogAppendTimeError,
+    RecordErrorsError,
+    UnsupportedError,
+)
 from metadata.errors import (
     BatchRejectedError,
+    InvalidCommitError,
     InvalidProducerEpochError,
     MetadataError,
     OutOfOrderSequenceError,
@@ -65,13 +78,22 @@ from metadata.errors import (
     UnknownTopicError,
 )
 
-from ..codec import Builder, Encoded, write_array_length, write_topic_head
+from ..codec import Builder, Encoded, write_array_length, write_topic_head, write_uvarint
 from ..context import ServerContext
 
 # `_admit`'s answer when buffer.memory has no room now: try again when room is freed.
 FULL = object()
 # The attributes' low byte (big-endian int16), which holds the transactional bit.
 _TRANSACTIONAL_BYTE = ATTRIBUTES_POS + 1
+
+
+class Refusal(NamedTuple):
+    """A partition refused with Kafka's per-record detail (KIP-467, ProduceResponse v8+):
+    the error, (batch index, message) per bad record (indexes rising), the message."""
+
+    code: ErrorCode
+    record_errors: tuple[tuple[int, str], ...]
+    message: str | None
 
 
 def error_code(exc: BaseException) -> ErrorCode:
@@ -83,8 +105,14 @@ def error_code(exc: BaseException) -> ErrorCode:
             return ErrorCode.message_too_large
         case NullKeyError():
             return ErrorCode.invalid_record
-        case InvalidRecordError():  # a partition out of range
+        case PartitionOutOfRangeError():
             return ErrorCode.unknown_topic_or_partition
+        case TransactionalBatchError():
+            return ErrorCode.transactional_id_authorization_failed
+        case LogAppendTimeError():
+            return ErrorCode.invalid_timestamp
+        case InvalidBatchError():  # Kafka's InvalidRecordException (LogValidator, records)
+            return ErrorCode.invalid_record
         case UnsupportedError():
             return ErrorCode.unsupported_for_message_format
         case FormatError():  # bad CRC, framing, magic
@@ -103,13 +131,27 @@ def error_code(exc: BaseException) -> ErrorCode:
             return ErrorCode.not_enough_replicas
         case AgentClosedError():
             return ErrorCode.not_leader_or_follower
+        case InvalidCommitError():  # a chunk's producer batches refused at commit
+            return ErrorCode.invalid_record
         case MetadataError():
             return ErrorCode.kafka_storage_error
     return ErrorCode.unknown_server_error
 
 
+def refusal(exc: BaseException) -> ErrorCode | Refusal:
+    """`error_code`, with the bad records' indexes and the message when `exc` names them
+    (Kafka's RecordValidationException: its message and record errors)."""
+    if isinstance(exc, RecordErrorsError):
+        shown = ", ".join(f"{i}: {m}" for i, m in exc.record_errors[:3])
+        return Refusal(error_code(exc), exc.record_errors,
+                       f"One or more records have been rejected due to "
+                       f"{len(exc.record_errors)} record errors in total, and only showing "
+                       f"the first three errors at most: [{shown}]")
+    return error_code(exc)
+
+
 def _admit(ctx: ServerContext, topic: str, partition: int,
-           records: bytes | None) -> list[ProduceFuture] | ErrorCode | object:
+           records: bytes | None) -> list[ProduceFuture] | ErrorCode | Refusal | object:
     """Buffer one partition's batches in the agent, or FULL without waiting (blocking only
     on metadata reads: runs in the pool)."""
     agent = ctx.agent
@@ -124,10 +166,12 @@ def _admit(ctx: ServerContext, topic: str, partition: int,
     except BufferFullError:
         return FULL
     except Exception as exc:
-        return error_code(exc)
+        return refusal(exc)
 
 
-Admitted = list[tuple[str, list[tuple[int, "list[ProduceFuture] | ErrorCode"]]]]
+Outcome = int | ErrorCode | Refusal
+"""A partition's answer: its base offset, or an error (with record errors: Refusal)."""
+Admitted = list[tuple[str, list[tuple[int, "list[ProduceFuture] | ErrorCode | Refusal"]]]]
 
 
 def _admit_some(ctx: ServerContext, parts: list[tuple[str, Any]]) -> list[Any]:
@@ -190,15 +234,15 @@ def _resolve(done: asyncio.Future[None]) -> None:
         done.set_result(None)
 
 
-def _outcome(futures: list[ProduceFuture] | ErrorCode) -> int | ErrorCode:
+def _outcome(futures: list[ProduceFuture] | ErrorCode | Refusal) -> Outcome:
     """A partition's base offset (its first batch's), or the error of its first failed
     batch; its futures are done."""
-    if isinstance(futures, ErrorCode):
+    if isinstance(futures, ErrorCode | Refusal):
         return futures
     for fut in futures:
         exc = fut.exception()
         if exc is not None:
-            return error_code(exc)
+            return refusal(exc)
     return futures[0].result()
 
 
@@ -242,19 +286,43 @@ async def _complete(b: Builder, admitted: Admitted, flushed: asyncio.Future[None
 # tests/protocol/test_produce_response.py checks it equals kio's encoding for every version.
 # Per topic: name; per partition: index, error_code, base_offset, log_append_time_ms (-1:
 # CreateTime), log_start_offset (v5+, -1: not reported), record_errors and error_message
-# (v8+, empty and null); then throttle_time_ms. v9+ is flexible: compact arrays and strings
-# (length + 1 as an unsigned varint) and an empty tagged-field section closing each struct.
+# (v8+, empty and null unless a Refusal gives them); then throttle_time_ms. v9+ is
+# flexible: compact arrays and strings (length + 1 as an unsigned varint) and an empty
+# tagged-field section closing each struct.
 _PARTITION_V3 = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time_ms
 _PARTITION_V5 = struct.Struct(">ihqqq")  # ... and log_start_offset
 _INT32 = struct.Struct(">i")
+_INT16 = struct.Struct(">h")
 _NO_RECORD_ERRORS_LEGACY = _INT32.pack(0) + struct.pack(">h", -1)  # empty array, null string
 _NO_RECORD_ERRORS_COMPACT = b"\x01\x00"  # compact: empty array (0 + 1), null string (0)
 _NO_TAGS = b"\x00"
 FLEXIBLE_FROM = 9
 
 
-def _response(b: Builder, results: list[tuple[str, list[tuple[int, int | ErrorCode]]]]
-              ) -> Encoded:
+def _string(out: bytearray, text: str | None, flexible: bool) -> None:
+    """A nullable string: int16 length (-1 null), or compact (length + 1, 0 null)."""
+    data = None if text is None else text.encode()
+    if flexible:
+        write_uvarint(out, 0 if data is None else len(data) + 1)
+    else:
+        out += _INT16.pack(-1 if data is None else len(data))
+    out += data or b""
+
+
+def _record_errors(refused: Refusal, flexible: bool) -> bytes:
+    """A Refusal's record_errors array and error_message (v8+)."""
+    out = bytearray()
+    write_array_length(out, len(refused.record_errors), flexible)
+    for index, message in refused.record_errors:
+        out += _INT32.pack(index)
+        _string(out, message, flexible)
+        if flexible:
+            out += _NO_TAGS
+    _string(out, refused.message, flexible)
+    return bytes(out)
+
+
+def _response(b: Builder, results: list[tuple[str, list[tuple[int, Outcome]]]]) -> Encoded:
     version = b.version
     flexible = version >= FLEXIBLE_FROM
     record_errors = (b"" if version < 8 else
@@ -265,10 +333,15 @@ def _response(b: Builder, results: list[tuple[str, list[tuple[int, int | ErrorCo
     for topic, parts in results:
         write_topic_head(out, topic, len(parts), flexible)
         for index, o in parts:
-            code, base = (o.value, -1) if isinstance(o, ErrorCode) else (0, o)
+            code, base = ((int(o.code.value), -1) if isinstance(o, Refusal)
+                          else (int(o.value), -1) if isinstance(o, ErrorCode) else (0, o))
             out += (_PARTITION_V5.pack(index, code, base, -1, -1) if version >= 5
                     else _PARTITION_V3.pack(index, code, base, -1))
-            out += after_partition
+            if isinstance(o, Refusal) and version >= 8:
+                out += _record_errors(o, flexible)
+                out += _NO_TAGS if flexible else b""
+            else:
+                out += after_partition
         if flexible:
             out += _NO_TAGS
     out += _INT32.pack(0)  # throttle_time_ms
