@@ -42,6 +42,11 @@ class ControlBatchError(InvalidBatchError):
     """A control batch from a client: only a transaction coordinator writes them."""
 
 
+class BatchCountError(InvalidBatchError):
+    """A Produce v3+ partition without exactly one record batch (ProduceRequest
+    .validateRecords: "exactly one record batch per partition")."""
+
+
 class RecordCountError(InvalidBatchError):
     """recordCount below 1, lastOffsetDelta not recordCount - 1, or records that do not
     fill the batch exactly (missing ones, or bytes after the last)."""
@@ -74,6 +79,11 @@ class NullKeyRecordsError(RecordErrorsError):
 
 class LogAppendTimeError(RecordErrorsError):
     """A producer set the LogAppendTime bit (Kafka: INVALID_TIMESTAMP for every record)."""
+
+
+class UnsupportedCodecError(FormatError):
+    """A codec the request's version may not carry: zstd before Produce v7 (Kafka's
+    UNSUPPORTED_COMPRESSION_TYPE)."""
 
 
 class UnsupportedError(FormatError):

@@ -3,6 +3,7 @@ closing one connection only, per-partition produce errors, fetch limits and offs
 
 from __future__ import annotations
 
+import importlib
 import socket
 import struct
 from datetime import timedelta
@@ -23,7 +24,7 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 
 from agent.protocol.apis import TABLE
-from fileformat import build_batch, read_header
+from fileformat import Compression, build_batch, read_header
 
 from .server import AgentProcess, Backend, RawClient
 
@@ -139,8 +140,8 @@ def test_produce_errors_are_per_partition_and_store_nothing(agent_proc: AgentPro
     bad_crc = bytearray(good)
     bad_crc[-1] ^= 0xFF
     result = produce(client, {
-        ("plain", 0): good + batch(2),            # two batches: offsets 0..4
-        ("plain", 1): good + bytes(bad_crc),      # the second is corrupt: neither is stored
+        ("plain", 0): good,                       # offsets 0..2
+        ("plain", 1): bytes(bad_crc),             # corrupt: nothing stored
         ("plain", 7): good,
         ("missing", 0): good,
         ("compact", 0): batch(1, key=None),
@@ -156,9 +157,35 @@ def test_produce_errors_are_per_partition_and_store_nothing(agent_proc: AgentPro
     }
     assert produce(client, {("plain", 1): b"not a batch at all"}) == {
         ("plain", 1): (ErrorCode.corrupt_message, -1)}
-    assert list_offset(client, "plain", 0, -1)[:2] == (ErrorCode.none, 5)
+    # Kafka's ProduceRequest.validateRecords: exactly one batch per partition (v3+), and
+    # none is INVALID_RECORD too; nothing of either is stored.
+    assert produce(client, {("plain", 1): good + batch(2), ("plain", 0): b""}) == {
+        ("plain", 1): (ErrorCode.invalid_record, -1),
+        ("plain", 0): (ErrorCode.invalid_record, -1)}
+    assert list_offset(client, "plain", 0, -1)[:2] == (ErrorCode.none, 3)
     assert list_offset(client, "plain", 1, -1)[:2] == (ErrorCode.none, 0)
     assert produce(client, {("compact", 0): batch(2)}) == {("compact", 0): (ErrorCode.none, 0)}
+
+
+@pytest.mark.parametrize(("version", "code"), [(3, ErrorCode.unsupported_compression_type),
+                                               (6, ErrorCode.unsupported_compression_type),
+                                               (7, ErrorCode.none)])
+def test_zstd_needs_produce_v7(agent_proc: AgentProcess, client: RawClient, version: int,
+                               code: ErrorCode) -> None:
+    """Kafka's ProduceRequest.validateRecords: zstd batches only from Produce v7 (KIP-110)."""
+    md = agent_proc.metadata()
+    md.create_topic("z", 1)
+    md.close()
+    zstd = build_batch([(0, 1_000, b"k", b"v" * 100, [])], compression=Compression.ZSTD)
+    module = importlib.import_module(f"kio.schema.produce.v{version}.request")
+    req = module.ProduceRequest(
+        transactional_id=None, acks=i16(-1), timeout=_ms(30_000),
+        topic_data=(module.TopicProduceData(name=TopicName("z"), partition_data=(
+            module.PartitionProduceData(index=i32(0), records=Records(zstd)),)),))
+    part = client.call(0, version, req).responses[0].partition_responses[0]
+    assert part.error_code == code
+    assert list_offset(client, "z", 0, -1)[:2] == (ErrorCode.none,
+                                                   1 if code == ErrorCode.none else 0)
 
 
 def test_a_transactional_batch_fails_the_whole_produce(agent_proc: AgentProcess,

@@ -1,7 +1,8 @@
 """Produce (key 0): record batches appended through the agent, kept as bytes end to end.
 
-Each partition's records field is split into batches by their length prefixes
-(`fileformat.batch.split_frames`); each batch is validated as Kafka validates a produce
+Each partition's records field must hold exactly one batch, not zstd before v7 (Kafka's
+ProduceRequest.validateRecords: else INVALID_RECORD, UNSUPPORTED_COMPRESSION_TYPE); the
+batch is validated as Kafka validates a produce
 (`fileformat.batch.check_client_batch`: CRC, every record's framing, counts, offset deltas,
 producer fields, a bounded decompression) and stored byte for byte by
 `Agent.produce_batches` (baseOffset patched there), which checks all of a partition's
@@ -57,15 +58,21 @@ from agent.producer import ProduceFuture
 from fileformat import FormatError
 from fileformat.batch import (
     ATTRIBUTES_POS,
+    CODEC_MASK,
     LENGTH_POS,
     LOG_OVERHEAD,
+    MAGIC,
+    MAGIC_POS,
     TRANSACTIONAL_MASK,
+    Compression,
     split_frames,
 )
 from fileformat.errors import (
+    BatchCountError,
     InvalidBatchError,
     LogAppendTimeError,
     RecordErrorsError,
+    UnsupportedCodecError,
     UnsupportedError,
 )
 from metadata.errors import (
@@ -83,8 +90,10 @@ from ..context import ServerContext
 
 # `_admit`'s answer when buffer.memory has no room now: try again when room is freed.
 FULL = object()
-# The attributes' low byte (big-endian int16), which holds the transactional bit.
-_TRANSACTIONAL_BYTE = ATTRIBUTES_POS + 1
+# The attributes' low byte (big-endian int16): the codec (bits 0-2) and the transactional
+# bit. Produce carries zstd from v7 (KIP-110).
+_TRANSACTIONAL_BYTE = _CODEC_BYTE = ATTRIBUTES_POS + 1
+ZSTD_FROM = 7
 
 
 class Refusal(NamedTuple):
@@ -113,6 +122,8 @@ def error_code(exc: BaseException) -> ErrorCode:
             return ErrorCode.invalid_timestamp
         case InvalidBatchError():  # Kafka's InvalidRecordException (LogValidator, records)
             return ErrorCode.invalid_record
+        case UnsupportedCodecError():
+            return ErrorCode.unsupported_compression_type
         case UnsupportedError():
             return ErrorCode.unsupported_for_message_format
         case FormatError():  # bad CRC, framing, magic
@@ -150,8 +161,23 @@ def refusal(exc: BaseException) -> ErrorCode | Refusal:
     return error_code(exc)
 
 
-def _admit(ctx: ServerContext, topic: str, partition: int,
-           records: bytes | None) -> list[ProduceFuture] | ErrorCode | Refusal | object:
+def check_request_records(batches: list[bytes], version: int) -> None:
+    """Kafka's ProduceRequest.validateRecords, in its order: exactly one batch per partition
+    (none, or a second: INVALID_RECORD), magic 2 (INVALID_RECORD, left to the batch checks),
+    no zstd before v7 (UNSUPPORTED_COMPRESSION_TYPE)."""
+    if not batches:
+        raise BatchCountError(f"Produce v{version} must carry one record batch per partition")
+    first = batches[0]
+    if (version < ZSTD_FROM and len(first) > _CODEC_BYTE and first[MAGIC_POS] == MAGIC
+            and first[_CODEC_BYTE] & CODEC_MASK == Compression.ZSTD):
+        raise UnsupportedCodecError(f"Produce v{version} may not use zstd (v{ZSTD_FROM}+)")
+    if len(batches) > 1:
+        raise BatchCountError(f"Produce v{version} carries exactly one record batch per"
+                              f" partition, got {len(batches)}")
+
+
+def _admit(ctx: ServerContext, topic: str, partition: int, records: bytes | None,
+           version: int) -> list[ProduceFuture] | ErrorCode | Refusal | object:
     """Buffer one partition's batches in the agent, or FULL without waiting (blocking only
     on metadata reads: runs in the pool)."""
     agent = ctx.agent
@@ -160,8 +186,7 @@ def _admit(ctx: ServerContext, topic: str, partition: int,
         # another agent); out of range after that: UNKNOWN_TOPIC_OR_PARTITION.
         agent.partition_topic(topic, partition)
         batches = [bytes(batch) for batch in split_frames(records or b"")]
-        if not batches:
-            return ErrorCode.corrupt_message
+        check_request_records(batches, version)
         return agent.produce_batches(topic, partition, batches, block_s=0)
     except BufferFullError:
         return FULL
@@ -174,11 +199,11 @@ Outcome = int | ErrorCode | Refusal
 Admitted = list[tuple[str, list[tuple[int, "list[ProduceFuture] | ErrorCode | Refusal"]]]]
 
 
-def _admit_some(ctx: ServerContext, parts: list[tuple[str, Any]]) -> list[Any]:
-    return [_admit(ctx, topic, p.index, p.records) for topic, p in parts]
+def _admit_some(ctx: ServerContext, parts: list[tuple[str, Any]], version: int) -> list[Any]:
+    return [_admit(ctx, topic, p.index, p.records, version) for topic, p in parts]
 
 
-async def _admit_all(ctx: ServerContext, request: Any) -> Admitted:
+async def _admit_all(ctx: ServerContext, request: Any, version: int) -> Admitted:
     """Every partition's futures or error code, partitions finding buffer.memory full
     retried whenever room is freed until the request's timeout (then REQUEST_TIMED_OUT)."""
     loop = asyncio.get_running_loop()
@@ -188,7 +213,7 @@ async def _admit_all(ctx: ServerContext, request: Any) -> Admitted:
     waiting = list(range(len(parts)))
     while True:
         room = ctx.room_freed()  # before trying: room freed during the attempt wakes us
-        tried = await ctx.run(_admit_some, ctx, [parts[i] for i in waiting])
+        tried = await ctx.run(_admit_some, ctx, [parts[i] for i in waiting], version)
         for i, outcome in zip(waiting, tried, strict=True):
             outcomes[i] = outcome
         waiting = [i for i in waiting if outcomes[i] is FULL]
@@ -269,7 +294,7 @@ async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> A
         return _response(b, [(t.name, [(p.index, ErrorCode.transactional_id_authorization_failed)
                                        for p in t.partition_data])
                              for t in request.topic_data])
-    admitted = await _admit_all(ctx, request)
+    admitted = await _admit_all(ctx, request, b.version)
     flushed = _when_flushed(ctx, admitted)  # fetches wake at its commit, acks=0 included
     if request.acks == 0:
         return None
