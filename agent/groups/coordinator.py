@@ -223,7 +223,8 @@ class Coordinator:
         if self._slots.get(gid) is s:
             del self._slots[gid]
             del self.groups[gid]
-        self.apply_now(s, Drop(why))
+        if not s.group.is_(GROUP_DEAD):
+            self.apply_now(s, Drop(why))
 
     def adopt_soon(self) -> None:
         """Start loading, once and in the background, the groups whose lease this agent's
