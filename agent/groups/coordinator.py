@@ -1,5 +1,8 @@
 """The group coordinator of one `silt agent`: Kafka's classic GroupCoordinator on the event
-loop, for the groups whose lease (metadata/groups.py) this agent holds.
+loop, for the groups whose lease (metadata/groups.py) this agent holds. It is the effect
+runner of transitions.py (the rules, pure): it loads groups, steps their events under
+each group's lock, answers the waiting requests, stores the groups and wakes them at their
+deadlines, every time read from the injected `Clock`. Committed offsets are offsets.py.
 
 A group is loaded at its first request here: the lease is taken (refused while another live
 agent holds it: NOT_COORDINATOR) and the group read from the store, its members keeping
@@ -22,8 +25,10 @@ answers COORDINATOR_NOT_AVAILABLE (retriable) and leaves the group as it was, or
 assignment — rebalances it. A crash of the agent loses only in-memory progress of a
 rebalance: the next coordinator loads the last stored generation and members rejoin.
 
-Timers (session expiry, rebalance and sync deadlines, the initial rebalance delay) are loop
-callbacks that take the group's lock and re-check what they were set for.
+Deadlines (sessions, the join and sync phases, the initial rebalance delay, unused
+MEMBER_ID_REQUIRED ids) are in the group's state, in the clock's epoch ms: the runner
+wakes at the earliest (a loop timer only as the alarm; the clock decides what is due) and
+steps a `Tick` under the group's lock. With a `ManualClock`, `tick()` fires what is due.
 """
 
 from __future__ import annotations
@@ -31,20 +36,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 from kio.schema.errors import ErrorCode
 
 from agent.config import AgentConfig
 from agent.placement import coordinator
+from clock import Clock
 from metadata import (
     AgentInfo,
     GroupLease,
-    GroupMember,
     GroupRecord,
     MetadataStore,
     OffsetCommit,
@@ -56,74 +62,67 @@ from metadata.errors import (
     UnknownGroupError,
 )
 
-from .group import (
-    GROUP_COMPLETING_REBALANCE,
-    GROUP_DEAD,
-    GROUP_EMPTY,
-    GROUP_PREPARING_REBALANCE,
-    GROUP_STABLE,
-    Group,
-    JoinResult,
-    Member,
-    SyncResult,
-    as_loaded,
+from .errors import Unavailable
+from .group import GROUP_DEAD, GROUP_EMPTY, Group, JoinResult, SyncResult, as_loaded
+from .offsets import CommittedOffsets
+from .transitions import (
+    Drop,
+    Event,
+    Heartbeat,
+    Join,
+    JoinRequest,
+    Leave,
+    Note,
+    Reply,
+    Store,
+    Sync,
+    Tick,
+    step,
 )
+
+__all__ = ["ADOPT_PAGE", "Coordinator", "JoinRequest", "Unavailable"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+R = TypeVar("R")
 ADOPT_PAGE = 100  # groups loaded per transaction at start
 Run = Callable[..., Awaitable[Any]]
 
 E = ErrorCode
 
 
-@dataclass(frozen=True, slots=True)
-class JoinRequest:
-    """What a JoinGroup asks, whatever its version: the joining member as it says it is
-    (`who`; member id "" if new, no metadata or assignment) and its protocols."""
+@dataclass(eq=False)
+class Slot:
+    """A group loaded here: its state (replaced at every step), the lock its steps take,
+    its last store (stores run in order) and its alarm."""
 
-    group_id: str
-    who: GroupMember
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    require_known_member_id: bool  # v4+: a new member first gets MEMBER_ID_REQUIRED
-    supports_skip_assignment: bool = False  # v9+ (KIP-814)
-
-    @property
-    def member_id(self) -> str:
-        return self.who.member_id
-
-    @property
-    def group_instance_id(self) -> str | None:
-        return self.who.group_instance_id
-
-    def member(self, member_id: str, assignment: bytes = b"") -> GroupMember:
-        """The joining member as `member_id`, with `assignment` (kept across a rejoin)."""
-        return dataclasses.replace(self.who, member_id=member_id, assignment=assignment)
-
-
-class Unavailable(Exception):
-    """The request cannot be served here now: answered with `code`."""
-
-    def __init__(self, code: ErrorCode) -> None:
-        super().__init__(code.name)
-        self.code = code
+    group: Group
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    last_store: asyncio.Future[None] | None = None
+    alarm: asyncio.TimerHandle | None = None
+    alarm_at: int | None = None
 
 
 class Coordinator:
     """The groups this agent coordinates. `me()` is this agent's registry id (None before
-    it registered); `run` runs blocking calls off the loop."""
+    it registered); `run` runs blocking calls off the loop; `clock` (the metadata store's
+    by default) times every deadline."""
 
     def __init__(self, metadata: MetadataStore, config: AgentConfig, run: Run,
-                 me: Callable[[], str | None]) -> None:
+                 me: Callable[[], str | None], clock: Clock | None = None) -> None:
         self.metadata = metadata
         self.config = config
         self.run = run
         self.me = me
-        self.groups: dict[str, Group] = {}
+        self.clock: Clock = clock if clock is not None else metadata.clock
+        self.offsets = CommittedOffsets(self)
+        self.groups: dict[str, Group] = {}  # the state of each loaded group
+        self._slots: dict[str, Slot] = {}
         # Groups being loaded; None from a start-up load that did not load it (the waiter
         # loads it itself).
-        self._loading: dict[str, asyncio.Future[Group | None]] = {}
+        self._loading: dict[str, asyncio.Future[Slot | None]] = {}
+        self._waiting: dict[int, asyncio.Future[object]] = {}  # requests, by token
+        self._tokens = itertools.count(1)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._adopting: asyncio.Task[None] | None = None
         self._adopted = False
@@ -137,19 +136,31 @@ class Coordinator:
     async def group(self, group_id: str) -> Group:
         """The group, loaded here (taking its lease) if it is not yet; Unavailable(
         NOT_COORDINATOR) if another live agent coordinates it."""
-        if (g := self.groups.get(group_id)) is not None:
-            return g
+        return (await self.slot(group_id)).group
+
+    async def existing(self, group_id: str) -> Group | None:
+        """The group if it exists (coordinated here, stored, or with committed offsets),
+        loaded here; None for a group nobody ever used — answered as Kafka answers an
+        unknown group, without taking its lease. Unavailable(NOT_COORDINATOR) if another
+        live agent coordinates it."""
+        slot = await self.existing_slot(group_id)
+        return None if slot is None else slot.group
+
+    async def slot(self, group_id: str) -> Slot:
+        """`group`'s slot."""
+        if (s := self._slots.get(group_id)) is not None:
+            return s
         while (loading := self._loading.get(group_id)) is not None:
-            if (g := await asyncio.shield(loading)) is not None:
-                return g
-        if (g := self.groups.get(group_id)) is not None:
-            return g
-        fut: asyncio.Future[Group | None] = asyncio.get_running_loop().create_future()
+            if (s := await asyncio.shield(loading)) is not None:
+                return s
+        if (s := self._slots.get(group_id)) is not None:
+            return s
+        fut: asyncio.Future[Slot | None] = asyncio.get_running_loop().create_future()
         self._loading[group_id] = fut
         try:
-            g = await self._load(group_id)
-            fut.set_result(g)
-            return g
+            s = await self._load(group_id)
+            fut.set_result(s)
+            return s
         except BaseException as exc:
             fut.set_exception(exc)
             fut.exception()  # retrieved: waiters re-raise it
@@ -157,28 +168,25 @@ class Coordinator:
         finally:
             del self._loading[group_id]
 
-    async def existing(self, group_id: str) -> Group | None:
-        """The group if it exists (coordinated here, stored, or with committed offsets),
-        loaded here; None for a group nobody ever used — answered as Kafka answers an
-        unknown group, without taking its lease. Unavailable(NOT_COORDINATOR) if another
-        live agent coordinates it."""
-        if (g := self.groups.get(group_id)) is not None:
-            return g
+    async def existing_slot(self, group_id: str) -> Slot | None:
+        """`existing`'s slot."""
+        if (s := self._slots.get(group_id)) is not None:
+            return s
         holder = await self.run(self.metadata.group_coordinator, group_id)
         if holder is not None and holder.agent_id != self.me():
             raise Unavailable(E.not_coordinator)
         return await self._load_existing(group_id)
 
-    async def _load_existing(self, group_id: str) -> Group | None:
-        """`existing` once the holder is known to be this agent or nobody."""
-        if (g := self.groups.get(group_id)) is not None:
-            return g
+    async def _load_existing(self, group_id: str) -> Slot | None:
+        """`existing_slot` once the holder is known to be this agent or nobody."""
+        if (s := self._slots.get(group_id)) is not None:
+            return s
         if await self.run(self.metadata.load_group, group_id) is None and \
                 not await self.run(self.metadata.fetch_offsets, group_id):
             return None
-        return await self.group(group_id)
+        return await self.slot(group_id)
 
-    async def _load(self, group_id: str) -> Group:
+    async def _load(self, group_id: str) -> Slot:
         me = self.me()
         if self._closed:  # shutting down: clients go to another agent
             raise Unavailable(E.not_coordinator)
@@ -191,38 +199,32 @@ class Coordinator:
         record: GroupRecord | None = await self.run(self.metadata.load_group, group_id)
         return await self._install(lease, record)
 
-    async def _install(self, lease: GroupLease, stored: GroupRecord | None) -> Group:
+    async def _install(self, lease: GroupLease, stored: GroupRecord | None) -> Slot:
         """Coordinate the group from its stored record (Kafka's onGroupLoaded): restored
         members' sessions start now; a group stored mid-rebalance is stored again as
         Empty."""
-        now = self._now_ms()
+        now = self.now_ms()
         record = None if stored is None else as_loaded(stored, now)
-        g = Group.loaded(lease, record)
+        s = Slot(Group.loaded(lease, record, now))
         if record is not stored:
-            await self._store(g, g.record(now))
-        for member in g.members.values():
-            self._heard_from(g, member)
-        self.groups[g.group_id] = g
+            await self._store(s, s.group.record(now))
+        self._slots[lease.group_id] = s
+        self.groups[lease.group_id] = s.group
+        self._set_alarm(s)
+        g = s.group
         log.info("coordinating group %r (lease epoch %d, generation %d, %s)", g.group_id,
                  lease.epoch, g.generation, g.state)
-        return g
+        return s
 
-    def drop(self, g: Group, why: str) -> None:
-        """Stop coordinating `g` here (lease lost, deleted, shutdown): every waiting member
-        is answered NOT_COORDINATOR and looks the coordinator up again."""
-        if self.groups.get(g.group_id) is g:
-            del self.groups[g.group_id]
-        log.info("group %r: no longer coordinated here (%s)", g.group_id, why)
-        g.state = GROUP_DEAD
-        for m in g.members.values():
-            self._cancel(m)
-            m.answer_join(JoinResult(E.not_coordinator, m.member_id))
-            m.answer_sync(SyncResult(E.not_coordinator))
-        for handle in g.pending.values():
-            handle.cancel()
-        g.pending.clear()
-        if g.rebalance_timer is not None:
-            g.rebalance_timer.cancel()
+    def drop(self, s: Slot, why: str) -> None:
+        """Stop coordinating the group here (lease lost, deleted, shutdown): every waiting
+        member is answered NOT_COORDINATOR and looks the coordinator up again."""
+        gid = s.group.group_id
+        if self._slots.get(gid) is s:
+            del self._slots[gid]
+            del self.groups[gid]
+        if not s.group.is_(GROUP_DEAD):
+            self.apply_now(s, Drop(why))
 
     def adopt_soon(self) -> None:
         """Start loading, once and in the background, the groups whose lease this agent's
@@ -250,7 +252,7 @@ class Coordinator:
                     break
                 after = page[-1]
                 adopted += await self._adopt_page(
-                    me, [gid for gid in page if gid not in self.groups
+                    me, [gid for gid in page if gid not in self._slots
                          and gid not in self._loading])
         except Exception:
             log.exception("loading the groups held at start failed (retrying)")
@@ -265,7 +267,7 @@ class Coordinator:
         if not group_ids:
             return 0
         loop = asyncio.get_running_loop()
-        futs: dict[str, asyncio.Future[Group | None]] = {
+        futs: dict[str, asyncio.Future[Slot | None]] = {
             gid: loop.create_future() for gid in group_ids}
         self._loading.update(futs)
         n = 0
@@ -295,37 +297,38 @@ class Coordinator:
         if me is None:
             return
         self.adopt_soon()
-        if not self.groups:
+        if not self._slots:
             return
-        before = dict(self.groups)  # groups loaded later took their lease after the read
+        before = dict(self._slots)  # groups loaded later took their lease after the read
         held: dict[str, int] = await self.run(self.metadata.held_groups, me)
-        for group_id, g in before.items():
-            if self.groups.get(group_id) is g and held.get(group_id) != g.lease.epoch:
-                self.drop(g, "lease taken over")
+        for group_id, s in before.items():
+            if self._slots.get(group_id) is s and held.get(group_id) != s.group.lease.epoch:
+                self.drop(s, "lease taken over")
 
     def close(self) -> None:
         """Stop coordinating (shutdown): waiting members are answered NOT_COORDINATOR and
         no group is loaded from now on."""
         self._closed = True
-        for g in list(self.groups.values()):
-            self.drop(g, "shutting down")
+        for s in list(self._slots.values()):
+            self.drop(s, "shutting down")
         for task in list(self._tasks):
             task.cancel()
 
-    # ------------------------------------------------------------------ helpers
+    # ------------------------------------------------------------------ the effect runner
 
-    def _now_ms(self) -> int:
-        return self.metadata.clock.now_ms()
+    def now_ms(self) -> int:
+        return self.clock.now_ms()
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _store(self, g: Group, record: GroupRecord) -> asyncio.Future[None]:
+    def _store(self, s: Slot, record: GroupRecord) -> asyncio.Future[None]:
         """Store `record` after the group's earlier stores (in order); a lost lease drops
         the group. The caller may await the result (it raises what the store raised)."""
-        prev = g.last_store
+        prev = s.last_store
+        g = s.group
 
         async def write() -> None:
             if prev is not None:
@@ -334,14 +337,14 @@ class Coordinator:
             await self.run(self.metadata.store_group, g.lease, record)
 
         fut = asyncio.ensure_future(write())
-        g.last_store = fut
+        s.last_store = fut
 
         def done(f: asyncio.Future[None]) -> None:
             if f.cancelled():
                 return
             exc = f.exception()
             if isinstance(exc, GroupLeaseLostError):
-                self.drop(g, str(exc))
+                self.drop(s, str(exc))
             elif exc is not None:
                 log.warning("group %r: storing generation %d failed: %s", g.group_id,
                             record.generation, exc)
@@ -349,178 +352,128 @@ class Coordinator:
         fut.add_done_callback(done)
         return fut
 
-    def _heard_from(self, g: Group, m: Member) -> None:
-        """Push the member's session deadline out (a heartbeat, join, sync or commit)."""
-        loop = asyncio.get_running_loop()
-        m.deadline = loop.time() + m.session_timeout_ms / 1000
-        if m.timer is None:
-            m.timer = loop.call_at(m.deadline, self._session_check, g, m)
+    async def ask(self, s: Slot, event: Callable[[int], Event]) -> object:
+        """Step `event` (given its token) under the group's lock; its answer."""
+        token, answer = self._ticket()
+        async with s.lock:
+            await self.apply(s, event(token))
+        return await answer
 
-    def _session_check(self, g: Group, m: Member) -> None:
-        m.timer = None
-        if g.members.get(m.member_id) is not m or g.is_(GROUP_DEAD):
+    def _ticket(self) -> tuple[int, asyncio.Future[object]]:
+        """A token for a request and the future its answer completes."""
+        token = next(self._tokens)
+        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self._waiting[token] = fut
+        fut.add_done_callback(lambda _: self._waiting.pop(token, None))
+        return token, fut
+
+    def _answer(self, token: int, result: object) -> None:
+        fut = self._waiting.pop(token, None)
+        if fut is not None and not fut.done():
+            fut.set_result(result)
+
+    async def apply(self, s: Slot, event: Event) -> None:
+        """Step `event` (the caller holds the group's lock) and carry out its effects: the
+        awaited store first (if it fails, the step is dropped and its failure stepped)."""
+        new, effects = step(s.group, event, self.now_ms())
+        awaited = next((e for e in effects if isinstance(e, Store) and e.awaited), None)
+        if awaited is not None:
+            try:
+                await self._store(s, awaited.record)
+            except Exception as exc:
+                lost = isinstance(exc, GroupLeaseLostError)
+                if lost:
+                    self.drop(s, str(exc))
+                elif isinstance(event, Join):
+                    log.error("group %r: JoinGroup failed: %s", s.group.group_id, exc)
+                assert awaited.failure is not None
+                await self.apply(s, dataclasses.replace(
+                    awaited.failure,
+                    code=E.not_coordinator if lost else E.coordinator_not_available))
+                return
+            if s.group.is_(GROUP_DEAD):  # dropped while storing: answer what the step left
+                self._commit(s, new, [e for e in effects if e is not awaited])
+                self.apply_now(s, Drop("dropped while storing"))
+                return
+        self._commit(s, new, [e for e in effects if e is not awaited])
+
+    def apply_now(self, s: Slot, event: Event) -> None:
+        """Step an event that stores nothing awaited (a drop), at once."""
+        new, effects = step(s.group, event, self.now_ms())
+        assert not any(isinstance(e, Store) and e.awaited for e in effects)
+        self._commit(s, new, effects)
+
+    def _commit(self, s: Slot, new: Group, effects: Sequence[object]) -> None:
+        s.group = new
+        if self._slots.get(new.group_id) is s:
+            self.groups[new.group_id] = new
+        for effect in effects:
+            match effect:
+                case Reply():
+                    self._answer(effect.token, effect.result)
+                case Store():
+                    self._store(s, effect.record)
+                case Note():
+                    log.log(effect.level, "%s", effect.text)
+        self._set_alarm(s)
+
+    def _set_alarm(self, s: Slot) -> None:
+        """Wake at the group's earliest deadline (if an alarm set earlier does not ring
+        before it: it sets the next one then)."""
+        due = s.group.next_deadline() if self._slots.get(s.group.group_id) is s else None
+        if due is None:
+            if s.alarm is not None:
+                s.alarm.cancel()
+                s.alarm, s.alarm_at = None, None
             return
-        loop = asyncio.get_running_loop()
-        if m.join is not None or m.sync is not None:
-            # Waiting on a JoinGroup or SyncGroup answer counts as heartbeating (Kafka's
-            # MemberMetadata.hasSatisfiedHeartbeat): the rebalance and sync deadlines bound it.
-            m.deadline = loop.time() + m.session_timeout_ms / 1000
-        if loop.time() < m.deadline:
-            m.timer = loop.call_at(m.deadline, self._session_check, g, m)
+        if s.alarm is not None and s.alarm_at is not None and s.alarm_at <= due:
             return
-        self._spawn(self._expire(g, m))
+        if s.alarm is not None:
+            s.alarm.cancel()
+        delay_s = max(0, due - self.now_ms()) / 1000
+        s.alarm, s.alarm_at = asyncio.get_running_loop().call_later(
+            delay_s, self._ring, s), due
 
-    async def _expire(self, g: Group, m: Member) -> None:
-        async with g.lock:
-            if g.members.get(m.member_id) is m and m.join is None and m.sync is None and \
-                    asyncio.get_running_loop().time() >= m.deadline:
-                log.info("group %r: member %s session timed out", g.group_id, m.member_id)
-                await self._remove_and_rebalance(g, m)
+    def _ring(self, s: Slot) -> None:
+        s.alarm, s.alarm_at = None, None
+        self._spawn(self._tick(s))
 
-    @staticmethod
-    def _cancel(m: Member) -> None:
-        if m.timer is not None:
-            m.timer.cancel()
-            m.timer = None
+    async def _tick(self, s: Slot) -> None:
+        async with s.lock:
+            due = s.group.next_deadline()
+            if self._slots.get(s.group.group_id) is not s:
+                return
+            if due is not None and due <= self.now_ms():
+                await self.apply(s, Tick())
+            else:
+                self._set_alarm(s)
 
-    def _remove(self, g: Group, m: Member) -> None:
-        """Take `m` out of the group (no rebalance decided here)."""
-        g.members.pop(m.member_id, None)
-        if m.group_instance_id and g.static.get(m.group_instance_id) == m.member_id:
-            del g.static[m.group_instance_id]
-        g.pending_sync.discard(m.member_id)
-        self._cancel(m)
-        m.answer_join(JoinResult(E.unknown_member_id, m.member_id))
-        m.answer_sync(SyncResult(E.unknown_member_id))
-        if g.leader == m.member_id:
-            g.leader = next(iter(g.members), None)
+    async def tick(self) -> None:
+        """Fire every deadline due by the clock now (what the alarms do; a test on a
+        ManualClock calls it after moving time)."""
+        for s in list(self._slots.values()):
+            await self._tick(s)
 
-    async def _remove_and_rebalance(self, g: Group, m: Member) -> None:
-        self._remove(g, m)
-        if g.state in (GROUP_STABLE, GROUP_COMPLETING_REBALANCE):
-            await self._prepare_rebalance(g)
-        elif g.is_(GROUP_PREPARING_REBALANCE):
-            self._maybe_complete_join(g)
+    async def _serve(self, group_id: str, event: Callable[[int], Event],
+                     failed: Callable[[ErrorCode], R], absent: R | None = None, *,
+                     create: bool = False) -> R:
+        """The prologue and epilogue of a group request: the group (loaded here if need
+        be; `absent` if it does not exist, unless `create`), the error code of a group
+        that cannot be served here, the event stepped under the group's lock, and its
+        answer (which may wait for a rebalance)."""
+        try:
+            s = await (self.slot(group_id) if create else self.existing_slot(group_id))
+            if s is None:
+                assert absent is not None
+                return absent
+            answer = self.ask(s, event)
+            return cast(R, await answer)
+        except Unavailable as exc:
+            return failed(exc.code)
+        except GroupLeaseLostError:
+            return failed(E.not_coordinator)
 
-    def _rebalance_timeout_s(self, g: Group) -> float:
-        return max((m.rebalance_timeout_ms for m in g.members.values()), default=0) / 1000
-
-    # ------------------------------------------------------------------ rebalances
-
-    async def _prepare_rebalance(self, g: Group) -> None:
-        """Start a rebalance (Kafka's prepareRebalance). From Empty, the group is stored
-        first (raises if that fails, with nothing changed)."""
-        if g.is_(GROUP_EMPTY):
-            await self._store(g, g.record(self._now_ms(), GROUP_PREPARING_REBALANCE))
-        if g.is_(GROUP_COMPLETING_REBALANCE):
-            for m in g.members.values():
-                m.answer_sync(SyncResult(E.rebalance_in_progress))
-            g.pending_sync.clear()
-        was_empty = g.is_(GROUP_EMPTY)
-        g.state, g.state_at_ms = GROUP_PREPARING_REBALANCE, self._now_ms()
-        if g.rebalance_timer is not None:
-            g.rebalance_timer.cancel()
-        loop = asyncio.get_running_loop()
-        timeout_s = self._rebalance_timeout_s(g)
-        delay_s = self.config.group_initial_rebalance_delay_ms / 1000
-        if was_empty and delay_s > 0:
-            g.initial_join, g.new_member_added = True, False
-            first = min(delay_s, timeout_s)
-            g.rebalance_timer = loop.call_later(first, self._initial_delay_over, g,
-                                                timeout_s - first)
-        else:
-            g.initial_join = False
-            g.rebalance_timer = loop.call_later(timeout_s, self._rebalance_over, g,
-                                                g.generation)
-            self._maybe_complete_join(g)  # e.g. the last member left: Empty at once
-
-    def _initial_delay_over(self, g: Group, remaining_s: float) -> None:
-        async def go() -> None:
-            async with g.lock:
-                if not (g.is_(GROUP_PREPARING_REBALANCE) and g.initial_join):
-                    return
-                if g.new_member_added and remaining_s > 0:  # more are coming: wait again
-                    g.new_member_added = False
-                    step = min(self.config.group_initial_rebalance_delay_ms / 1000,
-                               remaining_s)
-                    g.rebalance_timer = asyncio.get_running_loop().call_later(
-                        step, self._initial_delay_over, g, remaining_s - step)
-                    return
-                g.initial_join = False
-                self._complete_join(g)
-        self._spawn(go())
-
-    def _rebalance_over(self, g: Group, generation: int) -> None:
-        async def go() -> None:
-            async with g.lock:
-                if g.is_(GROUP_PREPARING_REBALANCE) and g.generation == generation \
-                        and not g.initial_join:
-                    self._complete_join(g)
-        self._spawn(go())
-
-    def _maybe_complete_join(self, g: Group) -> None:
-        if g.is_(GROUP_PREPARING_REBALANCE) and not g.initial_join and g.all_joined():
-            self._complete_join(g)
-
-    def _complete_join(self, g: Group) -> None:
-        """End the join phase: members that did not rejoin are removed, the generation
-        moves on, every waiting JoinGroup is answered (the leader with the members)."""
-        if g.rebalance_timer is not None:
-            g.rebalance_timer.cancel()
-            g.rebalance_timer = None
-        for m in [m for m in g.members.values() if m.join is None]:
-            log.info("group %r: member %s did not rejoin in time", g.group_id, m.member_id)
-            self._remove(g, m)
-        g.generation += 1
-        g.state_at_ms = self._now_ms()
-        if not g.members:
-            g.state, g.protocol_name, g.leader = GROUP_EMPTY, None, None
-            self._store(g, g.record(g.state_at_ms))
-            log.info("group %r: generation %d is empty", g.group_id, g.generation)
-            return
-        if g.leader not in g.members:
-            g.leader = next(iter(g.members))
-        g.protocol_name = g.select_protocol()
-        g.state = GROUP_COMPLETING_REBALANCE
-        for m in g.members.values():
-            m.answer_join(g.join_result(m))
-            self._heard_from(g, m)
-        g.pending_sync = set(g.members)
-        g.rebalance_timer = asyncio.get_running_loop().call_later(
-            self._rebalance_timeout_s(g), self._sync_over, g, g.generation)
-        log.info("group %r: generation %d with %d member(s), protocol %s", g.group_id,
-                 g.generation, len(g.members), g.protocol_name)
-
-    def _sync_over(self, g: Group, generation: int) -> None:
-        async def go() -> None:
-            async with g.lock:
-                if not (g.is_(GROUP_COMPLETING_REBALANCE) and g.generation == generation):
-                    return
-                for member_id in list(g.pending_sync):
-                    if (m := g.members.get(member_id)) is not None:
-                        log.info("group %r: member %s did not sync in time", g.group_id,
-                                 member_id)
-                        self._remove(g, m)
-                await self._prepare_rebalance(g)
-        self._spawn(go())
-
-    # ------------------------------------------------------------------ JoinGroup
-
-    def _check_member(self, g: Group, member_id: str,
-                      instance_id: str | None) -> Member | ErrorCode:
-        """Kafka's validateCurrentMember: the member, or UNKNOWN_MEMBER_ID /
-        FENCED_INSTANCE_ID."""
-        if instance_id:
-            known = g.static.get(instance_id)
-            if known is not None and known != member_id:
-                return E.fenced_instance_id
-        m = g.members.get(member_id)
-        if m is None:
-            return E.unknown_member_id
-        if m.group_instance_id and instance_id is not None \
-                and m.group_instance_id != instance_id:
-            return E.fenced_instance_id
-        return m
+    # ------------------------------------------------------------------ requests
 
     async def join(self, req: JoinRequest) -> JoinResult:
         """Answer a JoinGroup (waits for the rebalance to complete)."""
@@ -529,396 +482,78 @@ class Coordinator:
         if not self.config.group_min_session_timeout_ms <= req.who.session_timeout_ms \
                 <= self.config.group_max_session_timeout_ms:
             return JoinResult(E.invalid_session_timeout, req.member_id)
+        new_id = f"{req.who.client_id}-{uuid.uuid4()}"
+        delay = self.config.group_initial_rebalance_delay_ms
         try:
-            g = await self.group(req.group_id)
-            async with g.lock:
-                if g.is_(GROUP_DEAD):
-                    return JoinResult(E.coordinator_not_available, req.member_id)
-                if not g.supports(req.protocol_type, req.protocols):
-                    return JoinResult(E.inconsistent_group_protocol, req.member_id)
-                if not req.member_id:
-                    waiter = await self._join_new(g, req)
-                else:
-                    waiter = await self._join_known(g, req)
-        except Unavailable as exc:
-            return JoinResult(exc.code, req.member_id)
-        except GroupLeaseLostError:
-            return JoinResult(E.not_coordinator, req.member_id)
+            return await self._serve(
+                req.group_id, lambda token: Join(token, req, new_id, delay),
+                lambda code: JoinResult(code, req.member_id), create=True)
         except Exception:
             log.exception("group %r: JoinGroup failed", req.group_id)
             return JoinResult(E.coordinator_not_available, req.member_id)
-        if isinstance(waiter, JoinResult):
-            return waiter
-        return await waiter
-
-    async def _join_new(self, g: Group, req: JoinRequest) -> JoinResult | \
-            asyncio.Future[JoinResult]:
-        new_id = f"{req.who.client_id}-{uuid.uuid4()}"
-        if req.group_instance_id and req.group_instance_id in g.static:
-            return await self._replace_static(g, req, new_id)
-        if req.require_known_member_id and not req.group_instance_id:
-            loop = asyncio.get_running_loop()
-            g.pending[new_id] = loop.call_later(req.who.session_timeout_ms / 1000,
-                                                self._pending_over, g, new_id)
-            return JoinResult(E.member_id_required, new_id)
-        return await self._add_member(g, req, new_id)
-
-    def _pending_over(self, g: Group, member_id: str) -> None:
-        async def go() -> None:
-            async with g.lock:
-                if g.pending.pop(member_id, None) is not None:
-                    self._maybe_complete_join(g)
-        self._spawn(go())
-
-    async def _add_member(self, g: Group, req: JoinRequest,
-                          member_id: str) -> asyncio.Future[JoinResult]:
-        if (handle := g.pending.pop(member_id, None)) is not None:
-            handle.cancel()
-        m = Member(req.member(member_id), req.protocol_type, req.protocols)
-        fut = m.join = asyncio.get_running_loop().create_future()
-        first = not g.members
-        g.members[member_id] = m
-        if req.group_instance_id:
-            g.static[req.group_instance_id] = member_id
-        if first:
-            g.protocol_type = req.protocol_type
-            g.leader = member_id
-        g.new_member_added = True
-        self._heard_from(g, m)
-        try:
-            if g.state in (GROUP_EMPTY, GROUP_STABLE, GROUP_COMPLETING_REBALANCE):
-                await self._prepare_rebalance(g)
-        except BaseException:
-            self._remove(g, m)  # nothing stored: as if it never joined
-            raise
-        self._maybe_complete_join(g)
-        return fut
-
-    async def _replace_static(self, g: Group, req: JoinRequest,
-                              new_id: str) -> JoinResult | asyncio.Future[JoinResult]:
-        """A static member rejoining under a new member id (Kafka's
-        updateStaticMemberAndRebalance): the old id is fenced. In Stable, if the group's
-        protocol would stay the same, the group is stored with the new id and the member
-        gets its old assignment back without a rebalance; otherwise the group rebalances."""
-        instance = req.group_instance_id or ""
-        old_id = g.static[instance]
-        old = g.members[old_id]
-        old.answer_join(JoinResult(E.fenced_instance_id, old_id))
-        old.answer_sync(SyncResult(E.fenced_instance_id))
-        self._cancel(old)
-        old_leader = g.leader
-        m = Member(req.member(new_id, old.assignment), req.protocol_type, req.protocols)
-
-        def swap(out: Member, into: Member) -> None:
-            del g.members[out.member_id]
-            g.members[into.member_id] = into
-            g.static[instance] = into.member_id
-            if g.leader == out.member_id:
-                g.leader = into.member_id
-            g.pending_sync.discard(out.member_id)
-
-        swap(old, m)
-        self._heard_from(g, m)
-        if g.is_(GROUP_STABLE) and g.select_protocol() == g.protocol_name:
-            try:
-                await self._store(g, g.record(self._now_ms()))
-            except BaseException:
-                self._cancel(m)
-                swap(m, old)
-                self._heard_from(g, old)
-                raise
-            is_leader = g.leader == new_id
-            skip = is_leader and req.supports_skip_assignment
-            result = g.join_result(m)
-            # An older leader is told the old leader id, so it does not assign (KIP-814
-            # clients are told to skip assigning instead): the assignment stays as it is.
-            return JoinResult(result.error, new_id, result.generation, result.protocol_type,
-                              result.protocol_name,
-                              result.leader if skip else (old_leader or ""),
-                              result.members if skip else (), skip_assignment=skip)
-        fut = m.join = asyncio.get_running_loop().create_future()
-        if g.state in (GROUP_STABLE, GROUP_COMPLETING_REBALANCE):
-            await self._prepare_rebalance(g)
-        self._maybe_complete_join(g)
-        return fut
-
-    async def _join_known(self, g: Group, req: JoinRequest) -> JoinResult | \
-            asyncio.Future[JoinResult]:
-        if req.member_id in g.pending:
-            return await self._add_member(g, req, req.member_id)
-        checked = self._check_member(g, req.member_id, req.group_instance_id)
-        if isinstance(checked, ErrorCode):
-            return JoinResult(checked, req.member_id)
-        m = checked
-        if g.state in (GROUP_EMPTY, GROUP_DEAD):
-            return JoinResult(E.unknown_member_id, req.member_id)
-        self._heard_from(g, m)
-        if g.is_(GROUP_COMPLETING_REBALANCE) and m.matches(req.protocols):
-            return g.join_result(m)  # it missed the answer: send it again
-        if g.is_(GROUP_STABLE) and m.member_id != g.leader and m.matches(req.protocols):
-            return g.join_result(m)  # a follower with nothing new
-        if m.join is not None:  # a JoinGroup of its was already waiting: this one replaces it
-            m.answer_join(JoinResult(E.rebalance_in_progress, m.member_id))
-        m.protocols = req.protocols
-        m.info = req.member(m.member_id, m.assignment)
-        fut = m.join = asyncio.get_running_loop().create_future()
-        if g.state in (GROUP_STABLE, GROUP_COMPLETING_REBALANCE):
-            await self._prepare_rebalance(g)
-        self._maybe_complete_join(g)
-        return fut
-
-    # ------------------------------------------------------------------ SyncGroup
 
     async def sync(self, group_id: str, generation: int, member_id: str,
                    instance_id: str | None, protocol_type: str | None,
                    protocol_name: str | None,
                    assignments: Sequence[tuple[str, bytes]]) -> SyncResult:
         """Answer a SyncGroup (a follower waits for the leader's assignment)."""
-        try:
-            g = await self.existing(group_id)
-            if g is None:
-                return SyncResult(E.unknown_member_id)
-            async with g.lock:
-                answer = await self._sync(g, generation, member_id, instance_id,
-                                          protocol_type, protocol_name, assignments)
-        except Unavailable as exc:
-            return SyncResult(exc.code)
-        except GroupLeaseLostError:
-            return SyncResult(E.not_coordinator)
-        if isinstance(answer, SyncResult):
-            return answer
-        return await answer
-
-    async def _sync(self, g: Group, generation: int, member_id: str, instance_id: str | None,
-                    protocol_type: str | None, protocol_name: str | None,
-                    assignments: Sequence[tuple[str, bytes]]) -> SyncResult | \
-            asyncio.Future[SyncResult]:
-        if g.is_(GROUP_DEAD):
-            return SyncResult(E.coordinator_not_available)
-        checked = self._check_member(g, member_id, instance_id)
-        if isinstance(checked, ErrorCode):
-            return SyncResult(checked)
-        m = checked
-        if generation != g.generation:
-            return SyncResult(E.illegal_generation)
-        if (protocol_type is not None and protocol_type != g.protocol_type) or \
-                (protocol_name is not None and protocol_name != g.protocol_name):
-            return SyncResult(E.inconsistent_group_protocol)
-        if g.is_(GROUP_EMPTY):
-            return SyncResult(E.unknown_member_id)
-        if g.is_(GROUP_PREPARING_REBALANCE):
-            return SyncResult(E.rebalance_in_progress)
-        self._heard_from(g, m)
-        if g.is_(GROUP_STABLE):
-            return SyncResult(E.none, g.protocol_type, g.protocol_name, m.assignment)
-        # CompletingRebalance
-        if m.sync is not None:
-            m.answer_sync(SyncResult(E.rebalance_in_progress))
-        fut = m.sync = asyncio.get_running_loop().create_future()
-        g.pending_sync.discard(member_id)
-        if member_id == g.leader:
-            given = dict(assignments)
-            for other in g.members.values():
-                other.assignment = given.get(other.member_id, b"")
-            try:
-                await self._store(g, g.record(self._now_ms(), GROUP_STABLE))
-            except GroupLeaseLostError:
-                raise
-            except Exception as exc:
-                log.warning("group %r: the assignment could not be stored: %s", g.group_id,
-                            exc)
-                for other in g.members.values():
-                    other.assignment = b""
-                    other.answer_sync(SyncResult(E.coordinator_not_available))
-                await self._prepare_rebalance(g)
-                return fut
-            g.state, g.state_at_ms = GROUP_STABLE, self._now_ms()
-            if g.rebalance_timer is not None:
-                g.rebalance_timer.cancel()
-                g.rebalance_timer = None
-            g.pending_sync.clear()
-            for other in g.members.values():
-                other.answer_sync(SyncResult(E.none, g.protocol_type, g.protocol_name,
-                                             other.assignment))
-        return fut
-
-    # ------------------------------------------------------------------ Heartbeat, LeaveGroup
+        return await self._serve(
+            group_id, lambda token: Sync(token, generation, member_id, instance_id,
+                                         protocol_type, protocol_name, tuple(assignments)),
+            SyncResult, SyncResult(E.unknown_member_id))
 
     async def heartbeat(self, group_id: str, generation: int, member_id: str,
                         instance_id: str | None) -> ErrorCode:
-        try:
-            g = await self.existing(group_id)
-        except Unavailable as exc:
-            return exc.code
-        if g is None:
-            return E.unknown_member_id
-        async with g.lock:
-            if g.is_(GROUP_DEAD):
-                return E.coordinator_not_available
-            checked = self._check_member(g, member_id, instance_id)
-            if isinstance(checked, ErrorCode):
-                return checked
-            if g.is_(GROUP_EMPTY):
-                return E.unknown_member_id
-            if generation != g.generation:
-                return E.illegal_generation
-            self._heard_from(g, checked)
-            if g.is_(GROUP_PREPARING_REBALANCE):
-                return E.rebalance_in_progress
-            return E.none
+        return await self._serve(
+            group_id, lambda token: Heartbeat(token, generation, member_id, instance_id),
+            lambda code: code, E.unknown_member_id)
 
     async def leave(self, group_id: str,
                     members: Sequence[tuple[str, str | None]]) -> tuple[ErrorCode,
                                                                         list[ErrorCode]]:
         """LeaveGroup: (top-level error, one error per (member id, instance id))."""
-        try:
-            g = await self.existing(group_id)
-        except Unavailable as exc:
-            return exc.code, []
-        if g is None:
-            return E.none, [E.unknown_member_id] * len(members)
-        out: list[ErrorCode] = []
-        try:
-            async with g.lock:
-                if g.is_(GROUP_DEAD):
-                    return E.coordinator_not_available, []
-                for member_id, instance_id in members:
-                    if not member_id and instance_id:  # a static member leaving by instance
-                        member_id = g.static.get(instance_id, "")
-                    if member_id in g.pending:
-                        g.pending.pop(member_id).cancel()
-                        self._maybe_complete_join(g)
-                        out.append(E.none)
-                        continue
-                    checked = self._check_member(g, member_id, instance_id)
-                    if isinstance(checked, ErrorCode):
-                        out.append(checked)
-                        continue
-                    log.info("group %r: member %s left", g.group_id, member_id)
-                    await self._remove_and_rebalance(g, checked)
-                    out.append(E.none)
-        except GroupLeaseLostError:
-            return E.not_coordinator, []
-        return E.none, out
-
-    # ------------------------------------------------------------------ offsets
+        return await self._serve(
+            group_id, lambda token: Leave(token, tuple(members)), lambda code: (code, []),
+            (E.none, [E.unknown_member_id] * len(members)))
 
     async def commit(self, group_id: str, generation: int, member_id: str,
                      instance_id: str | None,
                      offsets: Sequence[OffsetCommit]) -> dict[tuple[str, int], ErrorCode]:
-        """OffsetCommit: an error per (topic, partition); all stored in one transaction."""
-        keys = [(o.topic, o.partition) for o in offsets]
-
-        def every(code: ErrorCode) -> dict[tuple[str, int], ErrorCode]:
-            return dict.fromkeys(keys, code)
-
-        try:  # an empty group id is valid here, as in Kafka (old clients commit under it)
-            g = await self.existing(group_id)
-            if g is None:
-                if generation >= 0:  # no such group: a commit of an older generation
-                    return every(E.illegal_generation)
-                g = await self.group(group_id)  # a "simple" consumer's group is created
-        except Unavailable as exc:
-            return every(exc.code)
-        async with g.lock:
-            error = self._commit_allowed(g, generation, member_id, instance_id)
-            if error is not E.none:
-                return every(error)
-            lease = g.lease
-        limit = self.config.offset_metadata_max_bytes
-        out = {(o.topic, o.partition): E.offset_metadata_too_large for o in offsets
-               if o.metadata is not None and len(o.metadata.encode()) > limit}
-        good = [o for o in offsets if (o.topic, o.partition) not in out]
-        try:
-            unknown: set[tuple[str, int]] = await self.run(
-                self.metadata.commit_offsets, group_id, good, lease) if good else set()
-        except GroupLeaseLostError as exc:
-            self.drop(g, str(exc))
-            return every(E.not_coordinator)
-        except Exception:
-            log.exception("group %r: OffsetCommit failed", group_id)
-            return every(E.coordinator_not_available)
-        for key in keys:
-            out.setdefault(key, E.unknown_topic_or_partition if key in unknown else E.none)
-        return out
-
-    def _commit_allowed(self, g: Group, generation: int, member_id: str,
-                        instance_id: str | None) -> ErrorCode:
-        """Kafka's doCommitOffsets checks, in its order."""
-        if g.is_(GROUP_DEAD):
-            return E.coordinator_not_available
-        if instance_id and g.static.get(instance_id, member_id) != member_id:
-            return E.fenced_instance_id
-        if generation < 0 and g.is_(GROUP_EMPTY):
-            return E.none  # the group only stores offsets ("simple" consumers)
-        m = g.members.get(member_id)
-        if m is None:
-            return E.unknown_member_id
-        if generation != g.generation:
-            return E.illegal_generation
-        if g.is_(GROUP_COMPLETING_REBALANCE):
-            return E.rebalance_in_progress
-        self._heard_from(g, m)
-        return E.none
+        """OffsetCommit (offsets.py)."""
+        return await self.offsets.commit(group_id, generation, member_id, instance_id,
+                                         offsets)
 
     async def delete_offsets(self, group_id: str, partitions: Sequence[tuple[str, int]]
                              ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
-        """OffsetDelete (Kafka's handleDeleteOffsets): any partition of an empty group; of
-        a consumer group with members, those of topics it does not subscribe to (a
-        subscription that cannot be read counts as subscribed to everything); another
-        protocol's group with members: NON_EMPTY_GROUP."""
-        try:
-            g = await self.existing(group_id)
-        except Unavailable as exc:
-            return exc.code, {}
-        if g is None:
-            return E.group_id_not_found, {}
-        async with g.lock:
-            if g.is_(GROUP_DEAD):
-                return E.group_id_not_found, {}
-            out: dict[tuple[str, int], ErrorCode] = {}
-            if not g.is_(GROUP_EMPTY):
-                if g.protocol_type != "consumer":
-                    return E.non_empty_group, {}
-                out = {tp: E.group_subscribed_to_topic for tp in partitions
-                       if g.is_subscribed(tp[0])}
-            lease = g.lease
-        rest = [tp for tp in partitions if tp not in out]
-        try:
-            await self.run(self.metadata.delete_offsets, group_id, rest, lease)
-        except GroupLeaseLostError as exc:
-            self.drop(g, str(exc))
-            return E.not_coordinator, {}
-        for tp in rest:
-            out[tp] = E.none
-        return E.none, out
+        """OffsetDelete (offsets.py)."""
+        return await self.offsets.delete(group_id, partitions)
 
     async def delete_group(self, group_id: str) -> ErrorCode:
         """DeleteGroups for one group: only an empty one."""
         try:
-            g = await self.existing(group_id)
+            s = await self.existing_slot(group_id)
         except Unavailable as exc:
             return exc.code
-        if g is None:
+        if s is None:
             return E.group_id_not_found
-        async with g.lock:
-            if g.is_(GROUP_DEAD):
+        async with s.lock:
+            if s.group.is_(GROUP_DEAD):
                 return E.group_id_not_found
-            if not g.is_(GROUP_EMPTY):
+            if not s.group.is_(GROUP_EMPTY):
                 return E.non_empty_group
-            if g.last_store is not None:  # the store of its emptying lands first
+            if s.last_store is not None:  # the store of its emptying lands first
                 with contextlib.suppress(Exception):
-                    await g.last_store
+                    await s.last_store
             try:
-                await self.run(self.metadata.delete_group, group_id, g.lease)
+                await self.run(self.metadata.delete_group, group_id, s.group.lease)
             except UnknownGroupError:
                 return E.group_id_not_found
             except GroupNotEmptyError:
                 return E.non_empty_group
             except GroupLeaseLostError as exc:
-                self.drop(g, str(exc))
+                self.drop(s, str(exc))
                 return E.not_coordinator
-            self.drop(g, "deleted")
+            self.drop(s, "deleted")
             return E.none
 
     # ------------------------------------------------------------------ DescribeGroups, ListGroups
@@ -927,24 +562,24 @@ class Coordinator:
         """DescribeGroups for one group: from memory if coordinated here, else as stored
         if nobody coordinates it (None: no such group, described as Dead), else
         NOT_COORDINATOR. As Kafka: member metadata and assignments only when Stable."""
-        g = self.groups.get(group_id)
-        if g is None:
+        s = self._slots.get(group_id)
+        if s is None:
             holder = await self.run(self.metadata.group_coordinator, group_id)
             if holder is not None and holder.agent_id != self.me():
                 return E.not_coordinator, None
             if holder is not None:  # held by this agent's id: loaded (as at start)
                 try:
-                    g = await self._load_existing(group_id)
+                    s = await self._load_existing(group_id)
                 except Unavailable as exc:
                     return exc.code, None
-                if g is None:
+                if s is None:
                     return E.none, None
-            elif (g := self.groups.get(group_id)) is None:
+            elif (s := self._slots.get(group_id)) is None:
                 record: GroupRecord | None = await self.run(self.metadata.load_group,
                                                             group_id)
                 return E.none, record
-        async with g.lock:
-            return E.none, g.record(self._now_ms())
+        async with s.lock:
+            return E.none, s.group.record(self.now_ms())
 
     async def listed(self, live: Sequence[AgentInfo]) -> list[GroupRecord]:
         """ListGroups: the groups coordinated here (those whose lease this agent's id holds
@@ -957,7 +592,7 @@ class Coordinator:
         self.adopt_soon()
         holders: dict[str, str] = await self.run(self.metadata.live_coordinators)
         stored: list[GroupRecord] = await self.run(self.metadata.list_groups)
-        now = self._now_ms()
+        now = self.now_ms()
         out = {gid: g.record(now) for gid, g in self.groups.items()}
         for record in stored:
             if record.group_id in out:

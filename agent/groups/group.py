@@ -1,15 +1,16 @@
-"""One consumer group as its coordinator holds it in memory: members, generation, state,
-and the pure rules of Kafka's classic group protocol that need no I/O or timers (protocol
-selection, the JoinGroup answer, the stored record).
+"""One consumer group as its coordinator holds it in memory (Kafka's ClassicGroup): members,
+generation, state, deadlines, and the rules of Kafka's classic group protocol that read
+it (protocol selection, the JoinGroup answer, the stored record). Plain data: no asyncio,
+no I/O; a request waiting for an answer is a token (an int the effect runner maps to the
+request), a deadline an epoch millisecond of the injected clock. transitions.py changes it.
 
-States and their moves are Kafka's (GroupMetadata.scala): Empty → PreparingRebalance →
+States and their moves are Kafka's (ClassicGroupState): Empty → PreparingRebalance →
 CompletingRebalance → Stable → PreparingRebalance …, any → Dead (deleted or no longer
 coordinated here).
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
@@ -76,19 +77,19 @@ class SyncResult:
     assignment: bytes = b""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Member:
     """A member: who it is, its timeouts and assignment (`info`, the stored record's
-    fields: one definition, metadata.GroupMember), the protocols it joined with, its
-    pending JoinGroup/SyncGroup answers, and when its session expires (loop time)."""
+    fields: one definition, metadata.GroupMember), the protocols it joined with, the
+    tokens of its JoinGroup/SyncGroup waiting for an answer, and when its session expires
+    (epoch ms)."""
 
     info: GroupMember
     protocol_type: str
     protocols: list[tuple[str, bytes]]
-    join: asyncio.Future[JoinResult] | None = None
-    sync: asyncio.Future[SyncResult] | None = None
-    deadline: float = 0.0
-    timer: asyncio.TimerHandle | None = None
+    join: int | None = None
+    sync: int | None = None
+    deadline_ms: int = 0
 
     @property
     def member_id(self) -> str:
@@ -122,19 +123,17 @@ class Member:
         """Whether it would join with the same protocols and metadata again."""
         return self.protocols == protocols
 
-    def answer_join(self, result: JoinResult) -> None:
-        if self.join is not None and not self.join.done():
-            self.join.set_result(result)
-        self.join = None
-
-    def answer_sync(self, result: SyncResult) -> None:
-        if self.sync is not None and not self.sync.done():
-            self.sync.set_result(result)
-        self.sync = None
+    def waiting(self) -> bool:
+        """Waiting for a JoinGroup or SyncGroup answer: as good as heartbeating (Kafka's
+        MemberMetadata.hasSatisfiedHeartbeat)."""
+        return self.join is not None or self.sync is not None
 
     def record(self, protocol: str | None) -> GroupMember:
         """As stored: with its metadata for the group's protocol."""
         return dataclasses.replace(self.info, metadata=self.metadata(protocol))
+
+    def copy(self) -> Member:
+        return dataclasses.replace(self)
 
     @classmethod
     def restored(cls, m: GroupMember, protocol_type: str | None,
@@ -143,10 +142,15 @@ class Member:
         return cls(m, protocol_type or "", [(protocol or "", m.metadata)])
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Group:
-    """A group this agent coordinates under `lease`. Every change happens under `lock`
-    (handlers and timers alike), on the event loop."""
+    """A group this agent coordinates under `lease`.
+
+    `deadline_ms` is the deadline of the current phase (None when there is none): the end
+    of the join phase in PreparingRebalance (of the initial rebalance delay while
+    `initial_join`, `delay_left_ms` of the rebalance timeout then remaining), the end of
+    the sync phase in CompletingRebalance. `pending` holds the member ids handed out with
+    MEMBER_ID_REQUIRED, until when they may join."""
 
     group_id: str
     lease: GroupLease
@@ -158,18 +162,18 @@ class Group:
     state_at_ms: int = 0
     members: dict[str, Member] = field(default_factory=dict)
     static: dict[str, str] = field(default_factory=dict)  # instance id -> member id
-    pending: dict[str, asyncio.TimerHandle] = field(default_factory=dict)  # MEMBER_ID_REQUIRED
+    pending: dict[str, int] = field(default_factory=dict)  # MEMBER_ID_REQUIRED id -> deadline
     pending_sync: set[str] = field(default_factory=set)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    rebalance_timer: asyncio.TimerHandle | None = None
+    deadline_ms: int | None = None
+    delay_ms: int = 0  # group.initial.rebalance.delay.ms of the current initial join
+    delay_left_ms: int = 0
     initial_join: bool = False  # in group.initial.rebalance.delay.ms
     new_member_added: bool = False
-    last_store: asyncio.Future[None] | None = None  # stores run in order
 
     @classmethod
-    def loaded(cls, lease: GroupLease, record: GroupRecord | None) -> Group:
-        """The group from its `as_loaded` record (None: only offsets, Empty), its members'
-        sessions not yet scheduled."""
+    def loaded(cls, lease: GroupLease, record: GroupRecord | None, now_ms: int) -> Group:
+        """The group from its `as_loaded` record (None: only offsets, Empty); its members'
+        sessions start now."""
         g = cls(lease.group_id, lease)
         if record is None:
             return g
@@ -178,11 +182,19 @@ class Group:
         g.protocol_name, g.leader, g.state_at_ms = record.protocol_name, record.leader, \
             record.state_at_ms
         for m in record.members:
-            g.members[m.member_id] = Member.restored(m, record.protocol_type,
-                                                     record.protocol_name)
+            member = Member.restored(m, record.protocol_type, record.protocol_name)
+            member.deadline_ms = now_ms + member.session_timeout_ms
+            g.members[m.member_id] = member
             if m.group_instance_id:
                 g.static[m.group_instance_id] = m.member_id
         return g
+
+    def copy(self) -> Group:
+        """A copy sharing nothing mutable with this one (transitions change the copy)."""
+        return dataclasses.replace(
+            self, members={k: m.copy() for k, m in self.members.items()},
+            static=dict(self.static), pending=dict(self.pending),
+            pending_sync=set(self.pending_sync))
 
     # ------------------------------------------------------------------ questions
 
@@ -216,6 +228,18 @@ class Group:
     def all_joined(self) -> bool:
         """Every member has a JoinGroup waiting and no MEMBER_ID_REQUIRED one is out."""
         return not self.pending and all(m.join is not None for m in self.members.values())
+
+    def rebalance_timeout_ms(self) -> int:
+        """The longest rebalance timeout of the members (Kafka's rebalanceTimeoutMs)."""
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def next_deadline(self) -> int | None:
+        """The earliest deadline of the group (phase, sessions, pending ids); None if none."""
+        times = [m.deadline_ms for m in self.members.values()]
+        times.extend(self.pending.values())
+        if self.deadline_ms is not None:
+            times.append(self.deadline_ms)
+        return min(times, default=None) if not self.is_(GROUP_DEAD) else None
 
     def join_result(self, member: Member) -> JoinResult:
         """What `member` is answered at the current generation."""

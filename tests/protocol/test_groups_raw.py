@@ -22,7 +22,6 @@ import select
 import signal
 import struct
 import sys
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -62,9 +61,7 @@ METADATA_MAX_BYTES = AgentConfig().offset_metadata_max_bytes  # the default
 # Fast groups: the first rebalance does not wait for more members, and sessions may be short.
 GROUP_ENV = {"SILT_AGENT_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
              "SILT_AGENT_GROUP_MIN_SESSION_TIMEOUT_MS": str(MIN_SESSION_MS)}
-SHORT_MS = MIN_SESSION_MS  # a session a test lets lapse
 LONG_MS = 30_000  # a session or rebalance timeout no test outlives
-OVERSLEEP_S = 2.5 * SHORT_MS / 1000  # well past a short session
 ANSWER_S = 10.0  # a bound on an answer due at once (far below LONG_MS)
 
 # Versions used unless a test says otherwise (the newest the agent serves).
@@ -509,20 +506,9 @@ def test_heartbeat_and_sync_errors(connect: Connect) -> None:
     assert a.sync(generation=a.generation - 1).error_code == E.illegal_generation
 
 
-def test_session_expiry_removes_the_silent_member(connect: Connect) -> None:
-    live = Member(connect(), "g-expiry")
-    silent = Member(connect(), "g-expiry", session_ms=SHORT_MS)
-    form_group(live, silent)
-    generation = live.generation
-    # `silent` sends nothing: after its session it is removed (onExpireHeartbeat) and the
-    # group rebalances; the live member is asked to rejoin
-    _until(functools.partial(rejoin_asked, live), "the live member is asked to rejoin")
-    resp = live.join()
-    assert (resp.error_code, resp.generation_id) == (E.none, generation + 1)
-    assert [m.member_id for m in resp.members] == [live.member_id]
-    assert silent.heartbeat() == E.unknown_member_id
-    assert live.sync({live.member_id: b"all"}).assignment == b"all"
-    assert set(members_of(live.client, "g-expiry")) == {live.member_id}
+# Session expiry and members waiting in JoinGroup/SyncGroup past their session
+# (MemberMetadata.hasSatisfiedHeartbeat) are tested on a ManualClock, without sleeping, in
+# tests/agent/test_group_coordinator.py and test_group_transitions.py.
 
 
 # ------------------------------------------------------------------ static membership
@@ -808,38 +794,6 @@ def test_one_coordinator_per_group_across_agents(
 
 
 # ------------------------------------------------------------------ where the agent differs
-
-
-def test_members_waiting_in_join_do_not_expire_as_kafka(connect: Connect) -> None:
-    """MemberMetadata.hasSatisfiedHeartbeat: a member awaiting its JoinGroup answer
-    satisfies its heartbeats (it cannot send any); only the rebalance timeout bounds the
-    wait for the others."""
-    waiting = Member(connect(), "g-await-join", session_ms=SHORT_MS)
-    slow = Member(connect(), "g-await-join")
-    form_group(waiting, slow)  # `waiting` leads
-    waiting.start_join()  # the leader rejoins: a rebalance, waiting for `slow`
-    time.sleep(OVERSLEEP_S)  # longer than `waiting`'s session
-    _until(functools.partial(rejoin_asked, slow), "the slow member is asked to rejoin")
-    slow.start_join()
-    answers = waiting.joined(), slow.joined()
-    assert [(a.error_code, a.generation_id) for a in answers] == [(E.none, 3), (E.none, 3)]
-
-
-def test_members_waiting_in_sync_do_not_expire_as_kafka(connect: Connect) -> None:
-    """As above for a follower awaiting the leader's assignment in SyncGroup."""
-    leader = Member(connect(), "g-await-sync")
-    waiting = Member(connect(), "g-await-sync", session_ms=SHORT_MS)
-    form_group(leader, waiting)
-    leader.start_join()
-    _until(functools.partial(rejoin_asked, waiting), "the follower is asked to rejoin")
-    waiting.start_join()
-    assert (leader.joined().error_code, waiting.joined().error_code) == (E.none, E.none)
-    waiting.start_sync()
-    time.sleep(OVERSLEEP_S)  # the leader takes longer than the follower's session
-    assert leader.sync({m.member_id: assignment(m) for m in (leader, waiting)}) \
-        .error_code == E.none
-    got = waiting.synced()
-    assert (got.error_code, got.assignment) == (E.none, assignment(waiting))
 
 
 def test_static_rejoin_before_v9_keeps_the_old_leader_id_as_kafka(connect: Connect) -> None:
