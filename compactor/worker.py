@@ -52,7 +52,7 @@ from metadata.models import CompactionOutput, RetentionResult
 from metadata.models import Snapshot as MetadataSnapshot
 from metadata.schema import FILE_PENDING
 from metadata.segments import output_segment
-from objectstore import MTIME_SLACK_MS, ObjectStore, ObjectWriter
+from objectstore import MTIME_SLACK_MS, ObjectStore, ObjectWriter, RequestCounts
 from planner import JobSpec, Plan, Snapshot, propose, propose_all, validate
 
 from .config import CompactorConfig
@@ -251,11 +251,7 @@ class Compactor:
                 report.output_bytes = sum(c.size for c in committed)
                 report.stats = stats.as_dict()
                 report.input_bytes = stats.input_bytes
-                used = self.store.counters() - before
-                report.requests = {k: v for k, v in used.as_dict().items()
-                                   if v and not k.startswith("bytes")}
-                report.bytes_read = used.bytes_received
-                report.duration_s = round(self.clock.monotonic() - started, 4)
+                self._account(report, before, started)  # as stored with the commit
                 report.outcome = "committed"
                 self.metadata.commit_compaction(lease, outputs=committed,
                                                 result=report.as_dict(),
@@ -274,12 +270,17 @@ class Compactor:
             report.outcome, report.error = "failed", f"{type(exc).__name__}: {exc}"
             self._discard(outputs)
             self._release(lease, report)
+        self._account(report, before, started)
+        return report
+
+    def _account(self, report: JobReport, before: RequestCounts, started: float) -> None:
+        """The job's requests and bytes read since the store's counters were `before`, and
+        its duration since `started` (monotonic)."""
         used = self.store.counters() - before
         report.requests = {k: v for k, v in used.as_dict().items()
                            if v and not k.startswith("bytes")}
         report.bytes_read = used.bytes_received
         report.duration_s = round(self.clock.monotonic() - started, 4)
-        return report
 
     def _release(self, lease: Any, report: JobReport) -> None:
         """End a job that will not commit (`failed`/`abandoned`): its files free at once.
