@@ -27,10 +27,11 @@ import numpy as np
 from pyroaring import BitMap
 
 from compactor.dedupe import DEFAULT_MEMORY_BUDGET, map_capacity
-from compactor.merge import InputFile, OutputTarget, PartitionRule, TopicPartition, merge
+from compactor.merge import InputFile, OutputTarget, TopicPartition, merge
 from fileformat import FLAG_KEYED, FileWriter, Readable
 from fileformat.objectfile import ENTRY, ENTRY_CRC, OBJECT_HEADER_SIZE, TOMB_HEAD, TRAILER
 from objectstore import ObjectStore, open_store
+from planner import PartitionPlan
 
 MIB = 1 << 20
 GOAL_OVER_BUDGET = 32 * MIB  # the bound: budget + 32 MiB whatever the job's size
@@ -144,7 +145,8 @@ def measure(records: int, distinct_keys: int, budget: int) -> dict[str, Any]:
         return OutputTarget(FileWriter(lambda b: None))
 
     store = open_store("memory://bench")
-    rule = PartitionRule(whole_log=True, clean_upto_offset=2**62, delete_retention_ms=0)
+    plan = PartitionPlan(TOPIC, 0, whole_log=True, clean_upto_offset=2**62,
+                         delete_retention_ms=0)
     try:  # the high-water mark from here on (Linux >= 4.0); else the process's whole life
         Path("/proc/self/clear_refs").write_text("5")
         reset = True
@@ -153,9 +155,8 @@ def measure(records: int, distinct_keys: int, budget: int) -> dict[str, Any]:
     base = _status_kib("VmRSS")
     cpu0 = time.process_time()
     with suppress(_Done):
-        merge(store, [f], compacted_topics=frozenset({TOPIC}), rules={(TOPIC, 0): rule},
-              compacted_out=out, delete_out=out, now_ms=0, memory_budget=budget,
-              open_input=open_input, after_pass1=after_pass1)
+        merge(store, [f], [plan], compacted_out=out, delete_out=out, now_ms=0,
+              memory_budget=budget, open_input=open_input, after_pass1=after_pass1)
     cpu = time.process_time() - cpu0
     grown = (peak[0] - base) * 1024
     return {

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +39,7 @@ from fileformat.batch import BatchHeader, filter_batch
 from fileformat.errors import naming
 from fileformat.objectfile import DataReader, ReadAhead
 from objectstore import ObjectStore
+from planner import PartitionPlan
 
 from .dedupe import HashSource, Pass1, map_capacity, pass1
 from .offsetmap import HashSpool
@@ -79,16 +80,6 @@ def open_streams(store: ObjectStore, f: InputFile, stack: ExitStack) -> tuple[Re
     data = stack.enter_context(
         store.open_stream(f.object_key, f.data_offset, f.data_offset + f.data_length))
     return meta, data
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionRule:
-    """How to treat one compacted partition in this job (from the planner)."""
-
-    whole_log: bool  # inputs hold every live segment from the log start: tombstones may go
-    clean_upto_offset: int  # records at or above are younger than min.compaction.lag.ms
-    delete_retention_ms: int
-    dirty_start_offset: int = 0  # the cleaner checkpoint: the offset map starts here
 
 
 @dataclass(slots=True)
@@ -192,26 +183,27 @@ def _offsets_of(ci: ChunkIndex, base: int) -> np.ndarray[Any, np.dtype[np.int64]
 def merge(
     store: ObjectStore,
     inputs: Sequence[InputFile],
+    plans: Iterable[PartitionPlan],
     *,
-    compacted_topics: frozenset[str],
-    rules: Mapping[TopicPartition, PartitionRule],
     compacted_out: Callable[[], OutputTarget],
     delete_out: Callable[[], OutputTarget],
     now_ms: int,
     memory_budget: int,
-    codecs: Mapping[str, Compression | None] | None = None,
     heartbeat: Callable[[], None] = lambda: None,
     open_input: InputOpener = open_streams,
     after_pass1: Callable[[TopicPartition], None] = lambda tp: None,
 ) -> MergeStats:
     """Merge `inputs` into the outputs created on demand by `compacted_out`/`delete_out`.
 
-    `codecs` gives, per topic, the codec partially surviving batches are rewritten in;
-    None or a missing topic: each keeps its input codec (Kafka's `producer`). `open_input`
-    opens each input's two sections (default: two streams, two GETs per file).
+    `plans` (the job's `JobSpec.partitions`) are what the planner decided: a partition with
+    a plan is compacted (deduplicated as the plan says, partially surviving batches
+    rewritten in its `codec`, None: each keeps its input codec) and goes to the compacted
+    output; every other partition is copied as it is to the delete-policy output.
+    `open_input` opens each input's two sections (default: two streams, two GETs per file).
     `after_pass1` is called after each partition's pass 1, before its pass 2 (the memory
     benchmark reads the peak there).
     """
+    by_tp = {(p.topic, p.partition): p for p in plans}
     stats = MergeStats(input_files=len(inputs))
     capacity = map_capacity(memory_budget)
     targets: dict[bool, OutputTarget] = {}
@@ -224,33 +216,40 @@ def merge(
     with ExitStack() as stack:
         opened = [_Input(f, *open_input(store, f, stack)) for f in inputs]
         stats.input_bytes = sum(f.data_length + f.meta_length for f in inputs)
-        while True:
-            keys = [i.key for i in opened if i.key is not None]
-            if not keys:
-                break
-            tp = min(keys)
-            holders = [i for i in opened if i.key == tp]
-            live = [i for i in holders if tp in i.file.segments]
-            for i in holders:
-                if i not in live:  # a dead chunk: read past it in both streams
-                    assert i.head is not None
-                    i.skip_chunk(i.head[0])
-                    i.advance()
+        while (step := _next_partition(opened)) is not None:
+            tp, live = step
             if live:
-                # Inputs in offset order of this partition's segments.
-                live.sort(key=lambda i: i.file.segments[tp][0])
-                compacted = tp[0] in compacted_topics
+                plan = by_tp.get(tp)
                 with HashSpool() as spool:
-                    _merge_partition(
-                        tp, live, target(compacted), compacted, rules.get(tp), stats, spool,
-                        capacity=capacity, now_ms=now_ms, codec=(codecs or {}).get(tp[0]),
-                        after_pass1=after_pass1,
-                    )
+                    _merge_partition(tp, live, target(plan is not None), plan, stats, spool,
+                                     capacity=capacity, now_ms=now_ms, after_pass1=after_pass1)
                 stats.partitions += 1
             heartbeat()
         for i in opened:
             i.finish()
     return stats
+
+
+def _next_partition(opened: Sequence[_Input]) -> tuple[TopicPartition, list[_Input]] | None:
+    """The next partition in (topic, partition) order and the inputs holding a live segment
+    of it, in offset order (None: every input is read to its end). Dead chunks of it (no
+    live segment: replaced or past retention) are read past in both streams."""
+    keys = [i.key for i in opened if i.key is not None]
+    if not keys:
+        return None
+    tp = min(keys)
+    live = []
+    for i in opened:
+        if i.key != tp:
+            continue
+        if tp in i.file.segments:
+            live.append(i)
+        else:
+            assert i.head is not None
+            i.skip_chunk(i.head[0])
+            i.advance()
+    live.sort(key=lambda i: i.file.segments[tp][0])
+    return tp, live
 
 
 class _OutputRun:
@@ -314,102 +313,177 @@ def _offset_at(heads: Sequence[tuple[ChunkIndex, Any, int]], position: int) -> i
     raise IndexError("position beyond the heads' records")
 
 
+# An input chunk of the partition: its index, its key hashes (stream A) and its base offset.
+_Head = tuple[ChunkIndex, EntryHashes, int]
+
+
 def _merge_partition(
     tp: TopicPartition,
     inputs: list[_Input],
     out: OutputTarget,
-    compacted: bool,
-    rule: PartitionRule | None,
+    plan: PartitionPlan | None,
     stats: MergeStats,
     spool: HashSpool,
     *,
     capacity: int,
     now_ms: int,
-    codec: Compression | None,
     after_pass1: Callable[[TopicPartition], None],
 ) -> None:
     """Pass 1 over the META heads of `inputs` (key hashes into the map and `spool`), then
-    pass 2 over their DATA streams."""
-    topic, partition = tp
+    pass 2 over their DATA streams; the output chunk goes to `out`. `plan` None: not a
+    compacted partition (copied as it is)."""
     segs = [i.file.segments[tp] for i in inputs]
-    out_base = segs[0][0]
-    out_last = max(s[1] for s in segs)
-    # ---- pass 1: every record's key hash, from stream A only, into the map and the spool.
-    heads: list[tuple[ChunkIndex, EntryHashes, int]] = []
+    heads: list[_Head] = []
     for i, seg in zip(inputs, segs, strict=True):
         assert i.head is not None
         heads.append((i.head[0], i.head[1], seg[0]))
-    keyed = compacted and all(ci.keyed for ci, _, _ in heads)
-    counts = [ci.record_count for ci, _, _ in heads]
-    n = sum(counts)
+    out_base, out_last = segs[0][0], max(s[1] for s in segs)
+    n = sum(ci.record_count for ci, _, _ in heads)
     stats.records_in += n
-    p1: Pass1 | None = None
-    if keyed and n:
-        window = None
-        if rule is not None:
-            cleanable = _records_below(heads, rule.clean_upto_offset)
-            dirty = min(_records_below(heads, rule.dirty_start_offset), n)
-            window = (dirty, max(cleanable, dirty))
-        p1 = pass1([_NamedHashes(i.file.object_key, h) for (_, h, _), i
-                    in zip(heads, inputs, strict=True)], window, capacity, spool)
-        if rule is not None:
-            if rule.whole_log:
-                # The whole log was rewritten against the map: the dirty records up to the
-                # map's end are now clean (Kafka's cleaner checkpoint advances the same way).
-                stats.checkpoints[tp] = (_offset_at(heads, p1.map_end)
-                                         if p1.map_end < n else out_last + 1)
-            if p1.map_end < cleanable:
-                stats.partial_cleans += 1
-                log.info("%s/%d: offset map full after %d keys; partial clean up to offset %d",
-                         topic, partition, p1.distinct_keys, _offset_at(heads, p1.map_end))
-            if p1.null_keys:
-                stats.null_keys_kept += p1.null_keys
-                log.warning("%s/%d: %d records with null keys on a compacted topic were kept",
-                            topic, partition, p1.null_keys)
+    keyed = plan is not None and all(ci.keyed for ci, _, _ in heads)
+    p1 = None
+    if plan is not None and keyed and n:
+        p1 = _pass1(tp, inputs, heads, plan, stats, spool, capacity=capacity,
+                    out_last=out_last)
     for i in inputs:
         i.advance()  # every entry's hashes were read (or are skipped): its CRC is checked
     after_pass1(tp)
-    # ---- pass 2: survivors from stream B, in the same order, one chunk's records at a time.
-    builder: ChunkBuilder | None = None
-    run = _OutputRun()
+    written = _PartitionOutput(tp, out, out_base, keyed, None if plan is None else plan.codec,
+                               stats)
+    _pass2(inputs, heads, written, p1, plan, stats, now_ms=now_ms)
+    if written.finish():
+        out.chunks.append(OutputChunkInfo(tp, out_base, out_last,
+                                          _cleaned_at(segs, plan, now_ms)))
+
+
+def _pass1(tp: TopicPartition, inputs: Sequence[_Input], heads: Sequence[_Head],
+           plan: PartitionPlan, stats: MergeStats, spool: HashSpool, *, capacity: int,
+           out_last: int) -> Pass1:
+    """Pass 1: every record's key hash, from stream A only, into the map (the dirty
+    cleanable records: from the cleaner checkpoint to the first uncleanable offset) and
+    the spool. Records a whole-log clean's new checkpoint, a partial clean (the map
+    filled up) and null keys kept."""
+    n = sum(ci.record_count for ci, _, _ in heads)
+    cleanable = _records_below(heads, plan.clean_upto_offset)
+    dirty = min(_records_below(heads, plan.dirty_start_offset), n)
+    p1 = pass1([_NamedHashes(i.file.object_key, h) for (_, h, _), i
+                in zip(heads, inputs, strict=True)], (dirty, max(cleanable, dirty)),
+               capacity, spool)
+    topic, partition = tp
+    if plan.whole_log:
+        # The whole log was rewritten against the map: the dirty records up to the
+        # map's end are now clean (Kafka's cleaner checkpoint advances the same way).
+        stats.checkpoints[tp] = (_offset_at(heads, p1.map_end)
+                                 if p1.map_end < n else out_last + 1)
+    if p1.map_end < cleanable:
+        stats.partial_cleans += 1
+        log.info("%s/%d: offset map full after %d keys; partial clean up to offset %d",
+                 topic, partition, p1.distinct_keys, _offset_at(heads, p1.map_end))
+    if p1.null_keys:
+        stats.null_keys_kept += p1.null_keys
+        log.warning("%s/%d: %d records with null keys on a compacted topic were kept",
+                    topic, partition, p1.null_keys)
+    return p1
+
+
+def _pass2(inputs: Sequence[_Input], heads: Sequence[_Head], written: _PartitionOutput,
+           p1: Pass1 | None, plan: PartitionPlan | None, stats: MergeStats, *,
+           now_ms: int) -> None:
+    """Pass 2: survivors from stream B, in the same order, one chunk's records at a time."""
     start = 0  # position of the chunk's first record among the partition's
-    for (ci, _, base), cnt, i in zip(heads, counts, inputs, strict=True):
+    for (ci, _, base), i in zip(heads, inputs, strict=True):
+        cnt = ci.record_count
         batches = i.read_batches(ci)
         offsets = _offsets_of(ci, base)
         all_hashes, keep = p1.take(cnt) if p1 is not None else (b"", np.ones(cnt, np.bool_))
         stats.duplicates_dropped += int(cnt - np.count_nonzero(keep))
-        tomb_mask = tomb_cleaned = None  # the chunk's tombstones (None: it has none)
-        if keyed and len(ci.tombstones):
-            tomb_mask = np.zeros(cnt, dtype=np.bool_)
-            tomb_cleaned = np.zeros(cnt, dtype=np.int64)
-            rel = np.frombuffer(ci.tombstones.to_array(), dtype=np.uint32).astype(np.int64)
-            where = np.searchsorted(offsets, rel + base)
-            tomb_mask[where] = True
-            tomb_cleaned[where] = ci.tombstone_cleaned_at
-        if (tomb_mask is not None and tomb_cleaned is not None and p1 is not None
-                and rule is not None and rule.whole_log):
-            # Kafka's delete horizon: a tombstone goes once delete.retention.ms passed
-            # since a whole-log clean first retained it; only inside the cleaned range.
-            in_range = np.zeros(cnt, dtype=np.bool_)
-            in_range[: max(0, p1.map_end - start)] = True
-            tomb_drop = (
-                keep & tomb_mask & in_range & (tomb_cleaned > 0)
-                & (tomb_cleaned + rule.delete_retention_ms <= now_ms)
-            )
-            keep &= ~tomb_drop
-            stats.tombstones_dropped += int(np.count_nonzero(tomb_drop))
-            # Tombstones retained now get their first-cleaned time.
-            fresh = keep & tomb_mask & (tomb_cleaned == 0) & in_range
-            tomb_cleaned[fresh] = now_ms
+        tombs = _tombstones(ci, base, offsets) if written.keyed else None
+        if tombs is not None and p1 is not None and plan is not None and plan.whole_log:
+            stats.tombstones_dropped += _delete_horizon(
+                keep, *tombs, cleaned=p1.map_end - start,
+                retention_ms=plan.delete_retention_ms, now_ms=now_ms)
         start += cnt
         sel = np.flatnonzero(keep)
-        if not len(sel):
-            continue
-        # The chunk's survivors' index data, sliced into the runs its batches go to.
-        c_rel = offsets[sel] - out_base
-        c_hashes = np.frombuffer(all_hashes, dtype="V16")[sel] if keyed else None
-        c_tombs = None if tomb_mask is None else tomb_mask[sel]
-        c_times = None if tomb_cleaned is None else tomb_cleaned[sel]
+        if len(sel):
+            # The chunk's survivors' index data, sliced into the runs its batches go to.
+            columns = (offsets[sel] - written.base_offset,
+                       np.frombuffer(all_hashes, dtype="V16")[sel] if written.keyed else None,
+                       None if tombs is None else tombs[0][sel],
+                       None if tombs is None else tombs[1][sel])
+            written.add_chunk(ci, base, batches, keep, columns)
+
+
+def _tombstones(ci: ChunkIndex, base: int, offsets: np.ndarray[Any, np.dtype[np.int64]],
+                ) -> tuple[np.ndarray[Any, np.dtype[np.bool_]],
+                           np.ndarray[Any, np.dtype[np.int64]]] | None:
+    """A keyed chunk's tombstones: a mask over its records and their first-cleaned times
+    (0: never retained by a whole-log clean yet); None: it has none."""
+    if not len(ci.tombstones):
+        return None
+    cnt = ci.record_count
+    mask = np.zeros(cnt, dtype=np.bool_)
+    cleaned = np.zeros(cnt, dtype=np.int64)
+    rel = np.frombuffer(ci.tombstones.to_array(), dtype=np.uint32).astype(np.int64)
+    where = np.searchsorted(offsets, rel + base)
+    mask[where] = True
+    cleaned[where] = ci.tombstone_cleaned_at
+    return mask, cleaned
+
+
+def _delete_horizon(keep: np.ndarray[Any, np.dtype[np.bool_]],
+                    mask: np.ndarray[Any, np.dtype[np.bool_]],
+                    cleaned_at: np.ndarray[Any, np.dtype[np.int64]], *, cleaned: int,
+                    retention_ms: int, now_ms: int) -> int:
+    """Kafka's delete horizon, in a whole-log clean: a tombstone goes once
+    delete.retention.ms passed since a whole-log clean first retained it, only among the
+    chunk's first `cleaned` records (the range the map covered). Clears dropped ones in
+    `keep`, gives the tombstones retained now their first-cleaned time (in `cleaned_at`);
+    returns how many were dropped."""
+    in_range = np.zeros(len(keep), dtype=np.bool_)
+    in_range[: max(0, cleaned)] = True
+    drop = keep & mask & in_range & (cleaned_at > 0) & (cleaned_at + retention_ms <= now_ms)
+    keep &= ~drop
+    fresh = keep & mask & (cleaned_at == 0) & in_range
+    cleaned_at[fresh] = now_ms
+    return int(np.count_nonzero(drop))
+
+
+def _cleaned_at(segs: Sequence[tuple[int, int, int | None]], plan: PartitionPlan | None,
+                now_ms: int) -> int | None:
+    """The output segment's cleaned time: now after a whole-log clean, else the latest of
+    its inputs' if they were all cleaned (None: some input was dirty)."""
+    if plan is not None and plan.whole_log:
+        return now_ms
+    cleaned_ats = [s[2] for s in segs]
+    if all(c is not None for c in cleaned_ats):
+        return max(c for c in cleaned_ats if c is not None)
+    return None
+
+
+class _PartitionOutput:
+    """One partition's output chunk: surviving batches gathered in a run (`_OutputRun`),
+    appended to the chunk (opened on the first append) whenever the run holds RUN_BYTES,
+    and at the end."""
+
+    def __init__(self, tp: TopicPartition, out: OutputTarget, base_offset: int, keyed: bool,
+                 codec: Compression | None, stats: MergeStats) -> None:
+        self.tp = tp
+        self.out = out
+        self.base_offset = base_offset
+        self.keyed = keyed
+        self.codec = codec  # None: a rewritten batch keeps its input codec
+        self.stats = stats
+        self.run = _OutputRun()
+        self.builder: ChunkBuilder | None = None
+
+    def add_chunk(self, ci: ChunkIndex, base: int, batches: list[tuple[BatchHeader, memoryview]],
+                  keep: np.ndarray[Any, np.dtype[np.bool_]],
+                  columns: tuple[Any, Any, Any, Any]) -> None:
+        """The survivors (`keep`) of one input chunk's `batches` (the chunk at offset
+        `base`): whole batches copied byte for byte, partly surviving ones rewritten from
+        their survivors' record bytes; `columns`: the survivors' index data for
+        `_OutputRun.add_index`."""
+        run, stats, codec, out_base = self.run, self.stats, self.codec, self.base_offset
         pos = taken = seen = 0  # records walked; survivors handed to the run; walked
         holding = False  # a pending copied batch is a view of this chunk's bytes
         for header, view in batches:
@@ -438,31 +512,29 @@ def _merge_partition(
             run.bases.append(new_base)
             seen += kept
             if run.size >= RUN_BYTES:
-                run.add_index(c_rel, c_hashes, c_tombs, c_times, taken, seen)
+                run.add_index(*columns, taken, seen)
                 taken = seen
-                if builder is None:
-                    builder = out.writer.open_chunk(topic, partition, base_offset=out_base,
-                                                    keyed=keyed)
-                stats.records_out += run.flush(builder)
+                self.flush()
                 holding = False
-        if pos != cnt:
-            raise RuntimeError(f"{topic}/{partition}: batches hold {pos} records,"
-                               f" index says {cnt}")
+        if pos != ci.record_count:
+            raise RuntimeError(f"{self.tp[0]}/{self.tp[1]}: batches hold {pos} records,"
+                               f" index says {ci.record_count}")
         if seen > taken:
-            run.add_index(c_rel, c_hashes, c_tombs, c_times, taken, seen)
-    if run.raws:
-        if builder is None:
-            builder = out.writer.open_chunk(topic, partition, base_offset=out_base, keyed=keyed)
-        stats.records_out += run.flush(builder)
-    if builder is not None:
-        chunk = builder.finish()
-        out.writer.add(chunk)
-        cleaned_ats = [s[2] for s in segs]
-        if rule is not None and rule.whole_log:
-            cleaned_at: int | None = now_ms
-        elif all(c is not None for c in cleaned_ats):
-            cleaned_at = max(c for c in cleaned_ats if c is not None)
-        else:
-            cleaned_at = None
-        out.chunks.append(OutputChunkInfo(tp, out_base, out_last, cleaned_at))
+            run.add_index(*columns, taken, seen)
 
+    def flush(self) -> None:
+        """Append the run to the chunk, opening it first if need be."""
+        if self.builder is None:
+            self.builder = self.out.writer.open_chunk(*self.tp, base_offset=self.base_offset,
+                                                      keyed=self.keyed)
+        self.stats.records_out += self.run.flush(self.builder)
+
+    def finish(self) -> bool:
+        """Append what the run still holds and add the chunk to the output; False: no
+        record survived (no chunk)."""
+        if self.run.raws:
+            self.flush()
+        if self.builder is None:
+            return False
+        self.out.writer.add(self.builder.finish())
+        return True

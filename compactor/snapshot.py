@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from fileformat import Compression
 from metadata.models import SegmentInfo
 from metadata.models import Snapshot as MetadataSnapshot
+from metadata.topicconfig import COMPRESSION_TYPE
 from planner import FileView, PartitionState, SegmentView, Snapshot, TopicPolicy
 
 
@@ -11,9 +13,14 @@ class PlannerSnapshots:
     """Converts metadata snapshots for the planner, remembering each file's converted
     segments by the identity of its metadata tuple: a handle's successive snapshots hand
     an unchanged file the very same tuple (`metadata.models.Snapshot`), so a round converts
-    only the files committed or shortened since the last one."""
+    only the files committed or shortened since the last one.
 
-    def __init__(self) -> None:
+    `default_codec` is a topic's rewrite codec when it sets no compression.type of its own
+    (the compactor's, as Kafka's broker-level compression.type is for its topics).
+    """
+
+    def __init__(self, default_codec: Compression | None = None) -> None:
+        self._default_codec = default_codec
         self._seen: dict[int, tuple[tuple[SegmentInfo, ...], tuple[SegmentView, ...]]] = {}
 
     def convert(self, snap: MetadataSnapshot) -> Snapshot:
@@ -27,6 +34,8 @@ class PlannerSnapshots:
                 max_compaction_lag_ms=t.config.max_compaction_lag_ms,
                 delete_retention_ms=t.config.delete_retention_ms,
                 deletes=t.config.deletes,
+                codec=(t.config.rewrite_codec if COMPRESSION_TYPE in t.configs
+                       else self._default_codec),
             )
             for t in snap.topics
         }

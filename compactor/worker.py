@@ -52,8 +52,7 @@ from metadata.models import CompactionOutput, RetentionResult
 from metadata.models import Snapshot as MetadataSnapshot
 from metadata.schema import FILE_PENDING
 from metadata.segments import output_segment
-from metadata.topicconfig import COMPRESSION_TYPE
-from objectstore import MTIME_SLACK_MS, ObjectStore, ObjectWriter
+from objectstore import MTIME_SLACK_MS, ObjectStore, ObjectWriter, RequestCounts
 from planner import JobSpec, Plan, Snapshot, propose, propose_all, validate
 
 from .config import CompactorConfig
@@ -64,7 +63,6 @@ from .merge import (
     InputOpener,
     MergeStats,
     OutputTarget,
-    PartitionRule,
     merge,
     open_streams,
 )
@@ -175,7 +173,7 @@ class Compactor:
         self.clock = clock
         self.owner = owner or default_owner()
         self.open_input = open_input
-        self._snapshots = PlannerSnapshots()
+        self._snapshots = PlannerSnapshots(self.config.rewrite_codec)
         # Pending outputs of this worker's jobs under way, which its own GC leaves alone.
         self._in_flight: set[int] = set()
         self._uploads_swept_at: int | None = None  # last unfinished-upload sweep (ms)
@@ -253,11 +251,7 @@ class Compactor:
                 report.output_bytes = sum(c.size for c in committed)
                 report.stats = stats.as_dict()
                 report.input_bytes = stats.input_bytes
-                used = self.store.counters() - before
-                report.requests = {k: v for k, v in used.as_dict().items()
-                                   if v and not k.startswith("bytes")}
-                report.bytes_read = used.bytes_received
-                report.duration_s = round(self.clock.monotonic() - started, 4)
+                self._account(report, before, started)  # as stored with the commit
                 report.outcome = "committed"
                 self.metadata.commit_compaction(lease, outputs=committed,
                                                 result=report.as_dict(),
@@ -276,12 +270,17 @@ class Compactor:
             report.outcome, report.error = "failed", f"{type(exc).__name__}: {exc}"
             self._discard(outputs)
             self._release(lease, report)
+        self._account(report, before, started)
+        return report
+
+    def _account(self, report: JobReport, before: RequestCounts, started: float) -> None:
+        """The job's requests and bytes read since the store's counters were `before`, and
+        its duration since `started` (monotonic)."""
         used = self.store.counters() - before
         report.requests = {k: v for k, v in used.as_dict().items()
                            if v and not k.startswith("bytes")}
         report.bytes_read = used.bytes_received
         report.duration_s = round(self.clock.monotonic() - started, 4)
-        return report
 
     def _release(self, lease: Any, report: JobReport) -> None:
         """End a job that will not commit (`failed`/`abandoned`): its files free at once.
@@ -304,15 +303,6 @@ class Compactor:
                     for s in md_snap.file_segments.get(fid, ())}
             inputs.append(InputFile(fid, f.object_key, f.data_offset, f.data_length,
                                     f.meta_offset, f.meta_length, segs))
-        compacted = frozenset(t.name for t in md_snap.topics if t.config.compacted)
-        # A topic's own compression.type wins; the compactor's is the default (as Kafka's
-        # broker-level compression.type is for topics that do not set theirs).
-        codecs = {t.name: (t.config.rewrite_codec if COMPRESSION_TYPE in t.configs
-                           else self.config.rewrite_codec) for t in md_snap.topics}
-        rules = {(p.topic, p.partition): PartitionRule(p.whole_log, p.clean_upto_offset,
-                                                       p.delete_retention_ms,
-                                                       p.dirty_start_offset)
-                 for p in spec.partitions}
 
         def make(compacted_data: bool) -> Callable[[], OutputTarget]:
             def create() -> OutputTarget:
@@ -332,10 +322,9 @@ class Compactor:
                                           [o.file_id for o in outputs])
                 renewed[0] = self.clock.monotonic()
 
-        return merge(self.store, inputs, compacted_topics=compacted, rules=rules,
-                     compacted_out=make(True), delete_out=make(False), now_ms=self.clock.now_ms(),
-                     memory_budget=self.config.memory_budget,
-                     codecs=codecs, heartbeat=heartbeat,
+        return merge(self.store, inputs, spec.partitions, compacted_out=make(True),
+                     delete_out=make(False), now_ms=self.clock.now_ms(),
+                     memory_budget=self.config.memory_budget, heartbeat=heartbeat,
                      open_input=self.open_input)
 
     def _discard(self, outputs: list[_Output]) -> None:

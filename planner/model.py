@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from fileformat import Compression
 from settings import Section, integer, optional_integer
 
 TopicPartition = tuple[str, int]
@@ -79,7 +80,9 @@ class TopicPolicy:
     """The Kafka configs that steer compaction of one topic.
 
     `compacted`: cleanup.policy has `compact`; `deletes`: it has `delete` (retention is
-    applied by the metadata store, not planned here; informational).
+    applied by the metadata store, not planned here; informational). `codec`: the codec
+    partially surviving batches are rewritten in (the topic's compression.type, else the
+    compactor's); None: each keeps its input codec (Kafka's `producer`).
     """
 
     name: str
@@ -89,6 +92,7 @@ class TopicPolicy:
     max_compaction_lag_ms: int = LONG_MAX
     delete_retention_ms: int = 86_400_000
     deletes: bool = False
+    codec: Compression | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +178,9 @@ class Trigger(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class PartitionPlan:
-    """How the compactor treats one compacted partition of a job.
+    """How the compactor treats one compacted partition of a job (a partition of the job's
+    inputs is deduplicated, and its data goes to the compacted-topic output, iff the job has
+    a plan for it).
 
     - `whole_log`: the inputs hold the partition's log from its start (every live segment
       from the first one up to the job's last one), so no older value of a key exists
@@ -185,6 +191,7 @@ class PartitionPlan:
     - `dedupe`: some dirty input data lies below `clean_upto_offset` (else nothing to do).
     - `tombstone_drop_segment_ids`: input segments whose tombstones are past the delete
       horizon (whole_log, cleaned at least delete.retention.ms ago, entirely cleanable).
+    - `codec`: the topic's rewrite codec (`TopicPolicy.codec`).
     """
 
     topic: str
@@ -195,11 +202,14 @@ class PartitionPlan:
     dirty_start_offset: int = 0
     dedupe: bool = True
     tombstone_drop_segment_ids: frozenset[int] = frozenset()
+    codec: Compression | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:
-    """A proposed job: whole input files merged into files at `output_level`.
+    """A proposed job: whole input files merged into files at `output_level`; `partitions`:
+    one plan per compacted partition the inputs hold, everything the executor needs to know
+    of the topics' policies.
 
     `spec_id` depends only on the inputs and the level, so a duplicate or retried proposal
     of the same work is recognisable. A spec is a description; a leased spec is a job.

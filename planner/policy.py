@@ -199,6 +199,7 @@ class _Index:
                 dedupe=any((s.cleaned_at_ms is None or s.last_offset >= checkpoint)
                            and s.base_offset < upto for s in segs),
                 tombstone_drop_segment_ids=drop,
+                codec=policy.codec,
             ))
         return tuple(plans)
 
@@ -466,8 +467,9 @@ def validate(spec: JobSpec, snap: Snapshot) -> list[str]:
     """Why the spec can no longer run as proposed (empty list: it can).
 
     The inputs must all still be live and unleased, still contiguous per partition (no
-    segment committed in between since), and each whole-log partition must still start in
-    the inputs.
+    segment committed in between since), each whole-log partition must still start in
+    the inputs, and the spec must still plan exactly the compacted partitions the inputs
+    hold (a topic's cleanup.policy may have changed since: the executor goes by the spec).
     """
     files = {f.file_id: f for f in snap.files}
     problems = []
@@ -487,6 +489,11 @@ def validate(spec: JobSpec, snap: Snapshot) -> list[str]:
         segs = ix.by_tp.get((p.topic, p.partition))
         if p.whole_log and (not segs or segs[0].file_id not in inputs):
             problems.append(f"{p.topic}/{p.partition}: inputs no longer hold the log start")
+    planned = {(p.topic, p.partition) for p in spec.partitions}
+    changed = sorted({s.topic for fid in inputs for s in files[fid].segments
+                      if (s.topic in ix.compacted) != (s.tp in planned)})
+    problems.extend(f"topic {t}: cleanup.policy changed since the job was planned"
+                    for t in changed)
     return problems
 
 

@@ -7,14 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from cli.main import cli
-
-
-def run(args: list[str], env: dict[str, str], input: str | None = None) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, args, env=env, input=input, catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
+from tests.compactor.cli_support import BACKENDS, backend_env, run
 
 
 def consume(env: dict[str, str], topic: str) -> list[dict[str, Any]]:
@@ -23,13 +17,9 @@ def consume(env: dict[str, str], topic: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.splitlines()]
 
 
-@pytest.fixture(params=["file+sqlite", "s3+postgres"])
+@pytest.fixture(params=BACKENDS)
 def env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
-    if request.param == "file+sqlite":
-        return {"SILT_STORE": f"file://{tmp_path}/objects",
-                "SILT_METADATA": f"sqlite:///{tmp_path}/md.db"}
-    return {"SILT_STORE": str(request.getfixturevalue("s3_url")),
-            "SILT_METADATA": str(request.getfixturevalue("postgres_url"))}
+    return backend_env(request, tmp_path)
 
 
 def test_compact_once_all_json_then_consume(env: dict[str, str]) -> None:

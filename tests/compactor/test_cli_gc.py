@@ -9,20 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from cli.main import cli
 from metadata import MetadataStore
 from metadata.identity import MARKER_KEY
 from objectstore import open_store
 from objectstore.base import ABORT_MULTIPART, LIST_MULTIPART
 from objectstore.local import UPLOAD_PREFIX, UPLOAD_SUFFIX
 from objectstore.testserver import RecordingMotoServer
-
-
-def run(args: list[str], env: dict[str, str], input: str | None = None) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, args, env=env, input=input, catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
+from tests.compactor.cli_support import BACKENDS, backend_env, run
 
 
 def gc(env: dict[str, str], *args: str) -> dict[str, Any]:
@@ -32,13 +26,9 @@ def gc(env: dict[str, str], *args: str) -> dict[str, Any]:
     return result
 
 
-@pytest.fixture(params=["file+sqlite", "s3+postgres"])
+@pytest.fixture(params=BACKENDS)
 def env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
-    if request.param == "file+sqlite":
-        return {"SILT_STORE": f"file://{tmp_path}/objects",
-                "SILT_METADATA": f"sqlite:///{tmp_path}/md.db"}
-    return {"SILT_STORE": str(request.getfixturevalue("s3_url")),
-            "SILT_METADATA": str(request.getfixturevalue("postgres_url"))}
+    return backend_env(request, tmp_path)
 
 
 def keys(env: dict[str, str]) -> set[str]:

@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from click.testing import CliRunner
 
-from cli.main import cli
 from clock import ManualClock
 from compactor import CompactorConfig
 from compactor.doctor import (
@@ -33,6 +31,7 @@ from metadata import FileInfo
 from metadata import schema as s
 from objectstore import MTIME_SLACK_MS
 from objectstore.testserver import RecordingMotoServer
+from tests.compactor.cli_support import run
 from tests.compactor.support import Harness, Row
 
 GRACE_MS = CompactorConfig().grace_ms
@@ -251,11 +250,6 @@ def test_requests_as_the_server_saw_them(s3_url: str, postgres_url: str,
 
 
 # ------------------------------------------------------------------ the command
-
-
-def run(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, args, env=env, catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
 
 
 def test_silt_doctor_command(h: Harness, urls: tuple[str, str]) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
-from planner import Trigger, describe, propose, propose_all, spec_id_of, validate
+from fileformat import Compression
+from planner import TopicPolicy, Trigger, describe, propose, propose_all, spec_id_of, validate
 
-from .helpers import NOW, file, l0_files, seg, snapshot
+from .helpers import NOW, TOPICS, file, l0_files, seg, snapshot
 
 
 def test_propose_all_is_one_job_over_both_kinds() -> None:
@@ -65,6 +67,23 @@ def test_validate_reports_what_changed() -> None:
     (job,) = propose_all(snapshot(file(2, seg(2, "c", 10, 19))), NOW).jobs
     head = file(1, seg(1, "c", 0, 9), level=1)
     assert "log start" in validate(job, snapshot(head, file(2, seg(2, "c", 10, 19))))[0]
+
+
+def test_the_spec_carries_the_topics_decisions() -> None:
+    # The executor goes by the spec: a plan per compacted partition, with its codec.
+    files = [file(1, seg(1, "c", 0, 9), seg(1, "d", 0, 9))]
+    zstd = replace(snapshot(*files), topics={**TOPICS, "c": TopicPolicy(
+        "c", compacted=True, codec=Compression.ZSTD)})
+    (job,) = propose_all(zstd, NOW).jobs
+    assert [(p.topic, p.codec) for p in job.partitions] == [("c", Compression.ZSTD)]
+    # ... so a spec planned before a topic's cleanup.policy changed no longer runs.
+    assert validate(job, zstd) == []
+    no_longer = {**TOPICS, "c": TopicPolicy("c", compacted=False)}
+    assert validate(job, replace(zstd, topics=no_longer)) == [
+        "topic c: cleanup.policy changed since the job was planned"]
+    now_compacted = {**TOPICS, "d": TopicPolicy("d", compacted=True)}
+    assert validate(job, replace(zstd, topics=now_compacted)) == [
+        "topic d: cleanup.policy changed since the job was planned"]
 
 
 def test_spec_id_is_deterministic_and_order_free() -> None:
