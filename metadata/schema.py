@@ -265,6 +265,10 @@ sa.Index("jobs_one_leased_per_spec", jobs.c.spec_id, unique=True,
          postgresql_where=jobs.c.state == JOB_LEASED, sqlite_where=jobs.c.state == JOB_LEASED)
 
 LIVE = segments.c.live == sa.true()  # queries must use this exact predicate to hit the index
+# A topic being created or deleted in several transactions is renamed "/c/<id>" or "/d/<id>"
+# (topics.py): no Kafka name holds a '/', so lookups by name miss it; listings use this.
+HIDDEN_TOPIC = "/"
+VISIBLE_TOPIC = sa.func.substr(topics.c.name, 1, 1) != HIDDEN_TOPIC
 
 # Version 1's recorded segment columns, frozen: the current ones follow models.Segment, so a
 # new field there needs a migration that adds its column (and _v1 keeps creating these).
