@@ -88,7 +88,9 @@ class MetadataConfig(Section):
     # CreatePartitions, auto-creation and `silt topics` are refused (POLICY_VIOLATION). The
     # default keeps every topic, and a Metadata of all topics, under librdkafka's 100,000
     # partitions (RD_KAFKAP_PARTITIONS_MAX: a client refuses a larger topic's metadata).
-    max_partitions: int = integer(MAX_PARTITIONS, 100_000, lo=1, hi=2**31 - 1)
+    max_partitions: int = integer(
+        MAX_PARTITIONS, 100_000, lo=1, hi=2**31 - 1,
+        doc="partitions of all topics together; creates and growth past it are refused")
 
     def check_across(self) -> None:
         if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms:
