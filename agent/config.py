@@ -36,6 +36,9 @@ GROUP_MIN_SESSION_TIMEOUT_MS = "group.min.session.timeout.ms"
 GROUP_MAX_SESSION_TIMEOUT_MS = "group.max.session.timeout.ms"
 GROUP_INITIAL_REBALANCE_DELAY_MS = "group.initial.rebalance.delay.ms"
 OFFSET_METADATA_MAX_BYTES = "offset.metadata.max.bytes"
+# Limits on the work one request may ask of an agent.
+MAX_PARTITIONS_PER_REQUEST = "max.partitions.per.request"
+FETCH_MAX_BYTES = "fetch.max.bytes"
 
 OBJECT_PREFIX = "data/"
 
@@ -140,6 +143,19 @@ class AgentConfig(Section):
     log_level: str = choice(LOG_LEVEL, "warning",
                             {name: name for name in ("debug", "info", "warning", "error")},
                             doc="`silt agent`'s log level; --verbose lowers it to info")
+    # The partitions one CreateTopics or CreatePartitions request may add (Kafka's KRaft
+    # controller refuses more than 10,000, MAX_PARTITIONS_PER_BATCH, with POLICY_VIOLATION
+    # "Excessively large number of partitions per request."; not a setting there). The
+    # cluster-wide limit is the metadata section's max.partitions.
+    max_partitions_per_request: int = integer(
+        MAX_PARTITIONS_PER_REQUEST, 10_000, lo=1,
+        doc="partitions one CreateTopics or CreatePartitions request may add in all")
+    # Kafka's broker fetch.max.bytes: the most record bytes one Fetch response holds,
+    # whatever its max_bytes asks (but the first batch of the first partition with data,
+    # KIP-74, so a consumer always progresses).
+    fetch_max_bytes: int = integer(
+        FETCH_MAX_BYTES, 57_671_680, lo=1024,
+        doc="record bytes one Fetch response holds at most, whatever its max_bytes asks")
 
     def check_across(self) -> None:
         if self.group_max_session_timeout_ms < self.group_min_session_timeout_ms:

@@ -320,17 +320,10 @@ def _topic_json(ctx: Context, name: str, detail: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"name": info.name, "partitions": info.partitions,
                            "configs": dict(info.configs)}
     if detail:
-        parts = []
-        for p in ctx.metadata.partitions(name):
-            segs = ctx.metadata.find_segments(name, p.partition, p.log_start_offset)
-            parts.append({
-                "partition": p.partition,
-                "log_start_offset": p.log_start_offset,
-                "next_offset": p.next_offset,
-                "segments": len(segs),
-                "bytes": sum(s.data_len for s in segs),
-                "records": sum(s.record_count for s in segs),
-            })
+        parts = [{"partition": p.partition, "log_start_offset": p.log_start_offset,
+                  "next_offset": p.next_offset, "segments": segments, "bytes": size,
+                  "records": records}
+                 for p, segments, size, records in ctx.metadata.partition_summaries(name)]
         out["partition_detail"] = parts
     return out
 
@@ -341,7 +334,8 @@ def _topic_json(ctx: Context, name: str, detail: bool) -> dict[str, Any]:
 @one_line_errors
 def topics_list(ctx: Context, as_json: bool) -> None:
     """List topics."""
-    rows = [_topic_json(ctx, t.name, False) for t in ctx.metadata.list_topics()]
+    rows: list[dict[str, Any]] = [{"name": t.name, "partitions": t.partitions,
+                                   "configs": dict(t.configs)} for t in ctx.metadata.list_topics()]
     if as_json:
         click.echo(json.dumps(rows))
         return

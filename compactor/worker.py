@@ -353,7 +353,8 @@ class Compactor:
         file.delete.delay.ms), and of abandoned uploads; abort the store's unfinished
         uploads (`_abort_unfinished_uploads`); then prune the metadata's history rows past
         their retention (finished jobs, deleted files and their segments:
-        `MetadataStore.prune`).
+        `MetadataStore.prune`). First it finishes what a crash left of a big topic deletion
+        or creation (`MetadataStore.finish_hidden`), so those topics' files retire too.
 
         Pending outputs of jobs under way are left alone (collected, they would make the
         job's commit fail): this worker's own however long they run (the service calls this
@@ -367,6 +368,8 @@ class Compactor:
         timer), always (`silt gc`: True) or never (False: `run_once`): such uploads are
         rare, and a GC timer every 30 s would otherwise list them ~86,000 times a month per
         compactor."""
+        if finished := self.metadata.finish_hidden():
+            log.info("finished %d interrupted topic deletions or creations", finished)
         grace = self.config.grace_ms if grace_ms is None else grace_ms
         now = self.clock.now_ms()
         pending_before = now - max(grace, self.config.lease_ms)

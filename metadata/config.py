@@ -22,6 +22,7 @@ OFFSETS_RETENTION_MINUTES = "offsets.retention.minutes"
 OFFSETS_RETENTION_CHECK_INTERVAL_MS = "offsets.retention.check.interval.ms"
 JOBS_RETENTION_MS = "jobs.retention.ms"
 DELETED_FILES_RETENTION_MS = "deleted.files.retention.ms"
+MAX_PARTITIONS = "max.partitions"
 ENV_URL = "SILT_METADATA"
 
 
@@ -82,6 +83,14 @@ class MetadataConfig(Section):
     deleted_files_retention_ms: int = integer(
         DELETED_FILES_RETENTION_MS, 300_000, lo=0,
         doc="a deleted file's row and its segments' rows are deleted this long after")
+
+    # KIP-578's max.partitions: the partitions of all topics together. Past it CreateTopics,
+    # CreatePartitions, auto-creation and `silt topics` are refused (POLICY_VIOLATION). The
+    # default keeps every topic, and a Metadata of all topics, under librdkafka's 100,000
+    # partitions (RD_KAFKAP_PARTITIONS_MAX: a client refuses a larger topic's metadata).
+    max_partitions: int = integer(
+        MAX_PARTITIONS, 100_000, lo=1, hi=2**31 - 1,
+        doc="partitions of all topics together; creates and growth past it are refused")
 
     def check_across(self) -> None:
         if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms:

@@ -45,8 +45,8 @@ class UnknownPartitionError(MetadataError):
 
 
 class PolicyViolationError(MetadataError):
-    """The topic's cleanup.policy forbids the change (DeleteRecords on a topic without the
-    delete policy: Kafka's POLICY_VIOLATION)."""
+    """A rule of the cluster forbids the change (Kafka's POLICY_VIOLATION): DeleteRecords on
+    a topic without the delete policy, partitions past max.partitions."""
 
 
 class OffsetOutOfRangeError(MetadataError):

@@ -107,7 +107,8 @@ def stats(db: Database, *, levels: bool = True) -> StoreStats:
                     .where(s.LIVE).group_by(f.level)
                 )
             }
-        n_topics = conn.execute(sa.select(sa.func.count()).select_from(s.topics)).scalar()
+        n_topics = conn.execute(sa.select(sa.func.count()).select_from(s.topics)
+                               .where(s.VISIBLE_TOPIC)).scalar()
     return StoreStats(
         levels=tuple(LevelStats(int(lv), int(n), int(b), int(level_segs.get(lv, 0)))
                      for lv, n, b in sorted(level_files)),

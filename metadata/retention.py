@@ -115,7 +115,7 @@ def advance_log_start(db: Database, conn: sa.Connection, starts: Mapping[tuple[i
 def _rules(conn: sa.Connection) -> dict[int, TopicInfo]:
     """The topics retention applies to, by id: delete policy, a retention.ms or
     retention.bytes limit."""
-    topics = [topic_info(r) for r in conn.execute(sa.select(s.topics))]
+    topics = [topic_info(r) for r in conn.execute(sa.select(s.topics).where(s.VISIBLE_TOPIC))]
     return {t.id: t for t in topics if t.config.deletes and (
         t.config.retention_ms >= 0 or t.config.retention_bytes >= 0)}
 

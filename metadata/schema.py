@@ -70,6 +70,11 @@ Version 6 (cluster identity):
   `_silt/cluster.json`) and `cluster.store_url` (the store whose marker it wrote first;
   NULL until then): a metadata store used with another store is refused (identity.py).
 
+Version 7 (big topic deletions):
+
+- indexes `segments_partition` and `producer_state_partition` on (topic_id, partition): the
+  foreign-key checks of deleting partition rows find their rows without a scan.
+
 A migration is a function of a connection inside the transaction that also records its
 version; `MIGRATIONS[i]` brings the schema from version i to i + 1. Migrations are frozen once
 released: a later change to a table is a new migration, and `_v1` then gets its own copy of
@@ -265,6 +270,10 @@ sa.Index("jobs_one_leased_per_spec", jobs.c.spec_id, unique=True,
          postgresql_where=jobs.c.state == JOB_LEASED, sqlite_where=jobs.c.state == JOB_LEASED)
 
 LIVE = segments.c.live == sa.true()  # queries must use this exact predicate to hit the index
+# A topic being created or deleted in several transactions is renamed "/c/<id>" or "/d/<id>"
+# (topics.py): no Kafka name holds a '/', so lookups by name miss it; listings use this.
+HIDDEN_TOPIC = "/"
+VISIBLE_TOPIC = sa.func.substr(topics.c.name, 1, 1) != HIDDEN_TOPIC
 
 # Version 1's recorded segment columns, frozen: the current ones follow models.Segment, so a
 # new field there needs a migration that adds its column (and _v1 keeps creating these).
@@ -426,6 +435,17 @@ def _v6(conn: sa.Connection, now_ms: int) -> None:
                  {"id": str(cluster_id)})
 
 
+def _v7(conn: sa.Connection, now_ms: int) -> None:
+    """Indexes on the partition columns of segments and producer_state: deleting a partition
+    row (a topic's deletion) has SQLite and PostgreSQL check these foreign keys, which
+    without them scans the whole table once per partition (the live-segments index is
+    partial, so neither can use it): 2,000 partitions of a topic took 0.4 s against 20,000
+    segments."""
+    conn.exec_driver_sql("CREATE INDEX segments_partition ON segments (topic_id, partition)")
+    conn.exec_driver_sql(
+        "CREATE INDEX producer_state_partition ON producer_state (topic_id, partition)")
+
+
 Migration = Callable[[sa.Connection, int], None]
-MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6]
+MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
 LATEST_VERSION = len(MIGRATIONS)

@@ -45,6 +45,8 @@ class MetadataStore(Database):
     delete_topic = topics.delete_topic
     add_partitions = topics.add_partitions
     alter_topic_configs = topics.alter_topic_configs
+    finish_hidden = topics.finish_hidden  # big creates and deletes a crash interrupted
+    partition_summaries = topics.partition_summaries  # `silt topics describe`
     # files: agent commits and GC
     register_pending_file = files.register_pending_file
     commit_file = files.commit_file

@@ -68,7 +68,7 @@ def test_v6_keeps_the_id_agents_derived_before(metadata_url: str) -> None:
     engine.dispose()
     digest = hashlib.sha256(b"siltstream cluster id" + bytes(secret)).digest()
     with MetadataStore.open(metadata_url) as md:  # migrating is not creating
-        assert md.schema_version() == 6
+        assert md.schema_version() == s.LATEST_VERSION
         assert md.cluster_identity().cluster_id == str(uuid.UUID(bytes=digest[:16], version=4))
         assert md.cluster_identity().store_url is None
 

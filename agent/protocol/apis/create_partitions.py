@@ -4,20 +4,26 @@ Explicit assignments are refused with INVALID_REQUEST, as CreateTopics refuses t
 agent serves any partition. A topic named twice gets INVALID_REQUEST. A change the metadata
 store did not make is that topic's REQUEST_TIMED_OUT (not applied: retry) or
 UNKNOWN_SERVER_ERROR (`errors.change_failed`).
+
+Limits as for CreateTopics: a request adding more than max.partitions.per.request
+partitions in all gets POLICY_VIOLATION for every topic (Kafka's controller bounds the
+records of one request the same way), a topic growing past max.partitions POLICY_VIOLATION.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from metadata.errors import InvalidPartitionsError, UnknownTopicError
+from metadata.errors import InvalidPartitionsError, PolicyViolationError, UnknownTopicError
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 from ..errors import change_failed
+from .create_topics import TOO_MANY
 
 Outcome = tuple[str, ErrorCode, str | None]
 
@@ -25,6 +31,8 @@ Outcome = tuple[str, ErrorCode, str | None]
 def grow_all(ctx: ServerContext, request: Any) -> list[Outcome]:
     """Grow each topic (blocking: runs in the pool)."""
     counts = Counter(t.name for t in request.topics)
+    if _added(ctx, request.topics) > ctx.config.max_partitions_per_request:
+        return [(t.name, ErrorCode.policy_violation, TOO_MANY) for t in request.topics]
     out: list[Outcome] = []
     for t in request.topics:
         if counts[t.name] > 1:
@@ -41,12 +49,23 @@ def grow_all(ctx: ServerContext, request: Any) -> list[Outcome]:
                 out.append((t.name, ErrorCode.unknown_topic_or_partition, str(exc)))
             except InvalidPartitionsError as exc:
                 out.append((t.name, ErrorCode.invalid_partitions, str(exc)))
+            except PolicyViolationError as exc:
+                out.append((t.name, ErrorCode.policy_violation, str(exc)))
             except Exception as exc:
                 out.append((t.name, *change_failed(f"growing topic {t.name!r}", exc)))
             else:
                 ctx.agent.forget_topics()
                 out.append((t.name, ErrorCode.none, None))
     return out
+
+
+def _added(ctx: ServerContext, topics: Any) -> int:
+    """The partitions the request would add in all (topics it cannot grow: none)."""
+    added = 0
+    for t in topics:
+        with contextlib.suppress(UnknownTopicError):
+            added += max(0, int(t.count) - ctx.metadata.get_topic(t.name).partitions)
+    return added
 
 
 async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:

@@ -1,15 +1,24 @@
-"""CreateTopics (key 19): topics created in the metadata store, configs validated as
-`silt topics create` validates them (one place: `MetadataStore.create_topic`).
+"""CreateTopics (key 19): topics created in the metadata store (`MetadataStore.create_topic`,
+which also checks a validate_only request, so the two cannot drift: name as Kafka's
+Topic.validate, '.'/'_' collisions, partition count, configs as `silt topics create`,
+existence, room under max.partitions).
+
+Refused as Kafka's controller refuses (ReplicationControlManager.createTopics): a request
+adding more than max.partitions.per.request partitions in all gets POLICY_VIOLATION for
+every topic before anything is looked at (validateTotalNumberOfPartitions, KAFKA-17870); a
+name given twice INVALID_REQUEST; a replication factor of 0 or below -1
+INVALID_REPLICATION_FACTOR; a partition count of 0 or below -1 INVALID_PARTITIONS; an
+illegal name INVALID_TOPIC_EXCEPTION; no room under max.partitions POLICY_VIOLATION.
 
 num_partitions -1 means the agent's num.partitions (Kafka's default, 1); replication factor
 and replica assignments are not stored (the object store holds the durability, any agent
 serves any partition): a replication factor is accepted as given, explicit assignments are
-refused. validate_only checks the configs and that the topic does not exist yet, and creates
-nothing.
+refused.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -20,15 +29,15 @@ from metadata.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidTopicError,
+    PolicyViolationError,
     TopicExistsError,
-    UnknownTopicError,
 )
-from metadata.topicconfig import validate_configs
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 
 Outcome = tuple[ErrorCode, str | None, TopicInfo | None]
+TOO_MANY = "Excessively large number of partitions per request."  # Kafka's words
 
 
 def create(md: MetadataStore, topic: Any, validate_only: bool, default_partitions: int
@@ -37,19 +46,18 @@ def create(md: MetadataStore, topic: Any, validate_only: bool, default_partition
     if topic.assignments:
         return (ErrorCode.invalid_request, "replica assignments are not supported: any agent"
                 " serves any partition", None)
+    if topic.replication_factor < -1 or topic.replication_factor == 0:
+        return (ErrorCode.invalid_replication_factor, "Replication factor must be larger"
+                " than 0, or -1 to use the default value.", None)
+    if topic.num_partitions < -1 or topic.num_partitions == 0:
+        return (ErrorCode.invalid_partitions, "Number of partitions was set to an invalid"
+                " non-positive value.", None)
     configs = {c.name: c.value for c in topic.configs}
     if any(v is None for v in configs.values()):
         return ErrorCode.invalid_config, "config values must not be null", None
     partitions = default_partitions if topic.num_partitions == -1 else int(topic.num_partitions)
     try:
-        if validate_only:
-            validate_configs(configs)
-            try:
-                md.get_topic(topic.name)
-            except UnknownTopicError:
-                return ErrorCode.none, None, None
-            raise TopicExistsError(f"topic {topic.name!r} already exists")
-        return ErrorCode.none, None, md.create_topic(topic.name, partitions, configs)
+        info = md.create_topic(topic.name, partitions, configs, validate_only=validate_only)
     except TopicExistsError as exc:
         return ErrorCode.topic_already_exists, str(exc), None
     except InvalidConfigError as exc:
@@ -58,11 +66,33 @@ def create(md: MetadataStore, topic: Any, validate_only: bool, default_partition
         return ErrorCode.invalid_partitions, str(exc), None
     except InvalidTopicError as exc:
         return ErrorCode.invalid_topic_exception, str(exc), None
+    except PolicyViolationError as exc:
+        return ErrorCode.policy_violation, str(exc), None
+    return ErrorCode.none, None, None if validate_only else info
+
+
+def requested_partitions(topics: Any, default_partitions: int) -> int:
+    """The partitions a CreateTopics request asks for in all, as Kafka counts them (-1:
+    the default; invalid counts: none)."""
+    total = 0
+    for t in topics:
+        if t.assignments:
+            total += len(t.assignments)
+        elif t.num_partitions == -1:
+            total += default_partitions
+        elif t.num_partitions > 0:
+            total += int(t.num_partitions)
+    return total
 
 
 def create_all(ctx: ServerContext, request: Any) -> list[tuple[Any, Outcome]]:
-    return [(t, create(ctx.metadata, t, bool(getattr(request, "validate_only", False)),
-                       ctx.config.num_partitions))
+    default = ctx.config.num_partitions
+    if requested_partitions(request.topics, default) > ctx.config.max_partitions_per_request:
+        return [(t, (ErrorCode.policy_violation, TOO_MANY, None)) for t in request.topics]
+    counts = Counter(t.name for t in request.topics)
+    validate_only = bool(getattr(request, "validate_only", False))
+    return [(t, (ErrorCode.invalid_request, "Duplicate topic name.", None)
+             if counts[t.name] > 1 else create(ctx.metadata, t, validate_only, default))
             for t in request.topics]
 
 

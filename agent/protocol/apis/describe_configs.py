@@ -16,8 +16,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from metadata.errors import UnknownTopicError
+from metadata.errors import InvalidTopicError, UnknownTopicError
 from metadata.topicconfig import DEFAULTS, DESCRIPTIONS
+from metadata.topics import validate_topic_name
 from settings import show
 from settings.load import Source
 
@@ -47,7 +48,9 @@ Described = tuple[ErrorCode, str | None, Sequence[Entry]]
 
 def _topic(ctx: ServerContext, name: str) -> Described:
     try:
-        info = ctx.metadata.get_topic(name)
+        info = ctx.metadata.get_topic(validate_topic_name(name))
+    except InvalidTopicError as exc:  # Kafka's ConfigHelper checks Topic.validate first
+        return ErrorCode.invalid_topic_exception, str(exc), ()
     except UnknownTopicError as exc:
         return ErrorCode.unknown_topic_or_partition, str(exc), ()
     entries = []

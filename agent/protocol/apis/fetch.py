@@ -1,20 +1,22 @@
 """Fetch (key 1): stored batches returned as bytes, long-polling for new commits.
 
-Per partition: the live segments from the fetch offset (one metadata query), each read whole
-through the segment cache (one ranged GET shared by every consumer), which keeps them as
-served: baseOffsets absolute, partitionLeaderEpoch -1 (patched once per segment read, per
-batch, never per record). A fetch sends views of those cached bytes — one per segment, not
-per batch — after the response fields it writes itself (FetchResponse v4-v12 in wire bytes,
-checked equal to kio's encoding by tests/protocol/test_fetch_response.py), so past the
-cache a record byte is copied by no one but the kernel (agent/protocol/writev.py). Batches
-wholly below the fetch offset are skipped; compaction gaps need nothing (the offsets are
-simply absent). Limits as Kafka: partition_max_bytes per partition, max_bytes per
-response, but the first batch of the first non-empty partition is returned whole even if it
-is larger, so a consumer always makes progress. Below the log start or past the high
-watermark: OFFSET_OUT_OF_RANGE. With fewer than min_bytes, the fetch waits up to max_wait
-for the next data commit of any agent on the metadata store (an asyncio event set by this
-agent's flushes and by the metadata store's commit watcher, metadata/notify.py; not a sleep
-loop).
+Per partition: the live segments from the fetch offset (one metadata query), each read
+whole through the segment cache (one ranged GET shared by every consumer), which keeps them
+as served: baseOffsets absolute, partitionLeaderEpoch -1 (patched once per segment read,
+per batch, never per record). A fetch sends views of those cached bytes — one per segment,
+not per batch — after the response fields it writes itself (FetchResponse v4-v12 in wire
+bytes, checked equal to kio's encoding by tests/protocol/test_fetch_response.py), so past
+the cache a record byte is copied by no one but the kernel (agent/protocol/writev.py).
+Batches wholly below the fetch offset are skipped; compaction gaps need nothing (the
+offsets are simply absent). Limits as Kafka: partition_max_bytes per partition, max_bytes
+per response, itself at most the agent's fetch.max.bytes (Kafka's broker setting, 55 MiB),
+but the first batch of the first non-empty partition is returned whole even if it is larger
+(KIP-74), so a consumer always makes progress. A partition named twice is read and answered
+once (`requested`), as Kafka collapses a request's partitions. Below the log start or past
+the high watermark: OFFSET_OUT_OF_RANGE. With fewer than min_bytes, the fetch waits up to
+max_wait for the next data commit of any agent on the metadata store (an asyncio event set
+by this agent's flushes and by the metadata store's commit watcher, metadata/notify.py; not
+a sleep loop).
 
 A partition that cannot be read answers, as Kafka's fetch path does, with an error and no
 records, the others unaffected: UNKNOWN_TOPIC_OR_PARTITION when its topic was deleted
@@ -137,29 +139,48 @@ def _read_partition(ctx: ServerContext, topic: str, p: Any,
     return read
 
 
+def requested(request: Any) -> list[tuple[str, list[Any]]]:
+    """The request's partitions by topic, each (topic, partition) once, as Kafka's
+    FetchRequest.fetchData collapses them (a LinkedHashMap: a repeated partition keeps its
+    first place and takes its last entry's offsets and limits), then grouped as
+    FetchResponse groups them: consecutive partitions of one topic in one topic entry."""
+    wanted: dict[tuple[str, int], Any] = {}
+    for t in request.topics:
+        for p in t.partitions:
+            wanted[(t.topic, int(p.partition))] = p
+    grouped: list[tuple[str, list[Any]]] = []
+    for (topic, _), p in wanted.items():
+        if grouped and grouped[-1][0] == topic:
+            grouped[-1][1].append(p)
+        else:
+            grouped.append((topic, [p]))
+    return grouped
+
+
 def read_all(ctx: ServerContext, request: Any) -> list[tuple[str, list[PartitionRead]]]:
-    """One pass over every requested partition within max_bytes (runs in the pool)."""
-    budget = int(request.max_bytes)
+    """One pass over every requested partition within max_bytes, itself at most the
+    agent's fetch.max.bytes (runs in the pool)."""
+    budget = min(int(request.max_bytes), ctx.config.fetch_max_bytes)
     results: list[tuple[str, list[PartitionRead]]] = []
     first = True
-    for t in request.topics:
+    for topic, partitions in requested(request):
         try:
-            offsets = {pi.partition: pi for pi in ctx.metadata.partitions(t.topic)}
+            offsets = {pi.partition: pi for pi in ctx.metadata.partitions(topic)}
         except (UnknownTopicError, UnknownPartitionError):
             offsets = {}
         except Exception as exc:
-            log_failure(f"listing the partitions of {t.topic!r}", exc)
-            results.append((t.topic, [PartitionRead(int(p.partition),
-                                                    ErrorCode.unknown_server_error)
-                                      for p in t.partitions]))
+            log_failure(f"listing the partitions of {topic!r}", exc)
+            results.append((topic, [PartitionRead(int(p.partition),
+                                                  ErrorCode.unknown_server_error)
+                                    for p in partitions]))
             continue
         reads = []
-        for p in t.partitions:
-            read = read_partition(ctx, t.topic, p, offsets, max(budget, 0), first)
+        for p in partitions:
+            read = read_partition(ctx, topic, p, offsets, max(budget, 0), first)
             budget -= read.size
             first = first and not read.size
             reads.append(read)
-        results.append((t.topic, reads))
+        results.append((topic, reads))
     return results
 
 

@@ -3,7 +3,8 @@
 configs such as cleanup.policy, the result validated as CreateTopics validates configs);
 validate_only changes nothing. A bad value or key gets INVALID_CONFIG with a message (so does
 adding `compact` to a topic holding records without key hashes: see
-`MetadataStore.alter_topic_configs`), an unknown topic UNKNOWN_TOPIC_OR_PARTITION, an
+`MetadataStore.alter_topic_configs`), an unknown topic UNKNOWN_TOPIC_OR_PARTITION (an
+illegal name INVALID_TOPIC_EXCEPTION: Kafka's controller checks Topic.validate), an
 unknown operation or a key named twice INVALID_REQUEST; a change the metadata store did not
 make REQUEST_TIMED_OUT (not applied: retry) or UNKNOWN_SERVER_ERROR
 (`errors.change_failed`). BROKER resources: the agent's settings are static (file,
@@ -18,8 +19,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from metadata.errors import InvalidConfigError, UnknownTopicError
+from metadata.errors import InvalidConfigError, InvalidTopicError, UnknownTopicError
 from metadata.topicconfig import AlterOp, ConfigChange
+from metadata.topics import validate_topic_name
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
@@ -30,6 +32,10 @@ Outcome = tuple[ErrorCode, str | None]
 
 
 def _topic(ctx: ServerContext, resource: Any, validate_only: bool) -> Outcome:
+    try:
+        validate_topic_name(resource.resource_name)
+    except InvalidTopicError as exc:
+        return ErrorCode.invalid_topic_exception, str(exc)
     changes = []
     for c in resource.configs:
         try:

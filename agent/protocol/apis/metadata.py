@@ -11,8 +11,10 @@ from the cluster secret (`ServerContext.topic_id`).
 Unknown topics get UNKNOWN_TOPIC_OR_PARTITION unless the agent's auto.create.topics.enable
 is true and the request allows auto-creation (always before v4): then, as KafkaApis does,
 they are created (num.partitions partitions, default configs) and answered
-LEADER_NOT_AVAILABLE without partitions, so clients ask again and find them; an invalid
-name gets INVALID_TOPIC_EXCEPTION.
+LEADER_NOT_AVAILABLE without partitions, so clients ask again and find them (or
+POLICY_VIOLATION past max.partitions). A name Kafka's Topic.validate refuses gets
+INVALID_TOPIC_EXCEPTION, auto-creation or not (KafkaApis.getTopicMetadata), before any
+lookup.
 
 When the metadata store fails (the database unreachable), a topic asked for by name gets
 LEADER_NOT_AVAILABLE (retriable: the client asks again; never "unknown", which would be
@@ -31,7 +33,13 @@ from kio.static.primitive import i32
 
 from agent.placement import leader
 from metadata import AgentInfo, MetadataStore, TopicInfo
-from metadata.errors import InvalidTopicError, TopicExistsError, UnknownTopicError
+from metadata.errors import (
+    InvalidTopicError,
+    PolicyViolationError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+from metadata.topics import validate_topic_name
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
@@ -55,6 +63,11 @@ def _topics(md: MetadataStore, names: list[str] | None,
     found: list[TopicInfo | Missing] = []
     for name in names:
         try:
+            validate_topic_name(name)
+        except InvalidTopicError:
+            found.append(Missing(name, ErrorCode.invalid_topic_exception))
+            continue
+        try:
             try:
                 found.append(md.get_topic(name))
             except UnknownTopicError:
@@ -70,8 +83,10 @@ def _missing(md: MetadataStore, name: str, create_partitions: int | None) -> Mis
         return Missing(name, ErrorCode.unknown_topic_or_partition)
     try:
         md.create_topic(name, create_partitions)
-    except InvalidTopicError:
+    except InvalidTopicError:  # a '.'/'_' collision
         return Missing(name, ErrorCode.invalid_topic_exception)
+    except PolicyViolationError:  # no room under max.partitions
+        return Missing(name, ErrorCode.policy_violation)
     except TopicExistsError:  # created meanwhile by another client
         pass
     return Missing(name, ErrorCode.leader_not_available)
