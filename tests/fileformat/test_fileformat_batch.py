@@ -21,7 +21,8 @@ from fileformat import (
     verify_batch,
     with_base_offset,
 )
-from fileformat.batch import HEADER_SIZE, RECORD_COUNT_POS, RecordTuple, seal_batch
+from fileformat.batch import HEADER_SIZE, RECORD_COUNT_POS, RecordTuple
+from fileformat.encoder import seal_batch
 
 # Two records (offset deltas 0 and 2: a gap), one with a header, one all-null, base 42.
 GOLDEN_HEX = (
@@ -185,11 +186,11 @@ def test_build_rejects_non_increasing_deltas() -> None:
 def test_decompression_is_bounded(
     monkeypatch: pytest.MonkeyPatch, compression: Compression
 ) -> None:
-    from fileformat import batch as batch_module
+    from fileformat import compression as compression_module
 
     packed = build_batch([(0, 0, None, b"x" * 5000, ())], compression=compression)
     assert decode_batch(packed)[0].value == b"x" * 5000
-    monkeypatch.setattr(batch_module, "MAX_DECOMPRESSED", 1000)
+    monkeypatch.setattr(compression_module, "MAX_DECOMPRESSED", 1000)
     with pytest.raises(CorruptDataError, match="more than"):
         decode_batch(packed)
 
@@ -199,7 +200,7 @@ def test_decompression_is_bounded(
 def test_filter_batch_keeps_exactly_the_chosen_records(
         records: list[RecordTuple], codec_in: Compression, codec_out: Compression,
         data: st.DataObject) -> None:
-    from fileformat.batch import filter_batch
+    from fileformat.filter import filter_batch
 
     batch = build_batch(records, base_offset=1000, compression=codec_in)
     header = verify_batch(batch)
@@ -218,7 +219,7 @@ def test_filter_batch_keeps_exactly_the_chosen_records(
 
 
 def test_filter_batch_rejects_bad_indices_and_framing() -> None:
-    from fileformat.batch import filter_batch
+    from fileformat.filter import filter_batch
 
     batch = build_batch(GOLDEN_RECORDS, base_offset=42)
     header = verify_batch(batch)

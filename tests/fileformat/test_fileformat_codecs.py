@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch as KafkaPythonBatch
 
 from fileformat import Compression, CorruptDataError, build_batch, decode_batch, verify_batch
-from fileformat import batch as batch_module
-from fileformat.batch import HEADER_SIZE, XERIAL_BLOCK, XERIAL_MAGIC, compress, decompress
+from fileformat import compression as compression_module
+from fileformat.batch import HEADER_SIZE
+from fileformat.compression import XERIAL_BLOCK, XERIAL_MAGIC, compress, decompress
 from tests.fileformat.client_batches import (
     CLIENT_BATCHES,
     CODECS,
@@ -117,7 +118,7 @@ def test_xerial_block_running_past_the_end_is_corrupt() -> None:
 def test_decompression_bomb_is_stopped(monkeypatch: pytest.MonkeyPatch, codec: Compression,
                                        size: int) -> None:
     """Exactly the bound decompresses; one byte more is refused, however it is framed."""
-    monkeypatch.setattr(batch_module, "MAX_DECOMPRESSED", 4096)
+    monkeypatch.setattr(compression_module, "MAX_DECOMPRESSED", 4096)
     body = compress(b"\x00" * size, codec)
     if size <= 4096:
         assert decompress(body, codec) == b"\x00" * size

@@ -44,9 +44,9 @@ from fileformat.objectfile import (
     FOOTER_CRC_POS,
     OBJECT_HEADER_SIZE,
     TRAILER,
-    ReadAhead,
     meta_entry_end,
 )
+from fileformat.stream import ReadAhead
 
 HASHER = KeyHasher(b"cluster-secret")
 

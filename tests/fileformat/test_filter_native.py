@@ -19,6 +19,8 @@ from fileformat.batch import (
     HEADER_SIZE,
     TRANSACTIONAL_MASK,
     RecordTuple,
+)
+from fileformat.filter import (
     _filter_records_native,
     _filter_records_py,
     filter_batch,

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fileformat import ChunkBuilder, FileWriter, decode_batch, encode_file
-from fileformat.batch import BatchEncoder, BatchEncoderReference
+from fileformat.encoder import BatchEncoder, BatchEncoderReference
 from fileformat.native import _native
 
 Header = tuple[str, Any]
@@ -229,7 +229,7 @@ class _FailingFinish(BatchEncoderReference):
 
 def test_a_batch_that_cannot_be_sealed_fails_the_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
     """Its records are lost, so the chunk must never be written (the flush fails)."""
-    monkeypatch.setattr("fileformat.objectfile.BatchEncoder", _FailingFinish)
+    monkeypatch.setattr("fileformat.chunkbuilder.BatchEncoder", _FailingFinish)
     builder = ChunkBuilder("t", 0, max_batch_bytes=100)
     builder.append(1, b"k", b"v")
     with pytest.raises(MemoryError):
