@@ -207,6 +207,12 @@ def split_frames(buf: Any) -> Iterator[memoryview]:
         pos += total
 
 
+def seal_crc(batch: bytearray) -> None:
+    """Store the CRC32C of `batch` (attributes to its end): the last write to a batch whose
+    checksummed fields or records changed."""
+    CRC_FIELD.pack_into(batch, CRC_POS, crc32c.crc32c(memoryview(batch)[ATTRIBUTES_POS:]))
+
+
 def with_base_offset(batch: Any, base_offset: int) -> bytes:
     """Copy `batch` with baseOffset replaced (baseOffset is outside the CRC range)."""
     return b"".join((BASE_OFFSET_FIELD.pack(base_offset), memoryview(batch)[LENGTH_POS:]))

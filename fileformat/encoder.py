@@ -9,16 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import crc32c
-
 from fileformat.batch import (
     ATTRIBUTES_FIELD,
     ATTRIBUTES_POS,
     BASE_OFFSET_FIELD,
     BASE_OFFSET_POS,
     CODEC_MASK,
-    CRC_FIELD,
-    CRC_POS,
     HEADER,
     HEADER_SIZE,
     LENGTH_FIELD,
@@ -26,6 +22,7 @@ from fileformat.batch import (
     LOG_OVERHEAD,
     MAGIC,
     RecordTuple,
+    seal_crc,
 )
 from fileformat.compression import Compression, compress
 from fileformat.native import _native
@@ -117,7 +114,7 @@ class BatchEncoderReference:
         HEADER.pack_into(out, 0, base_offset, len(out) - LOG_OVERHEAD, -1, MAGIC, 0, 0,
                          self.last_offset_delta, self._first, self.max_timestamp, -1, -1, -1,
                          self.record_count)
-        CRC_FIELD.pack_into(out, CRC_POS, crc32c.crc32c(memoryview(out)[ATTRIBUTES_POS:]))
+        seal_crc(out)
         self._reset()
         return bytes(out)
 
@@ -141,7 +138,7 @@ def seal_batch(built: Any, base_offset: int, compression: Compression) -> bytes:
     LENGTH_FIELD.pack_into(out, LENGTH_POS, len(out) - LOG_OVERHEAD)
     (attrs,) = ATTRIBUTES_FIELD.unpack_from(out, ATTRIBUTES_POS)
     ATTRIBUTES_FIELD.pack_into(out, ATTRIBUTES_POS, (attrs & ~CODEC_MASK) | int(compression))
-    CRC_FIELD.pack_into(out, CRC_POS, crc32c.crc32c(memoryview(out)[ATTRIBUTES_POS:]))
+    seal_crc(out)
     return bytes(out)
 
 

@@ -5,16 +5,12 @@ decoding or re-encoding a record: `filter_batch` walks the records' length prefi
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
-import crc32c
-
 from fileformat.batch import (
-    ATTRIBUTES_POS,
     CODEC_MASK,
-    CRC_FIELD,
-    CRC_POS,
     HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -22,6 +18,7 @@ from fileformat.batch import (
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
     read_varint,
+    seal_crc,
     uncompressed_view,
 )
 from fileformat.compression import Compression, compress
@@ -72,8 +69,28 @@ def _filter_records_native(batch: Any, start: int, mask: Any) -> FilteredRecords
         raise CorruptDataError(str(exc)) from None
 
 
-def _filter(view: memoryview, header: BatchHeader, keep: Any, compression: Compression,
-            base_offset: int | None, walk: RecordsWalk) -> bytearray:
+def filter_batch(
+    view: memoryview,
+    header: BatchHeader,
+    keep: Any,
+    *,
+    compression: Compression = Compression.NONE,
+    base_offset: int | None = None,
+    walk: RecordsWalk = _filter_records_native,
+) -> bytearray:
+    """A copy of a VERIFIED batch holding only the records whose `keep` mask entry is set
+    (bytes-like, one byte per record: bytes or a contiguous numpy bool array; at least one
+    set).
+
+    The kept records' bytes are copied as they are (no decode, no re-encode): the copy
+    keeps the batch's baseOffset (or gets `base_offset`: where it is placed) and
+    firstTimestamp, against which every record's offset and timestamp deltas are stored,
+    so offsets and timestamps are unchanged (relative to the base). The header
+    gets the new record count, the last kept record's offset delta, the kept records'
+    largest timestamp (unless LogAppendTime), the codec `compression` and a new CRC;
+    producer id, epoch, sequence and leader epoch are kept. The walk over every record's
+    length prefix and the copy run in C (`_native.filter_records`), or in `walk`.
+    """
     mask = memoryview(keep)  # a bytes-like mask; TypeError for anything else
     if mask.nbytes != header.record_count:
         raise ValueError(f"keep mask of {mask.nbytes} bytes for a batch of "
@@ -97,41 +114,9 @@ def _filter(view: memoryview, header: BatchHeader, keep: Any, compression: Compr
         header.first_timestamp, max_ts, header.producer_id, header.producer_epoch,
         header.base_sequence, kept,
     )
-    CRC_FIELD.pack_into(out, CRC_POS, crc32c.crc32c(memoryview(out)[ATTRIBUTES_POS:]))
+    seal_crc(out)
     return out
 
 
-def filter_batch(
-    view: memoryview,
-    header: BatchHeader,
-    keep: Any,
-    *,
-    compression: Compression = Compression.NONE,
-    base_offset: int | None = None,
-) -> bytearray:
-    """A copy of a VERIFIED batch holding only the records whose `keep` mask entry is set
-    (bytes-like, one byte per record: bytes or a contiguous numpy bool array; at least one
-    set).
-
-    The kept records' bytes are copied as they are (no decode, no re-encode): the copy
-    keeps the batch's baseOffset (or gets `base_offset`: where it is placed) and
-    firstTimestamp, against which every record's offset and timestamp deltas are stored,
-    so offsets and timestamps are unchanged (relative to the base). The header
-    gets the new record count, the last kept record's offset delta, the kept records'
-    largest timestamp (unless LogAppendTime), the codec `compression` and a new CRC;
-    producer id, epoch, sequence and leader epoch are kept. The walk over every record's
-    length prefix and the copy run in C (`_native.filter_records`).
-    """
-    return _filter(view, header, keep, compression, base_offset, _filter_records_native)
-
-
-def filter_batch_reference(
-    view: memoryview,
-    header: BatchHeader,
-    keep: Any,
-    *,
-    compression: Compression = Compression.NONE,
-    base_offset: int | None = None,
-) -> bytearray:
-    """`filter_batch` with the records walk in pure Python: what tests hold the C to."""
-    return _filter(view, header, keep, compression, base_offset, _filter_records_py)
+filter_batch_reference = functools.partial(filter_batch, walk=_filter_records_py)
+"""`filter_batch` with the records walk in pure Python: what tests hold the C to."""
