@@ -42,8 +42,9 @@ from dataclasses import dataclass, field, replace
 import telemetry
 from clock import SYSTEM_CLOCK, Clock
 from fileformat import ChunkBuilder, FileWriter, KeyHasher
-from fileformat.batch import MAX_DECOMPRESSED, CheckedBatch, check_client_batch
+from fileformat.compression import MAX_DECOMPRESSED
 from fileformat.objectfile import MAX_OFFSET_SPAN
+from fileformat.validate import CheckedBatch, check_client_batch
 from metadata import MetadataStore, ProducerBatch, RejectedChunk, TopicInfo
 from metadata.errors import CommitUnknownError, UnknownPartitionError, UnknownTopicError
 from metadata.models import SEQUENCE_WRAP
@@ -346,7 +347,7 @@ class Agent:
         Raised at once, nothing buffered and no buffer.memory kept: RecordTooLargeError,
         PartitionOutOfRangeError (after one reload of the topic), TransactionalBatchError
         (transactions are not supported), FormatError: every check of
-        `fileformat.batch.check_client_batch` (Kafka's produce validation: CRC, framing of
+        `fileformat.validate.check_client_batch` (Kafka's produce validation: CRC, framing of
         every record, counts and offset deltas, producer fields, codecs, a bounded
         decompression; NullKeyRecordsError lists a compacted topic's null-key records).
         """

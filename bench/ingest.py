@@ -22,7 +22,7 @@ from typing import Any
 
 from agent import Agent, AgentConfig, tune_gc
 from agent.producer import ProduceFuture
-from fileformat.batch import build_batch
+from fileformat.encoder import build_batch
 from metadata import MetadataStore
 from objectstore import open_store
 

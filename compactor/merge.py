@@ -35,9 +35,11 @@ from fileformat import (
     Readable,
     iter_meta_streamed,
 )
-from fileformat.batch import BatchHeader, filter_batch
+from fileformat.batch import BatchHeader
+from fileformat.datareader import DataReader
 from fileformat.errors import naming
-from fileformat.objectfile import DataReader, ReadAhead
+from fileformat.filter import filter_batch
+from fileformat.stream import ReadAhead
 from objectstore import ObjectStore
 from planner import PartitionPlan
 

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fileformat.objectfile import FileWriter
+from fileformat.filewriter import FileWriter
 from metadata import MetadataStore
 
 ENV = "SILT_KILLPOINT"

@@ -5,44 +5,40 @@ No I/O happens here: streams are passed in as objects with `.read(n)` and writer
 """
 
 from fileformat.batch import (
-    PRODUCER,
-    TOPIC_COMPRESSIONS,
-    WRITABLE_COMPRESSIONS,
     BatchHeader,
-    Compression,
     Record,
-    build_batch,
     decode_batch,
     iter_batches,
     read_header,
     verify_batch,
     with_base_offset,
 )
+from fileformat.chunkbuilder import ChunkBuilder
+from fileformat.compression import (
+    PRODUCER,
+    TOPIC_COMPRESSIONS,
+    WRITABLE_COMPRESSIONS,
+    Compression,
+)
+from fileformat.datareader import DataReader, iter_chunk_records, verify_chunk
+from fileformat.encoder import build_batch
 from fileformat.errors import CorruptDataError, FormatError, TruncatedError, UnsupportedError
+from fileformat.filewriter import FileWriter, encode_file
 from fileformat.keyhash import KEY_HASH_SIZE, NULL_KEY_HASH, KeyHasher
+from fileformat.metareader import EntryHashes, iter_meta, iter_meta_streamed
 from fileformat.objectfile import (
     FLAG_KEYED,
     FOOTER_SIZE,
     OBJECT_HEADER_SIZE,
     Chunk,
-    ChunkBuilder,
     ChunkIndex,
-    DataReader,
-    EntryHashes,
     FileLayout,
-    FileWriter,
     Footer,
-    Readable,
-    encode_file,
-    iter_chunk_records,
-    iter_meta,
-    iter_meta_streamed,
     meta_entry_end,
     parse_footer,
-    read_object,
-    verify_chunk,
-    verify_streams,
 )
+from fileformat.stream import Readable
+from fileformat.verify import read_object, verify_streams
 
 __all__ = [
     "FLAG_KEYED",

@@ -25,7 +25,7 @@
  * builder) and its CRC32C, returning the batch as bytes without copying it: the records
  * are written into a bytes object that grows by doubling and is handed over at the end.
  * A failed append leaves the encoder unchanged; a failed finish (out of memory) empties it.
- * The twin is fileformat.batch.BatchEncoderReference; tests hold both to the same bytes. */
+ * The twin is fileformat.encoder.BatchEncoderReference; tests hold both to the same bytes. */
 
 #define ENC_HEADER_SIZE 61
 #define ENC_LOG_OVERHEAD 12
@@ -573,7 +573,7 @@ static int enc_module_init(PyObject *m) {
  * offsetDelta are parsed and their bytes copied as they are (runs of consecutive kept
  * records in one copy). `out` is a new bytearray: batch[:start] (the old header, for the
  * caller to rewrite) followed by the kept records. With nothing kept, the deltas are 0.
- * Corrupt framing raises ValueError; the twin is fileformat.batch._filter_records_py. */
+ * Corrupt framing raises ValueError; the twin is fileformat.filter._filter_records_py. */
 
 /* Kafka's zigzag varint/varlong at p[*pos] (at most 10 bytes, none at or past `end`). */
 static int filter_varint(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t end,
@@ -694,7 +694,7 @@ done:
  * and, if `null_keys`, the indexes of the records with a null key (a list), else None.
  * A violation raises ValueError(kind, message): kind 1 a record's framing, 2 an
  * offsetDelta, 3 the record count against the bytes. Nothing is allocated per record.
- * The twin is fileformat.batch._validate_records_py. */
+ * The twin is fileformat.validate._validate_records_py. */
 
 #define VAL_FRAMING 1
 #define VAL_OFFSET_DELTA 2

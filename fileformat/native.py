@@ -28,6 +28,6 @@ def check_built(module: str, abi: int) -> None:
 
 
 check_built("fileformat._native", ABI)
-from fileformat import _native  # noqa: E402  (checked just above)
+import fileformat._native as _native  # noqa: E402  (checked just above)
 
 __all__ = ["ABI", "_native", "check_built"]

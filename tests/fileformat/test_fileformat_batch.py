@@ -21,7 +21,8 @@ from fileformat import (
     verify_batch,
     with_base_offset,
 )
-from fileformat.batch import HEADER_SIZE, RECORD_COUNT_POS, RecordTuple, seal_batch
+from fileformat.batch import HEADER_SIZE, RECORD_COUNT_POS, RecordTuple
+from fileformat.encoder import seal_batch
 
 # Two records (offset deltas 0 and 2: a gap), one with a header, one all-null, base 42.
 GOLDEN_HEX = (
@@ -179,57 +180,3 @@ def test_build_rejects_non_increasing_deltas() -> None:
         build_batch([(1, 0, None, b"a", ()), (1, 0, None, b"b", ())])
     with pytest.raises(ValueError):
         build_batch([])
-
-
-@pytest.mark.parametrize("compression", [c for c in Compression if c != Compression.NONE])
-def test_decompression_is_bounded(
-    monkeypatch: pytest.MonkeyPatch, compression: Compression
-) -> None:
-    from fileformat import batch as batch_module
-
-    packed = build_batch([(0, 0, None, b"x" * 5000, ())], compression=compression)
-    assert decode_batch(packed)[0].value == b"x" * 5000
-    monkeypatch.setattr(batch_module, "MAX_DECOMPRESSED", 1000)
-    with pytest.raises(CorruptDataError, match="more than"):
-        decode_batch(packed)
-
-
-@settings(max_examples=300, deadline=None)
-@given(record_tuples(), compressions, compressions, st.data())
-def test_filter_batch_keeps_exactly_the_chosen_records(
-        records: list[RecordTuple], codec_in: Compression, codec_out: Compression,
-        data: st.DataObject) -> None:
-    from fileformat.batch import filter_batch
-
-    batch = build_batch(records, base_offset=1000, compression=codec_in)
-    header = verify_batch(batch)
-    keep = sorted(data.draw(st.sets(st.integers(0, len(records) - 1), min_size=1)))
-    mask = bytes(j in keep for j in range(len(records)))
-    out = filter_batch(memoryview(batch), header, mask, compression=codec_out)
-    new = verify_batch(out)
-    assert new.length == len(out) and new.compression == codec_out
-    got = decode_batch(out)
-    want = [decode_batch(batch)[j] for j in keep]
-    assert got == want  # same offsets, timestamps, keys, values, headers
-    assert new.record_count == len(keep) and new.base_offset == 1000
-    assert new.base_offset + new.last_offset_delta == want[-1].offset
-    assert new.max_timestamp == max(r.timestamp for r in want)
-    assert new.first_timestamp == header.first_timestamp
-
-
-def test_filter_batch_rejects_bad_indices_and_framing() -> None:
-    from fileformat.batch import filter_batch
-
-    batch = build_batch(GOLDEN_RECORDS, base_offset=42)
-    header = verify_batch(batch)
-    for keep in (b"", b"\x00\x00", b"\x01", b"\x01\x01\x01"):  # none kept, wrong length
-        with pytest.raises(ValueError):
-            filter_batch(memoryview(batch), header, keep)
-    # A record count that disagrees with the records' framing is corrupt, never misread.
-    lying = bytearray(batch)
-    struct.pack_into(">i", lying, RECORD_COUNT_POS, 3)
-    with pytest.raises(CorruptDataError):
-        filter_batch(memoryview(bytes(lying)), read_header(bytes(lying)), b"\x01\x00\x00")
-    struct.pack_into(">i", lying, RECORD_COUNT_POS, 1)
-    with pytest.raises(CorruptDataError):
-        filter_batch(memoryview(bytes(lying)), read_header(bytes(lying)), b"\x01")

@@ -12,9 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch as KafkaPythonBatch
 
-from fileformat import Compression, CorruptDataError, build_batch, decode_batch, verify_batch
-from fileformat import batch as batch_module
-from fileformat.batch import HEADER_SIZE, XERIAL_BLOCK, XERIAL_MAGIC, compress, decompress
+from fileformat import (
+    Compression,
+    CorruptDataError,
+    build_batch,
+    decode_batch,
+    verify_batch,
+)
+from fileformat import compression as compression_module
+from fileformat.batch import HEADER_SIZE
+from fileformat.compression import XERIAL_BLOCK, XERIAL_MAGIC, compress, decompress
 from tests.fileformat.client_batches import (
     CLIENT_BATCHES,
     CODECS,
@@ -117,7 +124,7 @@ def test_xerial_block_running_past_the_end_is_corrupt() -> None:
 def test_decompression_bomb_is_stopped(monkeypatch: pytest.MonkeyPatch, codec: Compression,
                                        size: int) -> None:
     """Exactly the bound decompresses; one byte more is refused, however it is framed."""
-    monkeypatch.setattr(batch_module, "MAX_DECOMPRESSED", 4096)
+    monkeypatch.setattr(compression_module, "MAX_DECOMPRESSED", 4096)
     body = compress(b"\x00" * size, codec)
     if size <= 4096:
         assert decompress(body, codec) == b"\x00" * size
@@ -137,3 +144,14 @@ def test_decoded_batch_reports_its_codec_and_keeps_its_header(codec: Compression
     plain = build_batch(records, base_offset=3)
     assert raw[HEADER_SIZE:] != plain[HEADER_SIZE:]
     assert decode_batch(raw) == decode_batch(plain)
+
+
+@pytest.mark.parametrize("compression", [c for c in Compression if c != Compression.NONE])
+def test_decompression_is_bounded(
+    monkeypatch: pytest.MonkeyPatch, compression: Compression
+) -> None:
+    packed = build_batch([(0, 0, None, b"x" * 5000, ())], compression=compression)
+    assert decode_batch(packed)[0].value == b"x" * 5000
+    monkeypatch.setattr(compression_module, "MAX_DECOMPRESSED", 1000)
+    with pytest.raises(CorruptDataError, match="more than"):
+        decode_batch(packed)

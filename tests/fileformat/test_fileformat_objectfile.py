@@ -1,4 +1,5 @@
-"""The multi-partition object: round trips, streaming readers, corruption, builder contracts."""
+"""The multi-partition object: round trips, streaming readers, corruption (the builder's and
+the writer's own contracts: test_chunkbuilder.py, test_filewriter.py)."""
 
 from __future__ import annotations
 
@@ -9,22 +10,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import crc32c
-import numpy as np
 import pytest
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fileformat import (
     FOOTER_SIZE,
-    NULL_KEY_HASH,
     Chunk,
     ChunkBuilder,
     ChunkIndex,
     Compression,
     CorruptDataError,
     DataReader,
-    FileWriter,
     KeyHasher,
     Record,
     TruncatedError,
@@ -35,16 +32,13 @@ from fileformat import (
     iter_meta,
     parse_footer,
     read_object,
-    verify_batch,
 )
-from fileformat.errors import OldMagicError
 from fileformat.objectfile import (
     ENTRY_SIZE_FIELD,
     FOOTER,
     FOOTER_CRC_POS,
     OBJECT_HEADER_SIZE,
     TRAILER,
-    ReadAhead,
     meta_entry_end,
 )
 
@@ -271,160 +265,12 @@ def test_streaming_readers_handle_short_reads_and_skips() -> None:
     assert reader.read_chunk(entries[1][0]) == b
 
 
-def test_chunks_must_be_strictly_ordered() -> None:
-    def chunk(topic: str, partition: int) -> Chunk:
-        builder = ChunkBuilder(topic, partition)
-        builder.append(0, None, b"x")
-        return builder.finish()
-
-    writer = FileWriter(io.BytesIO().write)
-    writer.add(chunk("b", 1))
-    with pytest.raises(ValueError, match="out of order"):
-        writer.add(chunk("b", 1))
-    with pytest.raises(ValueError, match="out of order"):
-        writer.add(chunk("b", 0))
-    with pytest.raises(ValueError, match="out of order"):
-        writer.add(chunk("a", 9))
-    writer.add(chunk("c", 0))
-    assert [c.topic for c in writer.finish().chunks] == ["b", "c"]
-
-
-def test_spooled_meta_matches_in_memory() -> None:
-    _, chunks = two_chunk_object()
-    expected, layout = encode_file(chunks)
-    out = io.BytesIO()
-    writer = FileWriter(out.write, spool_limit=64)  # forces the spool to disk
-    for c in chunks:
-        writer.add(c)
-    assert writer.finish() == layout
-    assert out.getvalue() == expected
-
-
 def test_empty_object_and_empty_chunk() -> None:
     data, layout = encode_file([])
     assert read_object(data)[1] == [] and layout.data_length == 0
     data, layout = encode_file([ChunkBuilder("t", 0).finish()])
     ci, hashes = read_object(data)[1][0]
     assert (ci.record_count, ci.data_len, ci.offset_span, hashes) == (0, 0, 0, b"")
-
-
-def aiokafka_batch(n: int, *, null_every: int = 0) -> bytes:
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=0,
-        producer_id=77,
-        producer_epoch=3,
-        base_sequence=12,
-        batch_size=1 << 20,
-    )
-    for i in range(n):
-        value = None if null_every and i % null_every == 0 else b"value-%d" % i
-        builder.append(i, timestamp=500 + i, key=b"key-%d" % i, value=value, headers=[])
-    return bytes(builder.build())
-
-
-@pytest.mark.parametrize("keyed", [False, True])
-def test_client_batches_are_stored_byte_for_byte(keyed: bool) -> None:
-    builder = ChunkBuilder("t", 3, hasher=HASHER if keyed else None)
-    builder.append(1, b"first", b"x")
-    raw1, raw2 = aiokafka_batch(5, null_every=2), aiokafka_batch(3)
-    assert builder.append_batch(raw1) == (1, 5)
-    assert builder.append_batch(raw2) == (6, 3)
-    data, layout = encode_file([builder.finish()])
-    ci = layout.chunks[0]
-    stored = data[ci.data_pos : ci.data_end]
-    tail = stored[len(stored) - len(raw1) - len(raw2) :]
-    assert tail[: len(raw1)][8:] == raw1[8:]
-    assert tail[len(raw1) :][8:] == raw2[8:]
-    assert verify_batch(tail).base_offset == 1
-    assert verify_batch(tail[len(raw1) :]).base_offset == 6
-    records = list(iter_chunk_records(stored, 100, index=ci))
-    assert [r.offset for r in records] == list(range(100, 109))
-    assert records[1].key == b"key-0" and records[1].value is None
-    hashes = read_object(data)[1][0][1]
-    if keyed:
-        assert list(ci.tombstones) == [1, 3, 5]
-        assert hashes[16:32] == HASHER.hash(b"key-0")
-    else:
-        assert hashes == b"" and not ci.tombstones
-
-
-def test_append_batch_rejects_bad_input() -> None:
-    builder = ChunkBuilder("t", 0)
-    raw = bytearray(aiokafka_batch(2))
-    raw[-1] ^= 1
-    with pytest.raises(CorruptDataError):
-        builder.append_batch(bytes(raw))
-    raw = bytearray(aiokafka_batch(2))
-    raw[16] = 1
-    with pytest.raises(OldMagicError):
-        builder.append_batch(bytes(raw))
-    with pytest.raises(CorruptDataError):
-        builder.append_batch(aiokafka_batch(2) + b"\0")
-    assert builder.record_count == 0
-
-
-def test_append_compacted_places_gapped_batches() -> None:
-    builder = ChunkBuilder("t", 0, base_offset=5000, keyed=True)
-    survivors = [(2, 10, b"a", b"1", ()), (5, 11, b"b", None, ()), (9, 12, b"c", b"3", ())]
-    raw = build_batch(survivors, compression=Compression.ZSTD)
-    hashes = HASHER.hash_many([b"a", b"b", b"c"])
-    builder.append_compacted(
-        raw, base=100, offsets=np.array([102, 105, 109]), tombstones=[105], key_hashes=hashes
-    )
-    with pytest.raises(ValueError, match="below"):
-        builder.append_compacted(raw, base=105, offsets=[107, 110, 114], key_hashes=hashes)
-    with pytest.raises(ValueError, match="offsets"):
-        builder.append_compacted(raw, base=200, offsets=[202, 205], key_hashes=hashes)
-    with pytest.raises(ValueError, match="rise"):
-        builder.append_compacted(raw, base=200, offsets=[202, 202, 209], key_hashes=hashes)
-    with pytest.raises(ValueError, match="hashes"):
-        builder.append_compacted(raw, base=200, offsets=[202, 205, 209], key_hashes=b"")
-    with pytest.raises(ValueError, match="hasher"):
-        builder.append(0, b"k", b"v")
-    data, _layout = encode_file([builder.finish()])
-    ci, got_hashes = read_object(data)[1][0]
-    assert (ci.base_offset, ci.offset_span, ci.record_count) == (5000, 110, 3)
-    assert list(ci.offsets) == [102, 105, 109] and list(ci.tombstones) == [105]
-    assert got_hashes == hashes
-    records = list(iter_chunk_records(data[ci.data_pos : ci.data_end], ci.base_offset, index=ci))
-    assert [(r.offset, r.key, r.value) for r in records] == [
-        (5102, b"a", b"1"),
-        (5105, b"b", None),
-        (5109, b"c", b"3"),
-    ]
-
-
-def test_append_compacted_run_places_several_batches_or_none() -> None:
-    builder = ChunkBuilder("t", 0, base_offset=0, keyed=True)
-    first = build_batch([(0, 10, b"a", b"1", ()), (3, 11, b"b", None, ())])
-    second = build_batch([(1, 12, b"c", b"3", ())], compression=Compression.LZ4)
-    hashes = HASHER.hash_many([b"a", b"b", b"c"])
-    good: dict[str, Any] = {"offsets": [10, 13, 21], "tombstones": [13], "key_hashes": hashes,
-            "tombstone_cleaned_at": [7]}
-    bad: list[tuple[dict[str, Any], str]] = [
-        ({"bases": [10, 13]}, "below"),  # the second batch overlaps the first
-        ({"bases": [10]}, "one base per batch"),
-        ({"offsets": [10, 13, 20]}, "ending at its last"),
-        ({"offsets": [10, 21]}, "offsets given"),
-        ({"offsets": [9, 13, 21]}, "offsets must rise"),
-        ({"tombstones": [12]}, "subset"),
-        ({"key_hashes": hashes[:32]}, "hashes"),
-    ]
-    for change, match in bad:
-        args: dict[str, Any] = {"bases": [10, 20], **good, **change}
-        with pytest.raises(ValueError, match=match):
-            builder.append_compacted_run([first, second], **args)
-    assert builder.record_count == 0 and builder.next_offset == 0  # unchanged
-    builder.append_compacted_run([first, second], bases=[10, 20], **good)
-    assert (builder.record_count, builder.next_offset) == (3, 22)
-    data, _layout = encode_file([builder.finish()])
-    ci, got_hashes = read_object(data)[1][0]
-    assert list(ci.offsets) == [10, 13, 21] and list(ci.tombstones) == [13]
-    assert ci.tombstone_cleaned_at.tolist() == [7] and got_hashes == hashes
-    records = list(iter_chunk_records(data[ci.data_pos : ci.data_end], 0, index=ci))
-    assert [(r.offset, r.key) for r in records] == [(10, b"a"), (13, b"b"), (21, b"c")]
 
 
 def test_unknown_version_is_unsupported() -> None:
@@ -449,77 +295,3 @@ def test_iter_chunk_records_without_index_checks_span() -> None:
     struct.pack_into(">q", bad, 0, 1)  # first batch claims base 1: overlaps the next batch
     with pytest.raises(CorruptDataError):
         list(iter_chunk_records(bytes(bad), 0, ci.offset_span))
-
-
-def test_null_key_hash() -> None:
-    builder = ChunkBuilder("t", 0, hasher=HASHER)
-    builder.append(0, None, b"v")
-    data, _ = encode_file([builder.finish()])
-    assert read_object(data)[1][0][1] == NULL_KEY_HASH
-
-
-def test_open_chunk_streams_batches_and_matches_add() -> None:
-    _, chunks = two_chunk_object()
-    expected, layout = encode_file(chunks)
-    out = io.BytesIO()
-    writer = FileWriter(out.write, write_block=64)
-    writer.add(chunks[0])
-    builder = writer.open_chunk("b", 0, hasher=HASHER, max_batch_bytes=100)
-    before = out.tell()
-    for i in range(30):
-        builder.append(i, b"k%d" % (i % 7), None if i % 4 == 0 else b"v" * 20)
-    assert out.tell() > before  # sealed batches went out once a write block was full
-    with pytest.raises(RuntimeError, match="open"):
-        writer.add(chunks[1])
-    writer.add(builder.finish())
-    assert writer.finish() == layout
-    assert out.getvalue() == expected
-
-
-def test_open_chunk_respects_order() -> None:
-    writer = FileWriter(io.BytesIO().write)
-    writer.open_chunk("b", 0).finish()
-    with pytest.raises(RuntimeError, match="open"):
-        writer.open_chunk("c", 0)
-    other = FileWriter(io.BytesIO().write).open_chunk("b", 0)
-    other.append(0, None, b"x")
-    with pytest.raises(ValueError, match="open chunk"):
-        FileWriter(io.BytesIO().write).add(other.finish())
-    with pytest.raises(ValueError, match="out of order"):
-        writer2 = FileWriter(io.BytesIO().write)
-        writer2.add(ChunkBuilder("b", 0).finish())
-        writer2.open_chunk("a", 0)
-
-
-def test_writer_close_abandons_cleanly() -> None:
-    out = io.BytesIO()
-    with FileWriter(out.write) as writer:
-        writer.add(ChunkBuilder("a", 0).finish())
-    with pytest.raises(RuntimeError, match="finished"):
-        writer.finish()
-
-
-def test_failed_append_leaves_the_builder_consistent() -> None:
-    builder = ChunkBuilder("t", 0)
-    with pytest.raises(TypeError):
-        builder.append(0, "not bytes", b"v")  # type: ignore[arg-type]
-    assert builder.finish().batch_count == 0
-    builder = ChunkBuilder("t", 0)
-    builder.append(0, None, b"a")
-    with pytest.raises(TypeError):
-        builder.append(1, "not bytes", b"v")  # type: ignore[arg-type]
-    builder.append(2, None, b"c")
-    data, _ = encode_file([builder.finish()])
-    ci, _ = read_object(data)[1][0]
-    records = list(iter_chunk_records(data[ci.data_pos : ci.data_end], 0, index=ci))
-    assert [(r.offset, r.value) for r in records] == [(0, b"a"), (1, b"c")]
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.binary(max_size=300), st.lists(st.integers(0, 80), max_size=20), st.integers(1, 64))
-def test_read_ahead_reads_what_the_stream_holds(data: bytes, sizes: list[int],
-                                                block: int) -> None:
-    ahead = ReadAhead(io.BytesIO(data), block)
-    plain = io.BytesIO(data)
-    for n in sizes:
-        assert ahead.read(n) == plain.read(n)

@@ -1,6 +1,7 @@
 """The C records walk (`_native.filter_records`, behind `filter_batch`) against its
 pure-Python twin on the same inputs: valid batches of every codec, control batches, empty
-results, and arbitrary (mostly corrupt) bytes, where both must fail alike."""
+results, and arbitrary (mostly corrupt) bytes, where both must fail alike; and what
+`filter_batch` keeps."""
 
 from __future__ import annotations
 
@@ -11,21 +12,31 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fileformat import Compression, CorruptDataError, build_batch, decode_batch, verify_batch
+from fileformat import (
+    Compression,
+    CorruptDataError,
+    build_batch,
+    decode_batch,
+    read_header,
+    verify_batch,
+)
 from fileformat.batch import (
     ATTRIBUTES_POS,
     CONTROL_MASK,
     CRC_POS,
     HEADER_SIZE,
+    RECORD_COUNT_POS,
     TRANSACTIONAL_MASK,
     RecordTuple,
+)
+from fileformat.filter import (
     _filter_records_native,
     _filter_records_py,
     filter_batch,
     filter_batch_reference,
 )
 from fileformat.native import _native
-from tests.fileformat.test_fileformat_batch import compressions, record_tuples
+from tests.fileformat.test_fileformat_batch import GOLDEN_RECORDS, compressions, record_tuples
 
 Outcome = tuple[bytearray, int, int, int] | type[CorruptDataError]
 
@@ -164,3 +175,44 @@ def test_a_new_base_offset_moves_the_records_with_it() -> None:
     assert out == filter_batch_reference(memoryview(batch), header, b"\x00\x01\x00\x01",
                                          base_offset=500)
     assert [(r.offset, r.timestamp) for r in decode_batch(out)] == [(501, 1001), (503, 1003)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(record_tuples(), compressions, compressions, st.data())
+def test_filter_batch_keeps_exactly_the_chosen_records(
+        records: list[RecordTuple], codec_in: Compression, codec_out: Compression,
+        data: st.DataObject) -> None:
+    from fileformat.filter import filter_batch
+
+    batch = build_batch(records, base_offset=1000, compression=codec_in)
+    header = verify_batch(batch)
+    keep = sorted(data.draw(st.sets(st.integers(0, len(records) - 1), min_size=1)))
+    mask = bytes(j in keep for j in range(len(records)))
+    out = filter_batch(memoryview(batch), header, mask, compression=codec_out)
+    new = verify_batch(out)
+    assert new.length == len(out) and new.compression == codec_out
+    got = decode_batch(out)
+    want = [decode_batch(batch)[j] for j in keep]
+    assert got == want  # same offsets, timestamps, keys, values, headers
+    assert new.record_count == len(keep) and new.base_offset == 1000
+    assert new.base_offset + new.last_offset_delta == want[-1].offset
+    assert new.max_timestamp == max(r.timestamp for r in want)
+    assert new.first_timestamp == header.first_timestamp
+
+
+def test_filter_batch_rejects_bad_indices_and_framing() -> None:
+    from fileformat.filter import filter_batch
+
+    batch = build_batch(GOLDEN_RECORDS, base_offset=42)
+    header = verify_batch(batch)
+    for keep in (b"", b"\x00\x00", b"\x01", b"\x01\x01\x01"):  # none kept, wrong length
+        with pytest.raises(ValueError):
+            filter_batch(memoryview(batch), header, keep)
+    # A record count that disagrees with the records' framing is corrupt, never misread.
+    lying = bytearray(batch)
+    struct.pack_into(">i", lying, RECORD_COUNT_POS, 3)
+    with pytest.raises(CorruptDataError):
+        filter_batch(memoryview(bytes(lying)), read_header(bytes(lying)), b"\x01\x00\x00")
+    struct.pack_into(">i", lying, RECORD_COUNT_POS, 1)
+    with pytest.raises(CorruptDataError):
+        filter_batch(memoryview(bytes(lying)), read_header(bytes(lying)), b"\x01")

@@ -1,10 +1,9 @@
 """The produce path's C encoder (`_native.BatchEncoder`, `_native.crc32c`) against its twins:
 `BatchEncoderReference` (pure Python), aiokafka's builder and the crc32c package, on the
-same inputs; and the FileWriter's block writes."""
+same inputs."""
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import crc32c
@@ -13,8 +12,8 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fileformat import ChunkBuilder, FileWriter, decode_batch, encode_file
-from fileformat.batch import BatchEncoder, BatchEncoderReference
+from fileformat import decode_batch
+from fileformat.encoder import BatchEncoder, BatchEncoderReference
 from fileformat.native import _native
 
 Header = tuple[str, Any]
@@ -161,78 +160,3 @@ def test_crc32c_matches_the_crc32c_package(data: bytes, start: int) -> None:
 def test_crc32c_refuses_a_crc_past_32_bits() -> None:
     with pytest.raises(ValueError):
         _native.crc32c(b"x", 2**32)
-
-
-def test_file_writer_writes_blocks_and_the_same_bytes() -> None:
-    """An agent-like flush (500 small chunks) leaves the writer in ~1 MiB writes, not one
-    per batch, and the object is byte for byte what the write-through writer makes."""
-    builders = []
-    for p in range(500):
-        b = ChunkBuilder("t", p)
-        for i in range(3):
-            b.append(1_700_000_000_000 + i, b"k%d" % i, b"v" * 1000)
-        builders.append(b)
-    chunks = [b.finish() for b in builders]
-    writes: list[int] = []
-    out = io.BytesIO()
-
-    def write(data: bytes) -> None:
-        writes.append(len(data))
-        out.write(data)
-
-    writer = FileWriter(write)
-    for c in chunks:
-        writer.add(c)
-    layout = writer.finish()
-    expected, expected_layout = encode_file(chunks)
-    assert out.getvalue() == expected
-    assert layout == expected_layout
-    assert len(writes) <= len(expected) // (1 << 20) + 2
-    assert all(n >= 1 << 20 for n in writes[:-1])
-    through: list[int] = []
-    through_writer = FileWriter(lambda d: through.append(len(d)), write_block=1)
-    for c in chunks:
-        through_writer.add(c)
-    through_writer.finish()
-    assert sum(through) == len(expected) and len(through) > 500  # a write per batch
-
-
-@settings(max_examples=50, deadline=None)
-@given(stamps=st.lists(st.integers(0, 2**45), min_size=1, max_size=40),
-       batch_bytes=st.integers(1, 400))
-def test_chunk_builder_batches_are_the_reference_encoders(stamps: list[int],
-                                                          batch_bytes: int) -> None:
-    """ChunkBuilder's batches (sealed by size) are what the reference encoder makes of the
-    same records, and its timestamps are the records' extremes."""
-    builder = ChunkBuilder("t", 0, max_batch_bytes=batch_bytes)
-    for i, ts in enumerate(stamps):
-        assert builder.append(ts, b"k%d" % i, b"v" * (i % 50), [("h", b"%d" % i)]) == i
-    chunk = builder.finish()
-    assert (chunk.min_timestamp, chunk.max_timestamp) == (min(stamps), max(stamps))
-    assert (chunk.record_count, chunk.offset_span) == (len(stamps), len(stamps))
-    rel = 0
-    for batch in chunk.batches:
-        reference = BatchEncoderReference()
-        for rec in decode_batch(batch):
-            reference.append(rec.offset - rel, rec.timestamp, rec.key, rec.value,
-                             list(rec.headers))
-        count = reference.record_count
-        assert batch == reference.finish(rel)
-        rel += count
-    assert rel == len(stamps)
-
-
-class _FailingFinish(BatchEncoderReference):
-    def finish(self, base_offset: int = 0) -> bytes:
-        raise MemoryError
-
-
-def test_a_batch_that_cannot_be_sealed_fails_the_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Its records are lost, so the chunk must never be written (the flush fails)."""
-    monkeypatch.setattr("fileformat.objectfile.BatchEncoder", _FailingFinish)
-    builder = ChunkBuilder("t", 0, max_batch_bytes=100)
-    builder.append(1, b"k", b"v")
-    with pytest.raises(MemoryError):
-        builder.append(2, b"k", b"v" * 200)  # fills the batch: sealed in this call
-    with pytest.raises(RuntimeError, match="finished"):
-        builder.finish()

@@ -28,7 +28,8 @@ from fileformat import (
     parse_footer,
     read_object,
 )
-from fileformat.objectfile import OBJECT_HEADER_SIZE, TOMB_HEAD, _decode_tombstones
+from fileformat.metareader import _decode_tombstones
+from fileformat.objectfile import OBJECT_HEADER_SIZE, TOMB_HEAD
 
 HASHER = KeyHasher(b"cluster-secret")
 MAX_MS = 2**63 - 1

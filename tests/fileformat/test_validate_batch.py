@@ -19,13 +19,9 @@ from fileformat.batch import (
     CRC_POS,
     HEADER,
     HEADER_SIZE,
-    MAX_DECOMPRESSED,
     TIMESTAMP_TYPE_MASK,
-    _validate_records_native,
-    _validate_records_py,
-    check_client_batch,
-    compress,
 )
+from fileformat.compression import MAX_DECOMPRESSED, compress
 from fileformat.errors import (
     ControlBatchError,
     DecompressionError,
@@ -38,6 +34,7 @@ from fileformat.errors import (
     RecordCountError,
     RecordFramingError,
 )
+from fileformat.validate import _validate_records_native, _validate_records_py, check_client_batch
 from tests.fileformat.client_batches import (
     CODECS,
     aiokafka_batch,

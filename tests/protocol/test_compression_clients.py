@@ -12,7 +12,8 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
 
-from fileformat.batch import WRITABLE_COMPRESSIONS, iter_batches
+from fileformat.batch import iter_batches
+from fileformat.compression import WRITABLE_COMPRESSIONS
 from objectstore import open_store
 
 from .server import AgentProcess

@@ -3,7 +3,7 @@
 Each partition's records field must hold exactly one batch, not zstd before v7 (Kafka's
 ProduceRequest.validateRecords: else INVALID_RECORD, UNSUPPORTED_COMPRESSION_TYPE); the
 batch is validated as Kafka validates a produce
-(`fileformat.batch.check_client_batch`: CRC, every record's framing, counts, offset deltas,
+(`fileformat.validate.check_client_batch`: CRC, every record's framing, counts, offset deltas,
 producer fields, a bounded decompression) and stored byte for byte by
 `Agent.produce_batches` (baseOffset patched there), which checks all of a partition's
 batches before buffering any, so a bad one stores none of that partition and holds no
@@ -55,7 +55,7 @@ from agent.errors import (
     TransactionalBatchError,
 )
 from agent.producer import ProduceFuture
-from fileformat import FormatError
+from fileformat import Compression, FormatError
 from fileformat.batch import (
     ATTRIBUTES_POS,
     CODEC_MASK,
@@ -64,7 +64,6 @@ from fileformat.batch import (
     MAGIC,
     MAGIC_POS,
     TRANSACTIONAL_MASK,
-    Compression,
     split_frames,
 )
 from fileformat.errors import (

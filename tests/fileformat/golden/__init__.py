@@ -28,15 +28,12 @@ from fileformat import (
     parse_footer,
     read_header,
 )
-from fileformat.batch import Compression, RecordTuple
-from fileformat.objectfile import (
-    FORMAT_VERSION,
-    ChunkBuilder,
-    ChunkIndex,
-    DataReader,
-    check_object_header,
-    read_object,
-)
+from fileformat.batch import RecordTuple
+from fileformat.chunkbuilder import ChunkBuilder
+from fileformat.compression import Compression
+from fileformat.datareader import DataReader
+from fileformat.objectfile import FORMAT_VERSION, ChunkIndex, check_object_header
+from fileformat.verify import read_object
 
 HERE = Path(__file__).parent
 OBJECT = HERE / f"v{FORMAT_VERSION}.silt"
