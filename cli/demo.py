@@ -5,10 +5,26 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import click
+
 from agent import Agent, Reader
 from agent.producer import ProduceFuture
 from metadata import MetadataStore
 from objectstore import ObjectStore
+
+from .context import Context, one_line_errors, pass_ctx
+
+
+@click.command("demo")
+@click.option("--records", type=click.IntRange(min=1), default=100_000, show_default=True)
+@click.option("--partitions", type=click.IntRange(min=1), default=1_000, show_default=True)
+@pass_ctx
+@one_line_errors
+def demo(ctx: Context, records: int, partitions: int) -> None:
+    """Run an end-to-end demo on the configured store and metadata and explain it."""
+    ctx.open(create=True)
+    run_demo(ctx.store, ctx.metadata, ctx.store_url, ctx.metadata_url,
+             records=records, partitions=partitions, echo=click.echo)
 
 
 def run_demo(

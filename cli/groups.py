@@ -1,6 +1,6 @@
-"""What `silt groups` shows and changes (kafka-consumer-groups), straight from the metadata
-store: no agent needs to run. The click commands are in main.py; this module builds their
-JSON-ready rows and reset plans.
+"""`silt groups`: list, describe, reset the offsets of and delete consumer groups
+(kafka-consumer-groups), straight from the metadata store: no agent needs to run. The
+commands print JSON-ready rows and reset plans built here.
 
 A group is as its coordinator last stored it (`MetadataStore.load_group`); a group that only
 committed offsets (a "simple" consumer) is Empty with no protocol. Lag comes from the one
@@ -9,15 +9,21 @@ computation of it, `MetadataStore.group_lag`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import click
 
 from agent.groups import subscription
 from metadata import GroupMember, MetadataStore, OffsetCommit
 from metadata.errors import UnknownGroupError, UnknownPartitionError
 from metadata.models import GROUP_EMPTY
 from objectstore import ObjectStore
+
+from .context import Context, one_line_errors, pass_ctx
+from .output import Output, columns, json_option, shown
 
 CONSUMER_PROTOCOL = "consumer"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -151,8 +157,121 @@ def apply_plan(md: MetadataStore, group_id: str, rows: list[dict[str, Any]]) -> 
                                 for r in rows])
 
 
-def columns(rows: list[list[str]], indent: str = "  ") -> list[str]:
-    """Rows of cells as left-aligned columns two spaces apart."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))] if rows else []
-    return [indent + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
-            .rstrip() for row in rows]
+
+# ---------------------------------------------------------------------------- the commands
+
+
+@click.group()
+def groups() -> None:
+    """List, describe, reset the offsets of and delete consumer groups."""
+
+
+def _list_text(rows: list[dict[str, Any]]) -> Iterator[str]:
+    for row in rows:
+        yield (f"{row['group_id']}\tstate={row['state']}"
+               f"\tprotocol_type={shown(row['protocol_type'])}\tmembers={row['members']}"
+               f"\tcoordinator={shown(row['coordinator'])}")
+
+
+@groups.command("list")
+@json_option()
+@pass_ctx
+@one_line_errors
+def groups_list(ctx: Context, out: Output) -> None:
+    """List consumer groups: state, protocol type, members, live coordinator agent."""
+    out.result(list_rows(ctx.metadata), _list_text)
+
+
+def _describe_text(row: dict[str, Any]) -> Iterator[str]:
+    protocol = "/".join(row[k] for k in ("protocol_type", "protocol") if row[k]) or "-"
+    yield (f"group {row['group_id']}  state={row['state']}  protocol={protocol}"
+           f"  generation={row['generation']}  members={row['members']}"
+           f"  coordinator={shown(row['coordinator'])}")
+    if row["member_detail"]:
+        members = [["member", "instance", "client", "host", "partitions"]]
+        for m in row["member_detail"]:
+            parts = (f"{m['assignment_bytes']} bytes" if m["assignment"] is None else
+                     ",".join(f"{a['topic']}-{a['partition']}" for a in m["assignment"]))
+            members.append([m["member_id"], shown(m["group_instance_id"]), m["client_id"],
+                            m["client_host"], parts or "-"])
+        yield from columns(members)
+    offsets = [["topic", "partition", "committed", "end", "lag", "member"]]
+    offsets += [[o["topic"], str(o["partition"]), shown(o["committed_offset"]),
+                 shown(o["log_end_offset"]), shown(o["lag"]), shown(o["member_id"])]
+                for o in row["offsets"]]
+    yield from columns(offsets)
+
+
+@groups.command("describe")
+@click.argument("group")
+@json_option()
+@pass_ctx
+@one_line_errors
+def groups_describe(ctx: Context, group: str, out: Output) -> None:
+    """Show a group's members and assignments and, per partition, committed offset, log end
+    offset and lag."""
+    out.result(describe(ctx.metadata, group), _describe_text)
+
+
+def _plan_text(plan: dict[str, Any]) -> list[str]:
+    table = [["topic", "partition", "current", "new"]]
+    table += [[r["topic"], str(r["partition"]), shown(r["current_offset"]),
+               str(r["new_offset"])] for r in plan["partitions"]]
+    return columns(table, indent="")
+
+
+@groups.command("reset-offsets")
+@click.argument("group")
+@click.option("--topic", required=True)
+@click.option("--partition", "partitions", type=click.IntRange(min=0), multiple=True,
+              help="Only this partition (repeatable; default: all of the topic's).")
+@click.option("--to-earliest", is_flag=True, help="The partition's log start offset.")
+@click.option("--to-latest", is_flag=True, help="The partition's next offset (log end).")
+@click.option("--to-offset", type=int, default=None,
+              help="This offset, clamped into [log start, log end].")
+@click.option("--to-datetime", default=None, metavar="ISO",
+              help="The first offset whose record timestamp is >= this time (ISO 8601,"
+                   " e.g. 2024-05-01T12:00:00+00:00; no zone: UTC); none: the log end.")
+@click.option("--execute", is_flag=True, help="Apply the plan (default: print it only).")
+@json_option()
+@pass_ctx
+@one_line_errors
+def groups_reset_offsets(ctx: Context, group: str, topic: str, partitions: tuple[int, ...],
+                         to_earliest: bool, to_latest: bool, to_offset: int | None,
+                         to_datetime: str | None, execute: bool, out: Output) -> None:
+    """Move a group's committed offsets on TOPIC (the group must have no members).
+
+    Prints the plan (partition, current committed offset, new offset); only --execute
+    commits it, and is refused while the group has members.
+    """
+    targets = [ResetTo(kind) for kind, given in
+               (("earliest", to_earliest), ("latest", to_latest)) if given]
+    if to_offset is not None:
+        targets.append(ResetTo("offset", to_offset))
+    if to_datetime is not None:
+        try:
+            targets.append(ResetTo("datetime", parse_datetime(to_datetime)))
+        except ValueError:
+            raise click.BadParameter(f"{to_datetime!r} is not an ISO 8601 date-time",
+                                     param_hint="--to-datetime") from None
+    if len(targets) != 1:
+        raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-offset,"
+                               " --to-datetime")
+    to = targets[0]
+    store = ctx.store if to.kind == "datetime" else None
+    rows = reset_plan(ctx.metadata, store, group, topic, partitions, to)
+    if execute:
+        apply_plan(ctx.metadata, group, rows)
+    out.result({"group_id": group, "executed": execute, "partitions": rows}, _plan_text)
+    click.echo(f"reset {len(rows)} partition(s) of group {group}" if execute else
+               "dry run: nothing changed (--execute applies it)", err=True)
+
+
+@groups.command("delete")
+@click.argument("group")
+@pass_ctx
+@one_line_errors
+def groups_delete(ctx: Context, group: str) -> None:
+    """Delete a group with no members: its stored state and committed offsets."""
+    ctx.metadata.delete_group(group)
+    click.echo(f"deleted group {group}")

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli.main import Context, cli
+from cli.context import Context
+from cli.main import cli
 from objectstore import DEFAULT_RETRY, CountingStore, RetryingStore, RetryPolicy, StoreConfig
 from settings import SettingError
 from settings.load import load_settings
