@@ -56,10 +56,11 @@ bench: $(TEST_STAMP) $(NATIVE)
 
 # The reliability suites (docs/reliability.md): 500 crash trials, 1,000 corruption cases,
 # 50 object-store fault trials (10 % of S3 requests failed),
-# 20 concurrency trials (PostgreSQL: SILT_TEST_POSTGRES_URL); figures written to the doc.
+# 20 concurrency trials (PostgreSQL: SILT_TEST_POSTGRES_URL), the protocol fuzz suite (every
+# API version's lengths, 20 random mutants each, every truncation); figures written to the doc.
 chaos: $(TEST_STAMP) $(NATIVE)
 	$(BIN)/python -m faults.chaos --suite crash --suite corruption --suite concurrency \
-	  --suite storefaults \
+	  --suite storefaults --suite protocol \
 	  --write docs/reliability.md
 
 clean:

@@ -55,6 +55,9 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "agents and compactors at once on PostgreSQL"),
     Suite("storefaults", "faults.storefaults:run", 50,
           "S3 requests failed through a fault proxy (10 %)", extra={"fault_rate": 0.10}),
+    Suite("protocol", "faults.suites.protocol:run", 20,
+          "adversarial frames and record batches against a real agent (issue 22)",
+          unit="random mutants per API version", extra={"every_truncation": True}),
 )}
 
 
