@@ -37,6 +37,8 @@ from kio.serial._introspect import (
 )
 from kio.static.primitive import Records, i16, i32
 
+from agent.protocol.apis import TABLE
+
 # Issue 22's killers: Metadata v12 whose topics compact array says 2^35-2 entries (kio's
 # reader reserved 256 GiB and the agent aborted), and Metadata v1 with an int32 array of
 # 2^31-1 topics (survived only because 16 GiB fit the machine).
@@ -85,6 +87,12 @@ class Frame:
 
     data: bytes
     what: str
+
+    @property
+    def api(self) -> str:
+        """The API's name (its handler module's: metadata, produce, ...), or `what`."""
+        key = int.from_bytes(self.data[4:6], "big", signed=True) if len(self.data) >= 6 else -1
+        return TABLE[key].name if key in TABLE else self.what
 
     def describe(self, limit: int = 96) -> str:
         hexed = self.data.hex()
@@ -450,8 +458,6 @@ def bad_batches(producer_id: int = -1, producer_epoch: int = -1) -> dict[str, by
         "control batch": batch(recs, 3, attributes=0x20),
         "idempotent baseSequence -1": batch(recs, 3, producer_id=producer_id,
                                             producer_epoch=producer_epoch, base_sequence=-1),
-        "negative producer id": batch(recs, 3, producer_id=-7, producer_epoch=0,
-                                      base_sequence=0),
     }
     rng = random.Random(22)
     for codec, bits in CODECS.items():
