@@ -60,10 +60,10 @@ from kio.static.primitive import i16, i32, i64
 
 from agent import Reader
 from agent.protocol.apis import TABLE
-from cli.agent_process import REPO, free_port
 from faults import frames
 from faults.check import Tally, check_log
 from faults.frames import Frame
+from harness.agent_process import REPO, free_port
 from metadata import MetadataStore
 from objectstore import open_store
 
@@ -94,8 +94,8 @@ STARTUP_S = 60.0
 # Settings the suite lowers when the agent declares them (unknown names would be refused).
 # (Kafka's names; request.read.timeout.ms: how long a frame, once begun, may take to arrive.)
 LIMITS = {"connections.max.idle.ms": 3000, "request.read.timeout.ms": 3000,
-          "max.connections.per.ip": 64, "max.connections": 2000}
-SLOW_WAIT_S = 12.0  # how long slow and idle connections are watched
+          "max.connections.per.ip": 64, "max.connections.total": 2000}
+SLOW_WAIT_S = 8.0  # how long slow and idle connections are watched
 DEFAULT_PER_IP = 100  # connections one IP may hold when the agent declares no limit
 FLOOD = 300  # connections opened from one IP
 FETCH_CAP = 64 << 20  # no Fetch answer may exceed this (Kafka's fetch.max.bytes is 55 MiB)
