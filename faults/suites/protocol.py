@@ -56,7 +56,7 @@ from typing import Any
 from kio.index import load_payload_module, load_request_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
-from kio.static.primitive import i16, i32, i64
+from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 from agent import Reader
 from agent.protocol.apis import TABLE
@@ -67,7 +67,7 @@ from harness.agent_process import REPO, free_port
 from metadata import MetadataStore
 from objectstore import open_store
 
-KINDS = (
+FRONT_DOOR = (
     "agent deaths",
     "bad batches stored",  # batches of topic `bad` readable from the store, or unreadable ones
     "log ends moved",  # partitions of `bad` whose next offset is not 0
@@ -81,9 +81,10 @@ KINDS = (
     "huge or bad creates accepted",
     "long topic name not refused",
     "fetch answers past bounds",
-    "lost", "duplicated", "out_of_order", "unknown",  # the background clients' acked records
-    "consumer missed",
 )
+# The background clients' acked records (faults.check.check_log), and the consumer's.
+RECORDS = ("lost", "duplicated", "out_of_order", "unknown", "consumer missed")
+KINDS = FRONT_DOOR + RECORDS
 TOPICS = (("good-i", 3), ("good-p", 3), ("good-raw", 1), ("bad", 4), (frames.TOPIC, 2))
 CHUNK = 32  # frames between probes
 REPLY_S = 1.5  # a frame's reply wait (no reply is not a fault: the connection is dropped)
@@ -388,6 +389,7 @@ class Run:
         self.skipped = 0  # frames not sent: max_deaths reached
         self.deaths_by: Counter[str] = Counter()  # API name (or phase) -> deaths
         self.kinds_stored: set[str] = set()  # kinds of bad batch acknowledged
+        self.exact = 0  # acked records read back once, at their offset
     # -- liveness
 
     async def probe(self) -> None:
@@ -477,7 +479,7 @@ class Run:
 
     async def _producer_id(self) -> tuple[int, int]:
         mod = load_payload_module(22, 0, EntityType.request)
-        req = mod.InitProducerIdRequest(transactional_id=None, transaction_timeout=_ms(mod, 60_000))
+        req = mod.InitProducerIdRequest(transactional_id=None, transaction_timeout=_ms(60_000))
         outcome, body = await exchange(self.agent.port, _frame(22, 0, req), 15, keep=True)
         if outcome != "answered":
             return 4242, 0
@@ -556,7 +558,7 @@ class Run:
         mod = load_payload_module(19, version, EntityType.request)
         topic = mod.CreatableTopic(name=name, num_partitions=i32(partitions),
                                    replication_factor=i16(-1), assignments=(), configs=())
-        req = mod.CreateTopicsRequest(topics=(topic,), timeout=_ms(mod, 30_000),
+        req = mod.CreateTopicsRequest(topics=(topic,), timeout=_ms(30_000),
                                       validate_only=validate)
         outcome, body = await exchange(self.agent.port, _frame(19, version, req), 120,
                                        keep=True)
@@ -584,7 +586,7 @@ class Run:
                                   log_start_offset=i64(-1),
                                   partition_max_bytes=i32(2**31 - 1))
         topic = mod.FetchTopic(topic="good-p", partitions=(part,) * times)
-        req = mod.FetchRequest(replica_id=i32(-1), max_wait=_ms(mod, 0), min_bytes=i32(0),
+        req = mod.FetchRequest(replica_id=i32(-1), max_wait=_ms(0), min_bytes=i32(0),
                                max_bytes=i32(2**31 - 1), isolation_level=0,
                                session_id=i32(0), session_epoch=i32(-1), topics=(topic,),
                                forgotten_topics_data=(), rack_id="")
@@ -618,6 +620,10 @@ class Run:
                     self.tally.note("lost", len(acks), f"{tp} unreadable: {exc}"[:300])
                     continue
                 check_log(self.tally, tp, log, sorted(acks), ("i:", "p:"), compacted=False)
+                at: dict[bytes | None, list[int]] = {}
+                for rec in log:
+                    at.setdefault(rec.value, []).append(rec.offset)
+                self.exact += sum(at.get(value) == [offset] for offset, _, value in acks)
             want = {v for tp, acks in background.acked.items() if tp[0] == "good-i"
                     for *_, v in acks}
             missed = len(want - set(background.consumed))
@@ -694,11 +700,8 @@ async def _still_open(conn: Conn | None) -> int:
         return 0
 
 
-def _ms(mod: Any, ms: int) -> Any:
-    """A timedelta field value of `mod`'s request class (i32Timedelta)."""
-    from kio.static.primitive import i32Timedelta
-
-    del mod
+def _ms(ms: int) -> i32Timedelta:
+    """A request's millisecond field (kio's i32Timedelta)."""
     return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
 
 
@@ -747,49 +750,44 @@ def all_frames(trials: int, rng: random.Random, every_truncation: bool) -> Itera
 
 
 def run(trials: int, seed: int, every_truncation: bool = False, max_deaths: int = 10_000,
-        produce_versions: Sequence[int] = range(3, 12), clients: bool = True
-        ) -> dict[str, Any]:
+        produce_versions: Sequence[int] = range(3, 12)) -> dict[str, Any]:
     """The suite (module docstring): `trials` random mutants per API version, malformed
     batches as each of `produce_versions`; after `max_deaths` deaths no more frames are sent
     (counted as skipped). The figures (see faults/chaos.py)."""
-    started = time.perf_counter()
     where = Path(tempfile.mkdtemp(prefix="silt-chaos-protocol-"))
+    r = Run(where, seed, max_deaths)
     bg: Background | None = None
     try:
-        r = Run(where, seed, max_deaths)
         r.agent.start()
         bg = Background(f"127.0.0.1:{r.agent.port}")
-        if clients:
-            bg.start()
+        bg.start()
         asyncio.run(r.send_frames(all_frames(trials, r.rng, every_truncation)))
         asyncio.run(r.bad_batches(produce_versions))
         asyncio.run(r.slow_and_idle())
         asyncio.run(r.huge())
-        if clients:
-            bg.stop()
+        bg.stop()
         exit_code = r.agent.stop()
         r.verify(bg)
-        acked = sum(len(a) for a in bg.acked.values())
-        t = r.tally
-        figures = {
-            "frames sent": r.out.sent,
-            "frames skipped (max_deaths reached)": r.skipped,
-            "frames answered / closed / no reply": "{} / {} / {}".format(
-                r.out.by["answered"], r.out.by["closed"], r.out.by["timeout"]),
-            "agent starts": r.agent.starts,
-            "deaths by API": ", ".join(f"{k} {n}" for k, n in r.deaths_by.most_common()),
-            "bad batch kinds acked": ", ".join(sorted(r.kinds_stored)),
-            **{k: t.counts[k] for k in KINDS[:13]},
-            "good records acked": acked,
-            "good records read back exactly": acked - sum(t.counts[k] for k in KINDS[13:17]),
-            **{k: t.counts[k] for k in KINDS[13:]},
-            "consumer records": len(bg.consumed),
-            "peak RSS growth (MiB)": r.agent.peak_growth >> 20,
-            "agent exit code": exit_code,
-            "seconds": round(time.perf_counter() - started, 1),
-            "violations": t.violations(),
-            "examples": t.all_examples(),
-        }
-        return figures
     finally:
+        if r.agent.alive():
+            r.agent.stop()
         shutil.rmtree(where, ignore_errors=True)
+    t = r.tally
+    return {
+        "frames sent": r.out.sent,
+        "frames skipped (max_deaths reached)": r.skipped,
+        "frames answered / closed / no reply": "{} / {} / {}".format(
+            r.out.by["answered"], r.out.by["closed"], r.out.by["timeout"]),
+        "agent starts": r.agent.starts,
+        "deaths by API": ", ".join(f"{k} {n}" for k, n in r.deaths_by.most_common()) or "none",
+        "bad batch kinds acked": ", ".join(sorted(r.kinds_stored)) or "none",
+        **{k: t.counts[k] for k in FRONT_DOOR},
+        "good records acked": sum(len(a) for a in bg.acked.values()),
+        "good records read back exactly": r.exact,
+        **{k: t.counts[k] for k in RECORDS},
+        "consumer records": len(bg.consumed),
+        "peak RSS growth (MiB)": r.agent.peak_growth >> 20,
+        "agent exit code": exit_code,
+        "violations": t.violations(),
+        "examples": t.all_examples(),
+    }
