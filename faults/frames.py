@@ -458,6 +458,10 @@ def bad_batches(producer_id: int = -1, producer_epoch: int = -1) -> dict[str, by
         "control batch": batch(recs, 3, attributes=0x20),
         "idempotent baseSequence -1": batch(recs, 3, producer_id=producer_id,
                                             producer_epoch=producer_epoch, base_sequence=-1),
+        "idempotent epoch -1": batch(recs, 3, producer_id=producer_id, producer_epoch=-1,
+                                     base_sequence=0),
+        "LogAppendTime set by the producer": batch(recs, 3, attributes=0x08),
+        "codec id 6": batch(recs, 3, attributes=6),
     }
     rng = random.Random(22)
     for codec, bits in CODECS.items():

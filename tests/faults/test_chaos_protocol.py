@@ -13,7 +13,7 @@ import pytest
 from agent.protocol.apis import TABLE
 from faults import frames
 from faults.suites import protocol
-from fileformat.batch import check_client_batch
+from fileformat.validate import check_client_batch
 
 SEEDS = (1, 2)
 ISSUE_KILLER = "000000140003000c0000000b000466757a7a00ffffffff7f"  # Metadata v12, 2^35-2
