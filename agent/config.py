@@ -40,8 +40,6 @@ OFFSET_METADATA_MAX_BYTES = "offset.metadata.max.bytes"
 MAX_PARTITIONS_PER_REQUEST = "max.partitions.per.request"
 FETCH_MAX_BYTES = "fetch.max.bytes"
 
-OBJECT_PREFIX = "data/"
-
 
 def _parse_bool(value: str) -> bool:
     """Kafka's booleans: "true" or "false" (any case)."""

@@ -9,20 +9,18 @@ framing or CRC, no records, a control batch, a topic rule) raises before it take
 buffer.memory room or adds a chunk to the buffer; of one call's batches for a partition,
 none is buffered if one is refused (`produce_batches`).
 
-What a crash at each step of a flush leaves behind:
-1. `register_pending_file` — a `pending` file row, no object: GC drops the row.
-2. object PUT (one PUT, or a multipart upload for large flushes) — a `pending` row and an
-   object nobody can read: GC deletes both. A crash mid-multipart leaves no object.
-3. `commit_produced` — one transaction assigns offsets and makes every chunk visible at
-   once, checking and advancing idempotent producers' sequence state with them; before it
-   commits, as step 2; after it, the records are visible even if the acks are lost. A
-   retrying non-idempotent producer then writes duplicates, as Kafka without idempotence
-   does; an idempotent producer's resend (to this agent or another) is answered with the
-   original offsets. A chunk whose idempotent batch turns out a duplicate or out of order at commit,
-   or whose topic or partition was deleted (by any agent) since it was buffered, is not
-   inserted: its bytes stay unreferenced in the object until compaction drops them, its
-   records fail (UnknownTopicError / UnknownPartitionError for a deleted one), the other
-   chunks commit. If no chunk is inserted the commit leaves the file `abandoned`.
+A flush writes each object through `objects.ObjectUpload` (objects/upload.py: what a
+crash at each step leaves behind): register pending, stream the chunks, finish, then
+`commit_produced`, which in one transaction assigns offsets and makes every chunk visible at
+once, checking and advancing idempotent producers' sequence state with them. After it, the
+records are visible even if the acks are lost: a retrying non-idempotent producer then
+writes duplicates, as Kafka without idempotence does; an idempotent producer's resend (to
+this agent or another) is answered with the original offsets. A chunk whose idempotent
+batch turns out a duplicate or out of order at commit, or whose topic or partition was
+deleted (by any agent) since it was buffered, is not inserted: its bytes stay unreferenced
+in the object until compaction drops them, its records fail (UnknownTopicError /
+UnknownPartitionError for a deleted one), the other chunks commit. If no chunk is inserted
+the commit leaves the file `abandoned`.
 On an error (not a crash) the pending file is marked `abandoned` and every future of the
 flush fails with `FlushError`; if the commit's outcome is unknown the file is left as it
 is and the futures fail with `FlushOutcomeUnknownError`.
@@ -33,7 +31,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -41,7 +38,7 @@ from dataclasses import dataclass, field, replace
 
 import telemetry
 from clock import SYSTEM_CLOCK, Clock
-from fileformat import ChunkBuilder, FileWriter, KeyHasher
+from fileformat import ChunkBuilder, KeyHasher
 from fileformat.compression import MAX_DECOMPRESSED
 from fileformat.objectfile import MAX_OFFSET_SPAN
 from fileformat.validate import CheckedBatch, check_client_batch
@@ -49,27 +46,25 @@ from metadata import MetadataStore, ProducerBatch, RejectedChunk, TopicInfo
 from metadata.errors import CommitUnknownError, UnknownPartitionError, UnknownTopicError
 from metadata.models import SEQUENCE_WRAP
 from metadata.producers import Duplicate
-from metadata.segments import chunk_meta
+from objects import ObjectUpload, abandoning
+from objects.keys import data_key
 from objectstore import ObjectStore
 
-from .config import OBJECT_PREFIX, AgentConfig
+from .config import AgentConfig
 from .errors import (
     AgentClosedError,
     BufferFullError,
     FlushError,
     FlushOutcomeUnknownError,
-    NullKeyError,
-    PartitionOutOfRangeError,
     RecordTooLargeError,
     TransactionalBatchError,
 )
 from .idempotence import Admit, InFlight, ProducerTracker
+from .rules import check_partition, check_record, record_size
 
 log = logging.getLogger(__name__)
 
 Headers = Sequence[tuple[str, bytes | None]]
-# Per-record overhead in the buffer accounting (varints, attributes, headers framing).
-RECORD_OVERHEAD = 24
 # FlushReports an agent keeps (`Agent.reports`); `Agent.totals` counts all of them.
 REPORTS_KEPT = 1000
 # A compressed batch may expand to this many times max.message.bytes (at least
@@ -78,11 +73,6 @@ REPORTS_KEPT = 1000
 # one produce can make the agent touch.
 DECOMPRESSION_RATIO = 64
 DECOMPRESSED_FLOOR = 64 << 20
-
-
-def new_object_key(clock: Clock = SYSTEM_CLOCK) -> str:
-    """A unique, time-ordered object key (so listings sort by age)."""
-    return f"{OBJECT_PREFIX}{clock.now_ms() * 1_000_000:020d}-{uuid.uuid4().hex[:12]}.silt"
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,20 +270,11 @@ class Agent:
         info, compacted, max_bytes = rules
         if self._closed:
             raise AgentClosedError("agent is closed")
-        if not 0 <= partition < info.partitions:
+        size = record_size(key, value, headers)
+        if not 0 <= partition < info.partitions or (key is None and compacted) or (
+                size > max_bytes):  # a rule may fail: the rules themselves say which
             info = self._check_partition(info, partition)
-        if key is None and compacted:
-            raise NullKeyError(
-                f"topic {topic!r} is compacted: records must have a key (Kafka rejects null keys)"
-            )
-        size = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
-        if headers:
-            size += sum(len(k) + (len(v) if v else 0) + 8 for k, v in headers)
-        if size > max_bytes:
-            raise RecordTooLargeError(
-                f"record of {size} bytes exceeds max.message.bytes={max_bytes}"
-                f" of topic {topic!r}"
-            )
+            check_record(info, partition, key, size)
         ts = self._clock.now_ms() if timestamp is None else timestamp
         tp = (topic, partition)
         with self._lock:  # the condition's lock (its __enter__ is a Python-level call)
@@ -502,11 +483,7 @@ class Agent:
             raise AgentClosedError("agent is closed")
         if partition >= info.partitions:  # grown since cached (CreatePartitions elsewhere)?
             info = self._load_rules(info.name)[0]
-        if not 0 <= partition < info.partitions:
-            raise PartitionOutOfRangeError(
-                f"partition {partition} out of range for topic {info.name!r}"
-                f" (0..{info.partitions - 1})"
-            )
+        check_partition(info, partition)
         return info
 
     def _new_partition_buffer(self, info: TopicInfo, partition: int) -> _PartitionBuffer:
@@ -628,37 +605,27 @@ class Agent:
         self, items: list[tuple[tuple[str, int], _PartitionBuffer]], records: int,
         outcome: FlushOutcome,
     ) -> None:
-        """Write `items` as one object and commit it (the steps in the module docstring)."""
+        """Write `items` as one object and commit it (objects/upload.py: the steps)."""
         started = time.perf_counter()
-        key = new_object_key(self._clock)
+        key = data_key(self._clock)
         try:
-            file_id = self._metadata.register_pending_file(
-                key, level=0, holds_compacted=any(pb.compacted for _, pb in items)
-            )
+            upload = ObjectUpload(self._store, self._metadata, key, level=0,
+                                  holds_compacted=any(pb.compacted for _, pb in items))
         except Exception as exc:
             self._fail(items, FlushError(f"could not register object {key}: {exc}"), exc,
                        outcome)
             return
         try:
-            with self._store.put_stream(key) as out:
-                writer = FileWriter(out.write)
-                for _, pb in items:
-                    writer.add(pb.builder.finish())
-                layout = writer.finish()
-            outcomes = self._metadata.commit_produced(
-                file_id, size=layout.size, data_offset=layout.data_offset,
-                data_length=layout.data_length, meta_offset=layout.meta_offset,
-                meta_length=layout.meta_length, chunks=[chunk_meta(c) for c in layout.chunks],
-                batches={tp: pb.batches for tp, pb in items if pb.batches})
+            with abandoning(self._store, self._metadata, [upload]):
+                layout = upload.write(pb.builder.finish() for _, pb in items)
+                outcomes = self._metadata.commit_produced(
+                    upload.file_id, layout,
+                    batches={tp: pb.batches for tp, pb in items if pb.batches})
         except CommitUnknownError as exc:
             unknown = FlushOutcomeUnknownError(f"commit of {key} has unknown outcome: {exc}")
             self._fail(items, unknown, exc, outcome)
             return
-        except Exception as exc:
-            try:
-                self._metadata.abandon_file(file_id)
-            except Exception:  # the row stays pending; GC treats it the same way
-                log.warning("could not mark %s abandoned", key, exc_info=True)
+        except Exception as exc:  # abandoned
             self._fail(items, FlushError(f"flush of {key} failed, nothing committed: {exc}"),
                        exc, outcome)
             return

@@ -19,8 +19,10 @@ from typing import Any
 
 from clock import ManualClock
 from compactor import Compactor
+from fileformat import FileLayout
 from metadata import MetadataStore
 from metadata.models import ChunkMeta
+from metadata.segments import chunk_index
 from objectstore import open_store
 from planner import PlannerConfig, propose
 
@@ -76,9 +78,10 @@ def run_planning(p: PlanningParams, metadata_url: str | None = None) -> dict[str
                                            holds_compacted=level > 0 and policy == "compact")
             chunks = [ChunkMeta(TOPIC, q, 10, 0, 1000, 1000, 10, 1, START_MS, START_MS, 0, 0,
                                 10) for q in range(p.partitions)]
-            md.commit_file(fid, size=1000 * p.partitions, data_offset=0,
-                           data_length=1000 * p.partitions, meta_offset=1000 * p.partitions,
-                           meta_length=100, chunks=chunks)
+            md.commit_file(fid, FileLayout(
+                size=1000 * p.partitions, data_offset=0, data_length=1000 * p.partitions,
+                meta_offset=1000 * p.partitions, meta_length=100, meta_crc=0,
+                chunks=[chunk_index(c) for c in chunks]))
 
         setup = time.perf_counter()
         for level in _levels(files, p.rounds, config)[:files - p.rounds]:

@@ -27,9 +27,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from agent.config import OBJECT_PREFIX
 from harness.agent_process import AgentProcess
 from metadata import MetadataStore
+from objects.keys import DATA_PREFIX
 from objectstore import ObjectStore, open_store
 
 TOPIC = "wire"
@@ -50,7 +50,7 @@ class WireParams:
 
 
 def _objects(store: ObjectStore) -> int:
-    return sum(1 for _ in store.list(OBJECT_PREFIX))
+    return sum(1 for _ in store.list(DATA_PREFIX))
 
 
 def _store_name(store: str) -> str:

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from metadata import MetadataStore
 from metadata.engine import shown_url
 from metadata.errors import MetadataNotFoundError
-from metadata.identity import MARKER_KEY, ClusterIdentity
+from metadata.identity import ClusterIdentity
+from objects.keys import MARKER_KEY
 from objectstore import (
     BucketNotFoundError,
     ObjectStore,

@@ -36,20 +36,15 @@ from contextlib import ExitStack, suppress
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from agent.config import OBJECT_PREFIX
 from clock import SYSTEM_CLOCK, Clock
 from fileformat import FormatError, verify_streams
 from metadata import FileInfo, MetadataStore, SegmentInfo
 from metadata.schema import FILE_DELETED, FILE_LIVE, FILE_PENDING
 from metadata.segments import index_mismatch
+from objects.keys import DATA_PREFIXES
 from objectstore import MTIME_SLACK_MS, ObjectInfo, ObjectStore
 
 from .config import FILE_DELETE_DELAY_MS, LEASE_MS, CompactorConfig
-from .worker import OUTPUT_PREFIX
-
-# Where siltstream writes objects: the agents' flushes (and Spark's writer), the compactor's
-# outputs. Orphans are looked for here only.
-DATA_PREFIXES = (OBJECT_PREFIX, OUTPUT_PREFIX)
 
 MISSING = "missing"
 SIZE = "size"

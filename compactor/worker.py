@@ -1,12 +1,12 @@
 """Compaction workers: plan, lease, merge, commit, collect garbage.
 
-One job, step by step, and what a crash at each step leaves:
+One job, step by step, and what a crash at each step leaves (each output object is written
+through `objects.ObjectUpload`, whose docstring has what a crash leaves of an object):
 1. `lease_job` — a leased job row holding the input files. Crash: the lease expires and
    another worker takes the job over with a higher fence.
-2. `register_pending_file` per output — pending rows. Crash: GC removes them (and any
-   object) later.
-3. merge: two streams per input; outputs streamed to the store (multipart). Crash mid-
-   upload: no object exists (uncompleted multipart uploads are invisible); pending rows.
+2. an `ObjectUpload` per output (its pending row registered before its upload starts).
+3. merge: two streams per input; outputs streamed to the store (multipart), then finished.
+   Crash: pending rows, and objects only of finished outputs; GC removes both.
 4. `commit_compaction` — one transaction: fence and inputs revalidated, input segments
    replaced by output segments, inputs retired. Crash before it: as step 3, topic unchanged.
    Crash after it: the new data is visible; the inputs are deleted after the grace period.
@@ -39,7 +39,6 @@ from typing import Any
 
 import telemetry
 from clock import SYSTEM_CLOCK, Clock
-from fileformat import FileWriter
 from metadata import MetadataStore
 from metadata.errors import (
     CommitConflictError,
@@ -52,7 +51,9 @@ from metadata.models import CompactionOutput, RetentionResult
 from metadata.models import Snapshot as MetadataSnapshot
 from metadata.schema import FILE_PENDING
 from metadata.segments import output_segment
-from objectstore import MTIME_SLACK_MS, ObjectStore, ObjectWriter, RequestCounts
+from objects import ObjectUpload, abandoning
+from objects.keys import compacted_key
+from objectstore import MTIME_SLACK_MS, ObjectStore, RequestCounts
 from planner import JobSpec, Plan, Snapshot, propose, propose_all, validate
 
 from .config import CompactorConfig
@@ -70,7 +71,6 @@ from .snapshot import PlannerSnapshots
 
 log = logging.getLogger(__name__)
 
-OUTPUT_PREFIX = "compacted/"
 # How often the GC timer lists the store's unfinished uploads (one LIST-class request): an
 # upload is abandoned only by a killed process or a retried CreateMultipartUpload, so an
 # hour's delay costs little storage and saves ~85,000 listings a month at a 30 s GC timer.
@@ -121,39 +121,20 @@ def default_owner() -> str:
 
 
 class _Output:
-    """One output object: pending row, streaming upload and writer."""
+    """One output object: its upload and what the merge put into it."""
 
-    def __init__(self, store: ObjectStore, md: MetadataStore, level: int, compacted: bool,
-                 stack: ExitStack, clock: Clock, in_flight: set[int]) -> None:
-        kind = "c" if compacted else "d"
-        unique = f"{clock.now_ms() * 1_000_000:020d}-{uuid.uuid4().hex[:12]}"
-        self.key = f"{OUTPUT_PREFIX}L{level}-{unique}-{kind}.silt"
-        self.file_id = md.register_pending_file(self.key, level=level, holds_compacted=compacted)
-        in_flight.add(self.file_id)  # before the upload starts: see Compactor.collect_garbage
-        self.upload: ObjectWriter = store.put_stream(self.key)
-        stack.callback(self._abort_if_open)
-        self.target = OutputTarget(FileWriter(self.upload.write))
-        self.closed = False
-
-    def _abort_if_open(self) -> None:
-        if not self.closed:
-            self.upload.abort()
-            self.target.writer.close()
+    def __init__(self, upload: ObjectUpload) -> None:
+        self.upload = upload
+        self.target = OutputTarget(upload.start())
 
     def finish(self) -> CompactionOutput:
-        layout = self.target.writer.finish()
-        self.upload.close()
-        self.closed = True
+        layout = self.upload.finish()
         segments = []
         for info, ci in zip(self.target.chunks, layout.chunks, strict=True):
             assert info.partition == (ci.topic, ci.partition)
             segments.append(output_segment(ci, info.base_offset, info.last_offset,
                                            info.cleaned_at_ms))
-        return CompactionOutput(
-            file_id=self.file_id, size=layout.size, data_offset=layout.data_offset,
-            data_length=layout.data_length, meta_offset=layout.meta_offset,
-            meta_length=layout.meta_length, segments=tuple(segments),
-        )
+        return CompactionOutput(self.upload.file_id, layout, tuple(segments))
 
 
 class Compactor:
@@ -238,17 +219,19 @@ class Compactor:
         report.job_id, report.fence = lease.job_id, lease.fence
         before = self.store.counters()
         outputs: list[_Output] = []
+        uploads: list[ObjectUpload] = []
         try:
-            with ExitStack() as stack:
+            with ExitStack() as stack, abandoning(self.store, self.metadata, uploads,
+                                                  delete=True):
                 stack.callback(lambda: self._in_flight.difference_update(
-                    o.file_id for o in outputs))
-                stats = self._merge(spec, md_snap, lease, outputs, stack, cancelled)
+                    u.file_id for u in uploads))
+                stats = self._merge(spec, md_snap, lease, outputs, uploads, cancelled)
                 committed = [o.finish() for o in outputs if o.target.chunks]
                 for o in outputs:
                     if not o.target.chunks:  # nothing went into it after all
-                        self.metadata.abandon_file(o.file_id)
+                        o.upload.abandon()
                 report.output_files = len(committed)
-                report.output_bytes = sum(c.size for c in committed)
+                report.output_bytes = sum(c.layout.size for c in committed)
                 report.stats = stats.as_dict()
                 report.input_bytes = stats.input_bytes
                 self._account(report, before, started)  # as stored with the commit
@@ -256,19 +239,16 @@ class Compactor:
                 self.metadata.commit_compaction(lease, outputs=committed,
                                                 result=report.as_dict(),
                                                 checkpoints=stats.checkpoints)
-        except (StaleLeaseError, CommitConflictError) as exc:
+        except (StaleLeaseError, CommitConflictError) as exc:  # outputs discarded
             report.outcome, report.error = "lost", str(exc)
-            self._discard(outputs)
         except CommitUnknownError as exc:
-            report.outcome, report.error = "unknown", str(exc)  # outputs may be live: keep
+            report.outcome, report.error = "unknown", str(exc)  # outputs may be live: kept
         except JobAbandoned as exc:
             report.outcome, report.error = "abandoned", str(exc)
-            self._discard(outputs)
             self._release(lease, report)
         except Exception as exc:
             log.exception("job %s failed", spec.spec_id)
             report.outcome, report.error = "failed", f"{type(exc).__name__}: {exc}"
-            self._discard(outputs)
             self._release(lease, report)
         self._account(report, before, started)
         return report
@@ -291,7 +271,7 @@ class Compactor:
             log.warning("could not release job %s", report.spec_id, exc_info=True)
 
     def _merge(self, spec: JobSpec, md_snap: MetadataSnapshot, lease: Any,
-               outputs: list[_Output], stack: ExitStack,
+               outputs: list[_Output], uploads: list[ObjectUpload],
                cancelled: Callable[[], bool]) -> MergeStats:
         files = {f.id: f for f in md_snap.files}
         inputs = []
@@ -306,8 +286,13 @@ class Compactor:
 
         def make(compacted_data: bool) -> Callable[[], OutputTarget]:
             def create() -> OutputTarget:
-                out = _Output(self.store, self.metadata, spec.output_level, compacted_data,
-                              stack, self.clock, self._in_flight)
+                upload = ObjectUpload(
+                    self.store, self.metadata,
+                    compacted_key(spec.output_level, compacted_data, self.clock),
+                    level=spec.output_level, holds_compacted=compacted_data)
+                uploads.append(upload)
+                self._in_flight.add(upload.file_id)  # before the upload starts: see GC
+                out = _Output(upload)
                 outputs.append(out)
                 return out.target
             return create
@@ -319,24 +304,13 @@ class Compactor:
                 raise JobAbandoned(f"job {spec.spec_id} abandoned: the worker is stopping")
             if self.clock.monotonic() - renewed[0] > self.config.lease_ms / 3000:
                 self.metadata.renew_lease(lease, self.config.lease_ms,
-                                          [o.file_id for o in outputs])
+                                          [u.file_id for u in uploads])
                 renewed[0] = self.clock.monotonic()
 
         return merge(self.store, inputs, spec.partitions, compacted_out=make(True),
                      delete_out=make(False), now_ms=self.clock.now_ms(),
                      memory_budget=self.config.memory_budget, heartbeat=heartbeat,
                      open_input=self.open_input)
-
-    def _discard(self, outputs: list[_Output]) -> None:
-        """After a definite failure: delete written outputs and mark their rows abandoned."""
-        keys = [o.key for o in outputs if o.closed]
-        try:
-            if keys:
-                self.store.delete_many(keys)
-            for o in outputs:
-                self.metadata.abandon_file(o.file_id)
-        except Exception:
-            log.warning("could not clean up outputs %s; GC will", keys, exc_info=True)
 
     # ----------------------------------------------------------------- retention
 

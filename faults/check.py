@@ -12,8 +12,8 @@ from typing import Any, Protocol, TypeVar
 
 from agent import ConsumedRecord, Reader
 from metadata import MetadataStore
-from metadata.identity import MARKER_KEY
 from metadata.schema import FILE_LIVE
+from objects.keys import MARKER_KEY
 from objectstore import ObjectStore
 
 TP = tuple[str, int]

@@ -41,8 +41,8 @@ import boto3
 
 from agent import Agent, AgentConfig, Reader
 from metadata import MetadataStore
-from metadata.identity import MARKER_KEY
 from metadata.schema import FILE_LIVE
+from objects.keys import MARKER_KEY
 from objectstore import ObjectStore, RetryPolicy, S3Options, StoreSpec, open_store
 from objectstore.testserver import RecordingMotoServer
 from settings.load import load_settings

@@ -16,11 +16,15 @@ states (a file id is its commit's stable identity).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any, cast
 
 import sqlalchemy as sa
+
+from fileformat import FileLayout
 
 from . import notify, producers
 from . import schema as s
@@ -36,10 +40,17 @@ from .errors import (
     UnknownTopicError,
 )
 from .models import ChunkMeta, FileInfo, ProducerBatch, ProducerState, RejectedChunk
-from .segments import check_segment, insert_segments, segment_row
+from .segments import check_segment, chunk_meta, insert_segments, segment_row
 
-# One file of an agent commit: its id, its layout (size, data_offset, data_length,
-# meta_offset, meta_length) and its chunks.
+# A written object's layout (`fileformat.FileLayout`, the one definition) as its file row
+# records it: the FileLayout fields that are `files` columns of the same name (where the
+# sections are; not the META CRC and chunks, whose chunks become segment rows).
+LAYOUT_COLUMNS = tuple(f.name for f in dataclasses.fields(FileLayout) if f.name in s.files.c)
+if LAYOUT_COLUMNS != ("size", "data_offset", "data_length", "meta_offset", "meta_length"):
+    raise AssertionError(f"files columns {LAYOUT_COLUMNS} do not match FileLayout")
+_layout_values = attrgetter(*LAYOUT_COLUMNS)
+
+# One file of a commit, as `_commit` takes it: its id, its layout's columns, its chunks.
 FileCommit = tuple[int, Mapping[str, int], Sequence[ChunkMeta]]
 Bases = dict[tuple[str, int], int]
 # Per chunk of a produced file: its base offset, or why it was not inserted.
@@ -50,6 +61,20 @@ ProducerBatches = Mapping[tuple[str, int], Sequence[ProducerBatch]]
 
 # The `files` columns a FileInfo holds (not the snapshot's change marker).
 _INFO_COLUMNS = tuple(c for c in s.files.c if c.name != "segments_version")
+
+
+def layout_columns(layout: FileLayout, what: str) -> dict[str, int]:
+    """The `files` columns a committed object's layout sets; InvalidCommitError (naming
+    `what`) if one is negative."""
+    values = dict(zip(LAYOUT_COLUMNS, _layout_values(layout), strict=True))
+    if min(values.values()) < 0:
+        raise InvalidCommitError(f"{what}: negative layout field")
+    return values
+
+
+def _file_commit(file_id: int, layout: FileLayout) -> FileCommit:
+    return (file_id, layout_columns(layout, f"file {file_id}"),
+            [chunk_meta(c) for c in layout.chunks])
 
 
 def file_info(row: sa.Row[Any], leased: bool = False) -> FileInfo:
@@ -141,17 +166,7 @@ def register_pending_file(
         raise ObjectKeyExistsError(f"object key {object_key!r} is already registered") from exc
 
 
-def commit_file(
-    db: Database,
-    file_id: int,
-    *,
-    size: int,
-    data_offset: int,
-    data_length: int,
-    meta_offset: int,
-    meta_length: int,
-    chunks: Sequence[ChunkMeta],
-) -> dict[tuple[str, int], int]:
+def commit_file(db: Database, file_id: int, layout: FileLayout) -> dict[tuple[str, int], int]:
     """Make an uploaded object's chunks visible, assigning offsets; returns their bases.
 
     One transaction: flip the file pending → live (locking its row), lock the partitions
@@ -164,24 +179,13 @@ def commit_file(
     failed COMMIT is read back (live: applied, the assigned bases are returned; pending:
     not applied, retried).
     """
-    layout = {"size": size, "data_offset": data_offset, "data_length": data_length,
-              "meta_offset": meta_offset, "meta_length": meta_length}
     # Not a produced file: no chunk is rejected, every outcome is a base offset.
-    return cast(Bases, _commit(db, f"commit of file {file_id}", [(file_id, layout, chunks)])[0])
+    return cast(Bases, _commit(db, f"commit of file {file_id}",
+                               [_file_commit(file_id, layout)])[0])
 
 
-def commit_produced(
-    db: Database,
-    file_id: int,
-    *,
-    size: int,
-    data_offset: int,
-    data_length: int,
-    meta_offset: int,
-    meta_length: int,
-    chunks: Sequence[ChunkMeta],
-    batches: ProducerBatches,
-) -> Outcomes:
+def commit_produced(db: Database, file_id: int, layout: FileLayout, *,
+                    batches: ProducerBatches) -> Outcomes:
     """`commit_file` for an agent's object (its idempotent producers' batches per chunk,
     possibly none), committing chunk by chunk: in the same transaction, after the partition
     locks, every chunk's `batches` are checked in order against their producers' state
@@ -204,9 +208,8 @@ def commit_produced(
     not stored — a retry of a duplicate is then answered with its original offset, one of a
     deleted topic with UNKNOWN_TOPIC_OR_PARTITION).
     """
-    layout = {"size": size, "data_offset": data_offset, "data_length": data_length,
-              "meta_offset": meta_offset, "meta_length": meta_length}
-    spans = {(c.topic, c.partition): c.offset_span for c in chunks}
+    commit = _file_commit(file_id, layout)
+    spans = {(c.topic, c.partition): c.offset_span for c in commit[2]}
     refused: dict[tuple[str, int], RejectedChunk] = {}
     for tp, bs in batches.items():
         if tp not in spans:
@@ -215,20 +218,19 @@ def commit_produced(
             producers.validate_batches(spans[tp], bs, f"chunk {tp[0]}/{tp[1]}")
         except InvalidCommitError as exc:  # this chunk only: the others commit
             refused[tp] = RejectedChunk((exc,) * len(bs), exc)
-    return _commit(db, f"commit of file {file_id}", [(file_id, layout, chunks)], batches,
-                   produced=True, refused=refused)[0]
+    return _commit(db, f"commit of file {file_id}", [commit], batches, produced=True,
+                   refused=refused)[0]
 
 
-def commit_files(db: Database, files: Sequence[FileCommit]) -> list[dict[tuple[str, int], int]]:
-    """Commit several uploaded objects in ONE transaction (all visible, or none).
-
-    `files` holds (file_id, layout, chunks) with layout the keyword arguments of
-    `commit_file` (size, data_offset, data_length, meta_offset, meta_length). Offsets are
-    assigned file after file, in the order given. Used by writers that must publish a
-    whole job at once (Spark). Failures commit nothing; errors as for `commit_file` (a
-    failed COMMIT is read back through all the files' states).
+def commit_files(db: Database, files: Sequence[tuple[int, FileLayout]]
+                 ) -> list[dict[tuple[str, int], int]]:
+    """Commit several uploaded objects, (file_id, layout) each, in ONE transaction (all
+    visible, or none). Offsets are assigned file after file, in the order given. Used by
+    writers that must publish a whole job at once (Spark). Failures commit nothing; errors
+    as for `commit_file` (a failed COMMIT is read back through all the files' states).
     """
-    return cast(list[Bases], _commit(db, f"commit of {len(files)} files", files))
+    return cast(list[Bases], _commit(db, f"commit of {len(files)} files",
+                                     [_file_commit(i, layout) for i, layout in files]))
 
 
 def _commit(db: Database, what: str, files: Sequence[FileCommit],

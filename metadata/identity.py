@@ -1,6 +1,6 @@
 """The cluster's identity: the id in the `cluster` row, which the object store's marker
-(`_silt/cluster.json`, written by cli/cluster.py) also holds, and the store the metadata was
-first bound to. A metadata store bound to one object store and opened with another (two
+(`objects.keys.MARKER_KEY`, written by cli/cluster.py) also holds, and the store the
+metadata was first bound to. A metadata store bound to one object store and opened with another (two
 stores sharing one metadata database) is refused before anything is read or written."""
 
 from __future__ import annotations
@@ -11,10 +11,6 @@ import sqlalchemy as sa
 
 from . import schema as s
 from .engine import Database
-
-# The object store's marker holding the cluster id (written and checked by cli/cluster.py):
-# not a data object, so checks of objects against files leave it out.
-MARKER_KEY = "_silt/cluster.json"
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ from .errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from .files import held_jobs, lock_files
+from .files import held_jobs, layout_columns, lock_files
 from .models import CompactionCommit, CompactionOutput, JobInfo, Lease
 from .segments import check_segment, insert_segments, segment_row
 
@@ -323,9 +323,8 @@ def _commit_body(db: Database, conn: sa.Connection, lease: Lease,
     for o in outputs:
         flipped = conn.execute(
             s.files.update().where(f.id == o.file_id, f.state == s.FILE_PENDING)
-            .values(state=s.FILE_LIVE, state_changed_at_ms=now, size=o.size,
-                    data_offset=o.data_offset, data_length=o.data_length,
-                    meta_offset=o.meta_offset, meta_length=o.meta_length)).rowcount
+            .values(state=s.FILE_LIVE, state_changed_at_ms=now,
+                    **layout_columns(o.layout, f"output file {o.file_id}"))).rowcount
         if flipped != 1:
             raise CommitConflictError(f"output file {o.file_id} is not pending")
     insert_segments(conn, db.pg, rows)
@@ -363,8 +362,7 @@ def _validate_outputs(outputs: Sequence[CompactionOutput], inputs: Sequence[int]
         seen_files.add(o.file_id)
         if not o.segments:
             raise InvalidCommitError(f"output file {o.file_id} has no segments")
-        if min(o.size, o.data_offset, o.data_length, o.meta_offset, o.meta_length) < 0:
-            raise InvalidCommitError(f"output file {o.file_id}: negative layout field")
+        layout_columns(o.layout, f"output file {o.file_id}")
         for x in o.segments:
             where = f"output {x.topic}/{x.partition} [{x.base_offset}, {x.last_offset}]"
             if not 0 <= x.base_offset <= x.last_offset:

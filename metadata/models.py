@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from fileformat import FileLayout
+
 from .topicconfig import TopicConfig
 
 
@@ -209,14 +211,11 @@ class Lease:
 
 @dataclass(frozen=True, slots=True)
 class CompactionOutput:
-    """One uploaded output object (registered pending) and its segments."""
+    """One uploaded output object (registered pending): its layout and its segments (its
+    layout's chunks placed at their offsets)."""
 
     file_id: int
-    size: int
-    data_offset: int
-    data_length: int
-    meta_offset: int
-    meta_length: int
+    layout: FileLayout
     segments: tuple[OutputSegment, ...]
 
 

@@ -71,6 +71,15 @@ def chunk_meta(c: ChunkIndex) -> ChunkMeta:
     return ChunkMeta(*(*_segment_of(c), c.offset_span))  # inherited fields come first
 
 
+def chunk_index(meta: ChunkMeta) -> ChunkIndex:
+    """A chunk index `chunk_meta` reads `meta` off (its tombstone count as that many
+    tombstones): the chunks of a `FileLayout` for a file described rather than written
+    (tests, the planning benchmark)."""
+    return ChunkIndex(**dict(zip(_INDEX_ARGS, _index_args(meta), strict=True)),
+                      base_offset=0, offset_span=meta.offset_span, offsets=BitMap(),
+                      tombstones=BitMap(range(meta.tombstone_count)))
+
+
 def output_segment(c: ChunkIndex, base_offset: int, last_offset: int,
                    cleaned_at_ms: int | None) -> OutputSegment:
     """What a compaction commit records of one output chunk, placed at its offsets."""

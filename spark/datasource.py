@@ -4,8 +4,9 @@ Read: one input partition per live segment (one ranged GET each), so reads are p
 with `latest_per_key=true`, one input partition per topic-partition that keeps the latest
 record per key and drops tombstoned keys (Kafka's compacted view).
 
-Write: each task builds ONE multi-partition object like an agent flush and registers it
-pending; the driver's commit makes every task's object visible in one metadata transaction
+Write: each task checks every row by the agent's produce rules (`agent.rules`) and builds
+ONE multi-partition object like an agent flush (`objects.ObjectUpload`, registered pending);
+the driver's commit makes every task's object visible in one metadata transaction
 (`commit_files`). A failed task abandons its own object; an aborted job abandons the objects
 of the tasks that succeeded; nothing of a failed job is ever visible (GC deletes the
 objects).
@@ -18,7 +19,6 @@ with the reader or writer, so executors need only credentials (their own AWS cha
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import os
 from collections.abc import Iterator, Sequence
@@ -35,15 +35,16 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import BinaryType, NullType, StringType, StructType
 
 from agent.partitioner import DefaultPartitioner
-from agent.producer import new_object_key
 from agent.reader import read_segment
+from agent.rules import check_record, record_size
 from clock import SYSTEM_CLOCK
-from fileformat import ChunkBuilder, FileWriter, KeyHasher
-from metadata import ChunkMeta, MetadataStore, SegmentInfo
+from fileformat import ChunkBuilder, FileLayout, KeyHasher
+from metadata import MetadataStore, SegmentInfo
 from metadata.config import MetadataConfig
-from metadata.errors import CommitUnknownError, FileStateError
+from metadata.errors import CommitUnknownError
 from metadata.schema import FILE_LIVE
-from metadata.segments import chunk_meta
+from objects import ObjectUpload, abandon_files, abandoning
+from objects.keys import data_key
 from objectstore import StoreSpec, open_store
 from objectstore.config import StoreConfig
 from settings import declared
@@ -193,11 +194,10 @@ class SiltReader(DataSourceReader):
 
 @dataclass
 class FileCommit(WriterCommitMessage):
-    """One task's uploaded, still pending object."""
+    """One task's uploaded, still pending object (`layout` None: the task had no rows)."""
 
     file_id: int
-    layout: dict[str, int]
-    chunks: list[ChunkMeta]
+    layout: FileLayout | None
 
 
 def _as_millis(ts: Any) -> int:
@@ -243,41 +243,26 @@ class SiltWriter(DataSourceWriter):
                 p = d.get("partition")
                 if p is None:
                     p = partitioner.partition(key, info.partitions)
-                if not 0 <= p < info.partitions:
-                    raise ValueError(f"partition {p} out of range for topic {info.name!r}")
-                if key is None and info.config.compacted:
-                    raise ValueError(f"topic {info.name!r} is compacted: keys must not be null")
                 headers = tuple((k, _as_bytes(v)) for k, v in (d.get("headers") or {}).items())
+                check_record(info, p, key, record_size(key, value, headers))
                 b = builders.get(p)
                 if b is None:
                     b = builders[p] = ChunkBuilder(info.name, p, hasher=hasher)
                 ts = d.get("timestamp")
                 b.append(now if ts is None else _as_millis(ts), key, value, headers)
             if not builders:
-                return FileCommit(-1, {}, [])
-            key_name = new_object_key()
-            file_id = md.register_pending_file(key_name, holds_compacted=hasher is not None)
-            try:
-                store = open_store(self.opts.store)
-                with store.put_stream(key_name) as out:
-                    writer = FileWriter(out.write)
-                    for p in sorted(builders):
-                        writer.add(builders[p].finish())
-                    layout = writer.finish()
-            except BaseException:
-                md.abandon_file(file_id)
-                raise
-            return FileCommit(file_id, {
-                "size": layout.size, "data_offset": layout.data_offset,
-                "data_length": layout.data_length, "meta_offset": layout.meta_offset,
-                "meta_length": layout.meta_length,
-            }, [chunk_meta(c) for c in layout.chunks])
+                return FileCommit(-1, None)
+            store = open_store(self.opts.store)
+            upload = ObjectUpload(store, md, data_key(), holds_compacted=hasher is not None)
+            with abandoning(store, md, [upload]):
+                layout = upload.write(builders[p].finish() for p in sorted(builders))
+            return FileCommit(upload.file_id, layout)
         finally:
             md.close()
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        files = [(m.file_id, m.layout, m.chunks) for m in messages
-                 if isinstance(m, FileCommit) and m.file_id >= 0]
+        files = [(m.file_id, m.layout) for m in messages
+                 if isinstance(m, FileCommit) and m.layout is not None]
         if not files:
             return
         md = MetadataStore.open(self.opts.metadata)
@@ -293,10 +278,7 @@ class SiltWriter(DataSourceWriter):
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         md = MetadataStore.open(self.opts.metadata)
         try:
-            for m in messages:
-                if isinstance(m, FileCommit) and m.file_id >= 0:
-                    # FileStateError: live, after a commit whose outcome was unknown
-                    with contextlib.suppress(FileStateError):
-                        md.abandon_file(m.file_id)
+            abandon_files(md, [m.file_id for m in messages
+                               if isinstance(m, FileCommit) and m.layout is not None])
         finally:
             md.close()

@@ -17,7 +17,7 @@ import pytest
 
 from harness.agent_process import REPO
 from metadata import DEFAULT_URL, MetadataStore
-from metadata.identity import MARKER_KEY
+from objects.keys import MARKER_KEY
 from objectstore import open_store
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from cli.main import cli
-from metadata.identity import MARKER_KEY
+from objects.keys import MARKER_KEY
 
 
 def run(env: dict[str, str], *args: str, input: str | None = None) -> str:

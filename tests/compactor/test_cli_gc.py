@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from metadata import MetadataStore
-from metadata.identity import MARKER_KEY
+from objects.keys import MARKER_KEY
 from objectstore import open_store
 from objectstore.base import ABORT_MULTIPART, LIST_MULTIPART
 from objectstore.local import UPLOAD_PREFIX, UPLOAD_SUFFIX

@@ -18,7 +18,6 @@ from clock import ManualClock
 from compactor import CompactorConfig
 from compactor.doctor import (
     CORRUPT,
-    DATA_PREFIXES,
     MISSING,
     ORPHAN,
     SIZE,
@@ -29,6 +28,7 @@ from compactor.doctor import (
 )
 from metadata import FileInfo
 from metadata import schema as s
+from objects.keys import DATA_PREFIXES
 from objectstore import MTIME_SLACK_MS
 from objectstore.testserver import RecordingMotoServer
 from tests.compactor.cli_support import run

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from cli.main import cli
 from faults import storefaults
 from faults.proxy import DROP_AFTER, SLOWDOWN, FaultProxy
-from metadata.identity import MARKER_KEY
+from objects.keys import MARKER_KEY
 from objectstore import open_store
 
 

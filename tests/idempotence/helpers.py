@@ -5,6 +5,7 @@ from __future__ import annotations
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from metadata import ChunkMeta, MetadataStore, ProducerBatch
+from tests.layouts import layout
 
 
 def client_batch(producer_id: int, epoch: int, first_seq: int, count: int = 3,
@@ -47,5 +48,4 @@ def commit(md: MetadataStore, key: str,
             out.append(ProducerBatch(b.producer_id, b.epoch, b.first_seq, b.last_seq, delta))
             delta += b.seq_span
         placed[tp] = out
-    return dict(md.commit_produced(fid, size=1, data_offset=0, data_length=1, meta_offset=0,
-                                   meta_length=1, chunks=chunks, batches=placed))
+    return dict(md.commit_produced(fid, layout(chunks), batches=placed))

@@ -20,6 +20,7 @@ from metadata.errors import (
 )
 from metadata.producers import save_states
 from tests.idempotence.helpers import chunk, commit, pbatch
+from tests.layouts import layout
 
 TP = ("t", 0)
 OTHER = ("t", 1)
@@ -130,8 +131,7 @@ def test_object_with_every_chunk_rejected_is_abandoned(md: MetadataStore) -> Non
     pid = md.allocate_producer_id()
     commit(md, "first", {TP: [pbatch(pid, 0, 0)]})
     fid = md.register_pending_file("again")
-    out = md.commit_produced(fid, size=1, data_offset=0, data_length=1, meta_offset=0,
-                             meta_length=1, chunks=[chunk("t", 0, 3)],
+    out = md.commit_produced(fid, layout([chunk("t", 0, 3)]),
                              batches={TP: [pbatch(pid, 0, 0)]})
     assert rejected(out[TP]).answers == (0,)
     assert md.get_file(fid).state == "abandoned"
@@ -144,13 +144,10 @@ def test_malformed_batches_refuse_their_chunk_only(md: MetadataStore) -> None:
     failed the whole flush and every client in it got KAFKA_STORAGE_ERROR. Batches for a
     partition the object does not hold are the agent's bug: the whole commit is refused."""
     fid = md.register_pending_file("x")
-    layout = {"size": 1, "data_offset": 0, "data_length": 1, "meta_offset": 0,
-              "meta_length": 1}
     with pytest.raises(InvalidCommitError, match="not in the file"):
-        md.commit_produced(fid, **layout, chunks=[chunk("t", 1, 3)],
-                           batches={TP: [pbatch(1, 0, 0)]})
+        md.commit_produced(fid, layout([chunk("t", 1, 3)]), batches={TP: [pbatch(1, 0, 0)]})
     assert md.get_file(fid).state == "pending" and next_offset(md) == 0
-    out = md.commit_produced(fid, **layout, chunks=[chunk("t", 0, 2), chunk("t", 1, 4)],
+    out = md.commit_produced(fid, layout([chunk("t", 0, 2), chunk("t", 1, 4)]),
                              batches={TP: [pbatch(1, 0, 0, count=3)]})
     assert isinstance(rejected(out[TP]).other, InvalidCommitError)
     assert "leaves the chunk" in str(rejected(out[TP]).other)

@@ -8,6 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from metadata import ChunkMeta, MetadataStore
+from tests.layouts import layout
 
 
 def chunk(topic: str, partition: int, span: int = 1, records: int | None = None) -> ChunkMeta:
@@ -23,10 +24,8 @@ def chunk(topic: str, partition: int, span: int = 1, records: int | None = None)
 def commit(store: MetadataStore, key: str, chunks: list[ChunkMeta]) -> dict[tuple[str, int], int]:
     """Register and commit one object holding `chunks`."""
     fid = store.register_pending_file(key)
-    return store.commit_file(
-        fid, size=1000, data_offset=8, data_length=900, meta_offset=908, meta_length=92,
-        chunks=chunks,
-    )
+    return store.commit_file(fid, layout(chunks, size=1000, data_offset=8, data_length=900,
+                                         meta_offset=908, meta_length=92))
 
 
 def lose_next_commit(monkeypatch: pytest.MonkeyPatch, applied: bool) -> dict[str, bool]:

@@ -26,6 +26,7 @@ from metadata.errors import (
 from metadata.models import Lease, ProducerBatch
 from metadata.segments import insert_segments
 from metadata.topicconfig import AlterOp, ConfigChange
+from tests.layouts import layout
 from tests.metadata.metadata_helpers import chunk, commit, lose_next_commit
 
 
@@ -40,8 +41,8 @@ def output(store: MetadataStore, key: str, topic: str, base: int, last: int) -> 
                         record_count=last - base + 1, data_pos=0, data_len=50, hash_pos=0,
                         hash_count=0, batch_count=1, min_timestamp=1, max_timestamp=2,
                         tombstone_count=0, frame_crc=0, cleaned_at_ms=None)
-    return CompactionOutput(fid, size=60, data_offset=0, data_length=50, meta_offset=50,
-                            meta_length=10, segments=(seg,))
+    return CompactionOutput(fid, layout(size=60, data_offset=0, data_length=50,
+                                        meta_offset=50, meta_length=10), segments=(seg,))
 
 
 # ---------------------------------------------------------------- delete topic
@@ -53,8 +54,8 @@ def test_delete_topic_retires_files_it_empties(store: MetadataStore, clock: Manu
     commit(store, "only-gone", [chunk("gone", 0, 5), chunk("gone", 1, 3)])
     commit(store, "shared", [chunk("gone", 0, 2), chunk("kept", 0, 4)])
     fid = store.register_pending_file("idem")
-    store.commit_produced(fid, size=1000, data_offset=8, data_length=900, meta_offset=908,
-                          meta_length=92, chunks=[chunk("gone", 1, 1)],
+    store.commit_produced(fid, layout([chunk("gone", 1, 1)], size=1000, data_offset=8,
+                                      data_length=900, meta_offset=908, meta_length=92),
                           batches={("gone", 1): [ProducerBatch(7, 0, 0, 0, 0)]})
     assert store.producer_state(7, "gone", 1) is not None
     before = store.get_topic("gone")

@@ -14,6 +14,7 @@ from clock import ManualClock
 from metadata import MetadataStore, PruneResult
 from metadata.config import MetadataConfig
 from metadata.errors import StaleLeaseError
+from tests.layouts import layout
 from tests.metadata.metadata_helpers import chunk, commit
 from tests.metadata.test_metadata_jobs import oseg, output
 
@@ -168,8 +169,8 @@ def test_a_version_4_database_gains_the_change_marker(metadata_url: str) -> None
     store = MetadataStore.open(metadata_url)  # migrating an existing database
     assert store.schema_version() == s.LATEST_VERSION
     store.create_topic("t", 1)
-    store.commit_file(1, size=1000, data_offset=8, data_length=900, meta_offset=908,
-                      meta_length=92, chunks=[chunk("t", 0, 2)])
+    store.commit_file(1, layout([chunk("t", 0, 2)], size=1000, data_offset=8, data_length=900,
+                                meta_offset=908, meta_length=92))
     assert [(f.object_key, len(store.snapshot().file_segments[f.id]))
             for f in store.snapshot().files] == [("old", 1)]
     assert [r.segments_version for r in rows(store, "files")] == [0]

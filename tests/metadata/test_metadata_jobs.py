@@ -24,6 +24,7 @@ from metadata.errors import (
     StaleLeaseError,
     UnknownJobError,
 )
+from tests.layouts import layout
 from tests.metadata.metadata_helpers import chunk, commit, lose_next_commit
 
 LEASE_MS = 30_000
@@ -42,8 +43,8 @@ def oseg(topic: str, partition: int, base: int, last: int, records: int = 1,
 def output(store: MetadataStore, key: str, *segs: OutputSegment) -> CompactionOutput:
     """Register a pending level-1 file and describe it as a compaction output."""
     fid = store.register_pending_file(key, level=1, holds_compacted=True)
-    return CompactionOutput(fid, size=500, data_offset=8, data_length=400, meta_offset=408,
-                            meta_length=92, segments=tuple(segs))
+    return CompactionOutput(fid, layout(size=500, data_offset=8, data_length=400,
+                                        meta_offset=408, meta_length=92), segments=tuple(segs))
 
 
 def files_of(store: MetadataStore) -> list[int]:

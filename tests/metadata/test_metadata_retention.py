@@ -12,6 +12,7 @@ from clock import ManualClock
 from metadata import ChunkMeta, CompactionOutput, MetadataStore, OutputSegment
 from metadata import schema as s
 from metadata.errors import CommitConflictError, OffsetOutOfRangeError
+from tests.layouts import layout
 from tests.metadata.metadata_helpers import chunk, commit
 
 DAY = 86_400_000
@@ -100,8 +101,9 @@ def test_leased_files_wait_and_stale_jobs_are_refused(store: MetadataStore,
                         data_pos=0, data_len=50, hash_pos=0, hash_count=0, batch_count=1,
                         min_timestamp=1, max_timestamp=2, tombstone_count=0, frame_crc=7,
                         cleaned_at_ms=None)
-    output = CompactionOutput(file_id=out, size=60, data_offset=0, data_length=50,
-                              meta_offset=50, meta_length=10, segments=(seg,))
+    output = CompactionOutput(file_id=out, layout=layout(size=60, data_offset=0, data_length=50,
+                                                         meta_offset=50, meta_length=10),
+                              segments=(seg,))
     with pytest.raises(CommitConflictError, match="no longer live"):
         store.commit_compaction(lease, outputs=[output])
     assert store.partitions("d")[0].log_start_offset == 10

@@ -28,6 +28,7 @@ from metadata.errors import (
     UnsupportedMetadataUrlError,
 )
 from metadata.schema import LATEST_VERSION
+from tests.layouts import layout
 from tests.metadata.metadata_helpers import chunk, commit, lose_next_commit
 
 # ------------------------------------------------------------------ open / schema
@@ -194,8 +195,8 @@ def test_commit_records_layout_and_flips_file_live(
     assert (pending.state, pending.size, pending.holds_compacted) == ("pending", None, True)
     clock.advance(10)
     c = chunk("t", 0, 4, records=3)
-    store.commit_file(fid, size=123, data_offset=8, data_length=100, meta_offset=108,
-                      meta_length=15, chunks=[c])
+    store.commit_file(fid, layout([c], size=123, data_offset=8, data_length=100,
+                                  meta_offset=108, meta_length=15))
     f = store.get_file(fid)
     assert (f.state, f.size, f.data_offset, f.data_length, f.meta_offset, f.meta_length) == (
         "live", 123, 8, 100, 108, 15)
@@ -212,11 +213,9 @@ def test_commit_with_unknown_topic_commits_nothing(store: MetadataStore) -> None
     store.create_topic("t", 2)
     fid = store.register_pending_file("k")
     with pytest.raises(UnknownTopicError, match="'ghost'"):
-        store.commit_file(fid, size=1, data_offset=0, data_length=1, meta_offset=0,
-                          meta_length=1, chunks=[chunk("t", 0, 5), chunk("ghost", 0, 1)])
+        store.commit_file(fid, layout([chunk("t", 0, 5), chunk("ghost", 0, 1)]))
     with pytest.raises(UnknownPartitionError, match="partition 2"):
-        store.commit_file(fid, size=1, data_offset=0, data_length=1, meta_offset=0,
-                          meta_length=1, chunks=[chunk("t", 1, 5), chunk("t", 2, 1)])
+        store.commit_file(fid, layout([chunk("t", 1, 5), chunk("t", 2, 1)]))
     assert [p.next_offset for p in store.partitions("t")] == [0, 0]
     assert store.find_segments("t", 0, 0) == []
     assert store.get_file(fid).state == "pending"
@@ -225,8 +224,7 @@ def test_commit_with_unknown_topic_commits_nothing(store: MetadataStore) -> None
 
 
 def commit_existing(store: MetadataStore, fid: int, chunks: list) -> dict:  # type: ignore[type-arg]
-    return store.commit_file(fid, size=1, data_offset=0, data_length=1, meta_offset=0,
-                             meta_length=1, chunks=chunks)
+    return store.commit_file(fid, layout(chunks))
 
 
 def test_commit_requires_pending_file(store: MetadataStore) -> None:

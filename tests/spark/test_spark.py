@@ -18,10 +18,12 @@ from cli.main import cli
 from clock import ManualClock
 from compactor import Compactor, CompactorConfig, JobReport
 from faults import AFTER_COMMIT, BEFORE_COMMIT, CrashOnce, UnreachableInTasks
-from metadata import MetadataStore
+from fileformat import FileLayout
+from metadata import ChunkMeta, MetadataStore
 from objectstore import open_store
 from spark.compaction import run_on_spark, summarize
 from spark.errors import SparkJobError, first_error
+from tests.layouts import layout as file_layout
 
 pytestmark = pytest.mark.spark
 
@@ -269,7 +271,6 @@ def test_commit_files_is_all_or_nothing(tmp_path: Path) -> None:
     _, md_url = _urls(tmp_path)
     md = MetadataStore.open(md_url, create=True)
     md.create_topic("t", 2)
-    from metadata import ChunkMeta
     from metadata.errors import FileStateError
 
     def chunk(p: int, n: int) -> ChunkMeta:
@@ -277,16 +278,17 @@ def test_commit_files_is_all_or_nothing(tmp_path: Path) -> None:
                          data_len=10, hash_pos=0, hash_count=0, batch_count=1,
                          min_timestamp=0, max_timestamp=0, tombstone_count=0, frame_crc=0)
 
-    layout = {"size": 100, "data_offset": 0, "data_length": 10, "meta_offset": 10,
-              "meta_length": 10}
+    def layout(*chunks: ChunkMeta) -> FileLayout:
+        return file_layout(chunks, size=100, data_offset=0, data_length=10, meta_offset=10,
+                           meta_length=10)
+
     a, b, c = (md.register_pending_file(f"o{i}") for i in range(3))
     md.abandon_file(c)
     with pytest.raises(FileStateError):
-        md.commit_files([(a, layout, [chunk(0, 3)]), (c, layout, [chunk(0, 2)])])
+        md.commit_files([(a, layout(chunk(0, 3))), (c, layout(chunk(0, 2)))])
     assert [p.next_offset for p in md.partitions("t")] == [0, 0]
     assert md.get_file(a).state == "pending"
-    bases = md.commit_files([(a, layout, [chunk(0, 3), chunk(1, 1)]),
-                             (b, layout, [chunk(0, 2)])])
+    bases = md.commit_files([(a, layout(chunk(0, 3), chunk(1, 1))), (b, layout(chunk(0, 2)))])
     assert bases == [{("t", 0): 0, ("t", 1): 0}, {("t", 0): 3}]
     assert [p.next_offset for p in md.partitions("t")] == [5, 1]
     md.close()
