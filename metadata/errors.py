@@ -45,8 +45,16 @@ class UnknownPartitionError(MetadataError):
 
 
 class PolicyViolationError(MetadataError):
-    """A rule of the cluster forbids the change (Kafka's POLICY_VIOLATION): DeleteRecords on
-    a topic without the delete policy, partitions past max.partitions."""
+    """Base of the rules of the cluster that forbid a change (Kafka's POLICY_VIOLATION; never
+    raised itself): PartitionLimitError, DeletePolicyError."""
+
+
+class PartitionLimitError(PolicyViolationError):
+    """The partitions of all topics together would exceed max.partitions."""
+
+
+class DeletePolicyError(PolicyViolationError):
+    """DeleteRecords on a topic whose cleanup.policy lacks `delete` (as Kafka refuses it)."""
 
 
 class OffsetOutOfRangeError(MetadataError):
@@ -54,7 +62,14 @@ class OffsetOutOfRangeError(MetadataError):
 
 
 class InvalidCommitError(MetadataError):
-    """The chunks handed to a commit are malformed (empty, duplicated, negative spans)."""
+    """The chunks handed to a commit are malformed (empty, duplicated, negative spans): a
+    bug of the caller."""
+
+
+class InvalidProducerBatchError(InvalidCommitError):
+    """An idempotent producer's batch handed to a commit is malformed (a bad producer id or
+    epoch, a sequence out of range, overlapping or leaving its chunk): that chunk is refused
+    (Kafka's INVALID_RECORD)."""
 
 
 class ObjectKeyExistsError(MetadataError):

@@ -32,7 +32,7 @@ from . import schema as s
 from .engine import Database
 from .errors import (
     BatchRejectedError,
-    InvalidCommitError,
+    InvalidProducerBatchError,
     InvalidProducerEpochError,
     MetadataError,
     OutOfOrderSequenceError,
@@ -144,16 +144,16 @@ def check_chunk(states: Mapping[int, ProducerState | None], batches: Sequence[Pr
 
 
 def validate_batches(span: int, batches: Sequence[ProducerBatch], where: str) -> None:
-    """InvalidCommitError unless every batch is well formed and inside a chunk of `span`
+    """InvalidProducerBatchError unless every batch is well formed and inside a chunk of `span`
     offsets, in offset order, without overlaps."""
     end = 0
     for b in batches:
         if b.producer_id < 0 or not 0 <= b.epoch <= MAX_EPOCH:
-            raise InvalidCommitError(f"{where}: bad producer id or epoch in {b}")
+            raise InvalidProducerBatchError(f"{where}: bad producer id or epoch in {b}")
         if not (0 <= b.first_seq < SEQUENCE_WRAP and 0 <= b.last_seq < SEQUENCE_WRAP):
-            raise InvalidCommitError(f"{where}: sequence out of range in {b}")
+            raise InvalidProducerBatchError(f"{where}: sequence out of range in {b}")
         if b.offset_delta < end or b.offset_delta + b.seq_span > span:
-            raise InvalidCommitError(f"{where}: batch {b} overlaps or leaves the chunk")
+            raise InvalidProducerBatchError(f"{where}: batch {b} overlaps or leaves the chunk")
         end = b.offset_delta + b.seq_span
 
 

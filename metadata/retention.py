@@ -14,9 +14,9 @@ from . import notify
 from . import schema as s
 from .engine import Database
 from .errors import (
+    DeletePolicyError,
     MetadataError,
     OffsetOutOfRangeError,
-    PolicyViolationError,
     UnknownPartitionError,
     UnknownTopicError,
 )
@@ -169,7 +169,7 @@ def delete_records(db: Database, offsets: Mapping[tuple[str, int], int]
 
     An offset above the high watermark (or below -1) is OffsetOutOfRangeError, an unknown
     topic or partition UnknownTopicError / UnknownPartitionError, a topic whose
-    cleanup.policy lacks `delete` PolicyViolationError (as Kafka refuses it): that
+    cleanup.policy lacks `delete` DeletePolicyError (as Kafka refuses it): that
     partition is left as it is. An offset at or below the log start changes nothing (the
     answer is the log start). Segments wholly below the new start stop being live and
     emptied files retire (`advance_log_start`, retention's path), also in files a
@@ -198,7 +198,7 @@ def delete_records(db: Database, offsets: Mapping[tuple[str, int], int]
                 results[(name, part)] = UnknownTopicError(f"unknown topic {name!r}")
                 continue
             if not topics[name].config.deletes:
-                results[(name, part)] = PolicyViolationError(
+                results[(name, part)] = DeletePolicyError(
                     f"records of {name}/{part} cannot be deleted: its cleanup.policy"
                     f" {topics[name].config.cleanup_policy!r} does not include 'delete'")
                 continue

@@ -35,7 +35,7 @@ from .errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidTopicError,
-    PolicyViolationError,
+    PartitionLimitError,
     TopicExistsError,
     UnknownTopicError,
 )
@@ -107,7 +107,7 @@ def _check_count(partitions: object, limit: int) -> int:
     if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
         raise InvalidPartitionsError(f"partition count must be >= 1, got {partitions!r}")
     if partitions > limit:
-        raise PolicyViolationError(
+        raise PartitionLimitError(
             f"{partitions} partitions exceed {MAX_PARTITIONS} ({limit}), the partitions of"
             " all topics together")
     return partitions
@@ -130,7 +130,7 @@ def _check_new(db: Database, conn: sa.Connection, name: str, added: int) -> None
 
 
 def _check_room(db: Database, conn: sa.Connection, added: int) -> None:
-    """PolicyViolationError if `added` more partitions exceed max.partitions (topics being
+    """PartitionLimitError if `added` more partitions exceed max.partitions (topics being
     created count, those being deleted do not)."""
     t = s.topics.c
     if db.pg:
@@ -139,7 +139,7 @@ def _check_room(db: Database, conn: sa.Connection, added: int) -> None:
         sa.not_(t.name.startswith(DELETING, autoescape=True)))).scalar() or 0)
     limit = db.config.max_partitions
     if used + added > limit:
-        raise PolicyViolationError(
+        raise PartitionLimitError(
             f"{added} more partitions would exceed {MAX_PARTITIONS} ({limit}): the cluster"
             f" has {used}")
 
@@ -400,7 +400,7 @@ def add_partitions(db: Database, name: str, count: int, *,
     """Grow the topic to `count` partitions (new ones empty); returns the topic after.
 
     InvalidPartitionsError unless `count` exceeds the current count (Kafka's
-    CreatePartitions only grows a topic), PolicyViolationError past max.partitions (checked
+    CreatePartitions only grows a topic), PartitionLimitError past max.partitions (checked
     before anything is allocated). `validate_only`: check, change nothing. One transaction
     through `Database.commit` (read back: the count is `count`).
     """

@@ -3,7 +3,7 @@ only growing: INVALID_PARTITIONS otherwise). validate_only checks and changes no
 Explicit assignments are refused with INVALID_REQUEST, as CreateTopics refuses them: any
 agent serves any partition. A topic named twice gets INVALID_REQUEST. A change the metadata
 store did not make is that topic's REQUEST_TIMED_OUT (not applied: retry) or
-UNKNOWN_SERVER_ERROR (`errors.change_failed`).
+UNKNOWN_SERVER_ERROR (`errors.ADMIN`).
 
 Limits as for CreateTopics: a request adding more than max.partitions.per.request
 partitions in all gets POLICY_VIOLATION for every topic (Kafka's controller bounds the
@@ -18,11 +18,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from metadata.errors import InvalidPartitionsError, PolicyViolationError, UnknownTopicError
+from metadata.errors import UnknownTopicError
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
-from ..errors import change_failed
+from ..errors import failed
 from .create_topics import TOO_MANY
 
 Outcome = tuple[str, ErrorCode, str | None]
@@ -45,14 +45,8 @@ def grow_all(ctx: ServerContext, request: Any) -> list[Outcome]:
             try:
                 ctx.metadata.add_partitions(t.name, int(t.count),
                                             validate_only=bool(request.validate_only))
-            except UnknownTopicError as exc:
-                out.append((t.name, ErrorCode.unknown_topic_or_partition, str(exc)))
-            except InvalidPartitionsError as exc:
-                out.append((t.name, ErrorCode.invalid_partitions, str(exc)))
-            except PolicyViolationError as exc:
-                out.append((t.name, ErrorCode.policy_violation, str(exc)))
             except Exception as exc:
-                out.append((t.name, *change_failed(f"growing topic {t.name!r}", exc)))
+                out.append((t.name, *failed(f"growing topic {t.name!r}", exc)))
             else:
                 ctx.agent.forget_topics()
                 out.append((t.name, ErrorCode.none, None))

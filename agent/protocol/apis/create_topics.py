@@ -25,16 +25,10 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32
 
 from metadata import MetadataStore, TopicInfo
-from metadata.errors import (
-    InvalidConfigError,
-    InvalidPartitionsError,
-    InvalidTopicError,
-    PolicyViolationError,
-    TopicExistsError,
-)
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
+from ..errors import failed
 
 Outcome = tuple[ErrorCode, str | None, TopicInfo | None]
 TOO_MANY = "Excessively large number of partitions per request."  # Kafka's words
@@ -58,16 +52,8 @@ def create(md: MetadataStore, topic: Any, validate_only: bool, default_partition
     partitions = default_partitions if topic.num_partitions == -1 else int(topic.num_partitions)
     try:
         info = md.create_topic(topic.name, partitions, configs, validate_only=validate_only)
-    except TopicExistsError as exc:
-        return ErrorCode.topic_already_exists, str(exc), None
-    except InvalidConfigError as exc:
-        return ErrorCode.invalid_config, str(exc), None
-    except InvalidPartitionsError as exc:
-        return ErrorCode.invalid_partitions, str(exc), None
-    except InvalidTopicError as exc:
-        return ErrorCode.invalid_topic_exception, str(exc), None
-    except PolicyViolationError as exc:
-        return ErrorCode.policy_violation, str(exc), None
+    except Exception as exc:
+        return *failed(f"creating topic {topic.name!r}", exc), None
     return ErrorCode.none, None, None if validate_only else info
 
 

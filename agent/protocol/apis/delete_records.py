@@ -4,7 +4,7 @@
 OFFSET_OUT_OF_RANGE (above the high watermark), UNKNOWN_TOPIC_OR_PARTITION, or
 POLICY_VIOLATION (the topic's cleanup.policy lacks `delete`, as Kafka refuses it). A
 commit the metadata store did not make is every partition's REQUEST_TIMED_OUT (not applied:
-retry) or UNKNOWN_SERVER_ERROR (`errors.change_failed`).
+retry) or UNKNOWN_SERVER_ERROR (`errors.ADMIN`).
 """
 
 from __future__ import annotations
@@ -15,32 +15,16 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
-from metadata.errors import (
-    OffsetOutOfRangeError,
-    PolicyViolationError,
-    UnknownPartitionError,
-    UnknownTopicError,
-)
-
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
-from ..errors import change_failed
+from ..errors import failed
 
 # Per partition: its new low watermark, or its error (the response carries no message).
 Results = Mapping[tuple[str, int], "int | ErrorCode"]
 
 
 def _code(result: int | Exception) -> int | ErrorCode:
-    match result:
-        case int():
-            return result
-        case OffsetOutOfRangeError():
-            return ErrorCode.offset_out_of_range
-        case UnknownTopicError() | UnknownPartitionError():
-            return ErrorCode.unknown_topic_or_partition
-        case PolicyViolationError():
-            return ErrorCode.policy_violation
-    return change_failed("deleting records", result)[0]
+    return result if isinstance(result, int) else failed("deleting records", result)[0]
 
 
 def delete_all(ctx: ServerContext, request: Any) -> Results:
@@ -50,7 +34,7 @@ def delete_all(ctx: ServerContext, request: Any) -> Results:
     try:
         results = ctx.metadata.delete_records(offsets)
     except Exception as exc:
-        return dict.fromkeys(offsets, change_failed("deleting records", exc)[0])
+        return dict.fromkeys(offsets, failed("deleting records", exc)[0])
     return {tp: _code(result) for tp, result in results.items()}
 
 

@@ -4,7 +4,7 @@ topic id in v6 (UNKNOWN_TOPIC_ID if no topic has it). A topic named twice in one
 gets INVALID_REQUEST, as Kafka answers duplicates. The deleting agent forgets the topic at
 once (its produces then get UNKNOWN_TOPIC_OR_PARTITION). A deletion the metadata store did
 not make is that topic's REQUEST_TIMED_OUT (not applied: retry) or UNKNOWN_SERVER_ERROR
-(`errors.change_failed`).
+(`errors.ADMIN`).
 """
 
 from __future__ import annotations
@@ -15,11 +15,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from metadata.errors import UnknownTopicError
-
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
-from ..errors import change_failed
+from ..errors import failed
 
 # (name, topic id, error, message) of one topic of the request.
 Outcome = tuple[str | None, uuid.UUID | None, ErrorCode, str | None]
@@ -39,7 +37,7 @@ def delete_all(ctx: ServerContext, request: Any) -> list[Outcome]:
         by_id = {ctx.topic_id(t): t.name for t in ctx.metadata.list_topics()} if any(
             name is None for name, _ in wanted) else {}
     except Exception as exc:
-        code, message = change_failed("listing topics to delete", exc)
+        code, message = failed("listing topics to delete", exc)
         return [(name, topic_id, code, message) for name, topic_id in wanted]
     out: list[Outcome] = []
     for name, topic_id in wanted:
@@ -55,11 +53,8 @@ def delete_all(ctx: ServerContext, request: Any) -> list[Outcome]:
                 continue
         try:
             info = ctx.metadata.delete_topic(name)
-        except UnknownTopicError as exc:
-            out.append((name, topic_id, ErrorCode.unknown_topic_or_partition, str(exc)))
-            continue
         except Exception as exc:
-            out.append((name, topic_id, *change_failed(f"deleting topic {name!r}", exc)))
+            out.append((name, topic_id, *failed(f"deleting topic {name!r}", exc)))
             continue
         ctx.agent.forget_topics()
         out.append((name, ctx.topic_id(info), ErrorCode.none, None))

@@ -24,6 +24,7 @@ from settings.load import Source
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
+from ..errors import error_code
 from .configs import ConfigSource, ResourceType, broker_error, config_type
 
 SENSITIVE = frozenset({"metadata.url"})  # may carry a database password
@@ -49,10 +50,8 @@ Described = tuple[ErrorCode, str | None, Sequence[Entry]]
 def _topic(ctx: ServerContext, name: str) -> Described:
     try:
         info = ctx.metadata.get_topic(validate_topic_name(name))
-    except InvalidTopicError as exc:  # Kafka's ConfigHelper checks Topic.validate first
-        return ErrorCode.invalid_topic_exception, str(exc), ()
-    except UnknownTopicError as exc:
-        return ErrorCode.unknown_topic_or_partition, str(exc), ()
+    except (InvalidTopicError, UnknownTopicError) as exc:  # Kafka's ConfigHelper checks
+        return error_code(exc), str(exc), ()  # Topic.validate first
     entries = []
     effective = dict(info.config.items())
     for key, default in DEFAULTS.items():

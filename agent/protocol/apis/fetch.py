@@ -38,11 +38,10 @@ import telemetry
 from fileformat.batch import LAST_OFFSET_DELTA_POS, LENGTH_POS, LOG_OVERHEAD
 from metadata import PartitionInfo
 from metadata.errors import OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError
-from objectstore.errors import ObjectStoreError
 
 from ..codec import Buffer, Builder, Encoded, write_array_length, write_topic_head, write_uvarint
 from ..context import ServerContext
-from ..errors import log_failure
+from ..errors import FETCH, error_code, failed
 
 SEGMENTS_PER_QUERY = 32
 READ_UNCOMMITTED = 0  # isolation_level: Kafka then sends aborted_transactions null
@@ -92,14 +91,9 @@ def read_partition(ctx: ServerContext, topic: str, p: Any, offsets: dict[int, Pa
     runs in the pool)."""
     try:
         return _read_partition(ctx, topic, p, offsets, budget, first)
-    except (UnknownTopicError, UnknownPartitionError):  # deleted since `offsets` was read
-        return PartitionRead(int(p.partition), ErrorCode.unknown_topic_or_partition)
-    except (ObjectStoreError, OSError) as exc:  # OSError: a missing object, access denied
-        log_failure(f"reading {topic}/{p.partition} from the object store", exc)
-        return PartitionRead(int(p.partition), ErrorCode.kafka_storage_error)
-    except Exception as exc:
-        log_failure(f"reading {topic}/{p.partition}", exc)
-        return PartitionRead(int(p.partition), ErrorCode.unknown_server_error)
+    except Exception as exc:  # the topic deleted since `offsets` was read, a store failure
+        return PartitionRead(int(p.partition),
+                             failed(f"reading {topic}/{p.partition}", exc, FETCH)[0])
 
 
 def _read_partition(ctx: ServerContext, topic: str, p: Any,
@@ -120,8 +114,8 @@ def _read_partition(ctx: ServerContext, topic: str, p: Any,
         try:
             segments = ctx.metadata.find_segments(topic, index, position,
                                                   limit=SEGMENTS_PER_QUERY)
-        except OffsetOutOfRangeError:  # retention moved the log start meanwhile
-            read.error = ErrorCode.offset_out_of_range
+        except OffsetOutOfRangeError as exc:  # retention moved the log start meanwhile
+            read.error = error_code(exc, FETCH)
             read.records, read.size = [], 0
             return read
         for seg in segments:
@@ -169,9 +163,8 @@ def read_all(ctx: ServerContext, request: Any) -> list[tuple[str, list[Partition
         except (UnknownTopicError, UnknownPartitionError):
             offsets = {}
         except Exception as exc:
-            log_failure(f"listing the partitions of {topic!r}", exc)
-            results.append((topic, [PartitionRead(int(p.partition),
-                                                  ErrorCode.unknown_server_error)
+            code = failed(f"listing the partitions of {topic!r}", exc, FETCH)[0]
+            results.append((topic, [PartitionRead(int(p.partition), code)
                                     for p in partitions]))
             continue
         reads = []

@@ -7,7 +7,7 @@ adding `compact` to a topic holding records without key hashes: see
 illegal name INVALID_TOPIC_EXCEPTION: Kafka's controller checks Topic.validate), an
 unknown operation or a key named twice INVALID_REQUEST; a change the metadata store did not
 make REQUEST_TIMED_OUT (not applied: retry) or UNKNOWN_SERVER_ERROR
-(`errors.change_failed`). BROKER resources: the agent's settings are static (file,
+(`errors.ADMIN`). BROKER resources: the agent's settings are static (file,
 environment, flags), so every change gets what Kafka answers for configs it cannot update
 dynamically (INVALID_REQUEST, "Cannot update these configs dynamically").
 """
@@ -19,23 +19,24 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from metadata.errors import InvalidConfigError, InvalidTopicError, UnknownTopicError
+from metadata.errors import InvalidTopicError
 from metadata.topicconfig import AlterOp, ConfigChange
 from metadata.topics import validate_topic_name
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
-from ..errors import change_failed
+from ..errors import failed
 from .configs import ResourceType, broker_error
 
 Outcome = tuple[ErrorCode, str | None]
 
 
 def _topic(ctx: ServerContext, resource: Any, validate_only: bool) -> Outcome:
+    what = f"altering the configs of topic {resource.resource_name!r}"
     try:
         validate_topic_name(resource.resource_name)
     except InvalidTopicError as exc:
-        return ErrorCode.invalid_topic_exception, str(exc)
+        return failed(what, exc)
     changes = []
     for c in resource.configs:
         try:
@@ -46,12 +47,8 @@ def _topic(ctx: ServerContext, resource: Any, validate_only: bool) -> Outcome:
     try:
         ctx.metadata.alter_topic_configs(resource.resource_name, changes,
                                          validate_only=validate_only)
-    except UnknownTopicError as exc:
-        return ErrorCode.unknown_topic_or_partition, str(exc)
-    except InvalidConfigError as exc:
-        return ErrorCode.invalid_config, str(exc)
     except Exception as exc:
-        return change_failed(f"altering the configs of topic {resource.resource_name!r}", exc)
+        return failed(what, exc)
     if not validate_only:
         ctx.agent.forget_topics()
     return ErrorCode.none, None

@@ -19,7 +19,7 @@ from kio.static.primitive import i16, i64
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
-from ..errors import log_failure
+from ..errors import COORDINATOR, failed
 
 
 async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
@@ -28,8 +28,7 @@ async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> A
     try:
         producer_id = await ctx.run(ctx.metadata.allocate_producer_id)
     except Exception as exc:
-        log_failure("allocating a producer id", exc)
-        return _response(b, ErrorCode.coordinator_not_available)
+        return _response(b, failed("allocating a producer id", exc, COORDINATOR)[0])
     return _response(b, ErrorCode.none, producer_id)
 
 

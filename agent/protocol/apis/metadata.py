@@ -25,6 +25,7 @@ connection is closed, as for any handler failure, and the client reconnects and 
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,17 +34,12 @@ from kio.static.primitive import i32
 
 from agent.placement import leader
 from metadata import AgentInfo, MetadataStore, TopicInfo
-from metadata.errors import (
-    InvalidTopicError,
-    PolicyViolationError,
-    TopicExistsError,
-    UnknownTopicError,
-)
+from metadata.errors import TopicExistsError, UnknownTopicError
 from metadata.topics import validate_topic_name
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
-from ..errors import log_failure
+from ..errors import LOOKUP, failed, log_failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,32 +59,21 @@ def _topics(md: MetadataStore, names: list[str] | None,
     found: list[TopicInfo | Missing] = []
     for name in names:
         try:
-            validate_topic_name(name)
-        except InvalidTopicError:
-            found.append(Missing(name, ErrorCode.invalid_topic_exception))
-            continue
-        try:
             try:
-                found.append(md.get_topic(name))
+                found.append(md.get_topic(validate_topic_name(name)))
             except UnknownTopicError:
                 found.append(_missing(md, name, create_partitions))
-        except Exception as exc:  # the store failed: the topic may well exist
-            log_failure(f"looking up topic {name!r}", exc)
-            found.append(Missing(name, ErrorCode.leader_not_available))
+        except Exception as exc:  # an invalid name, no room under max.partitions (created),
+            # a store failure (LOOKUP: the topic may well exist)
+            found.append(Missing(name, failed(f"looking up topic {name!r}", exc, LOOKUP)[0]))
     return found
 
 
 def _missing(md: MetadataStore, name: str, create_partitions: int | None) -> Missing:
     if create_partitions is None:
         return Missing(name, ErrorCode.unknown_topic_or_partition)
-    try:
-        md.create_topic(name, create_partitions)
-    except InvalidTopicError:  # a '.'/'_' collision
-        return Missing(name, ErrorCode.invalid_topic_exception)
-    except PolicyViolationError:  # no room under max.partitions
-        return Missing(name, ErrorCode.policy_violation)
-    except TopicExistsError:  # created meanwhile by another client
-        pass
+    with contextlib.suppress(TopicExistsError):  # created meanwhile by another client
+        md.create_topic(name, create_partitions)  # InvalidTopicError: a '.'/'_' collision
     return Missing(name, ErrorCode.leader_not_available)
 
 

@@ -44,18 +44,9 @@ from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from agent.errors import (
-    AgentClosedError,
-    BufferFullError,
-    FlushError,
-    FlushOutcomeUnknownError,
-    NullKeyError,
-    PartitionOutOfRangeError,
-    RecordTooLargeError,
-    TransactionalBatchError,
-)
+from agent.errors import BufferFullError
 from agent.producer import ProduceFuture
-from fileformat import Compression, FormatError
+from fileformat import Compression
 from fileformat.batch import (
     ATTRIBUTES_POS,
     CODEC_MASK,
@@ -66,26 +57,11 @@ from fileformat.batch import (
     TRANSACTIONAL_MASK,
     split_frames,
 )
-from fileformat.errors import (
-    BatchCountError,
-    InvalidBatchError,
-    LogAppendTimeError,
-    RecordErrorsError,
-    UnsupportedCodecError,
-    UnsupportedError,
-)
-from metadata.errors import (
-    BatchRejectedError,
-    InvalidCommitError,
-    InvalidProducerEpochError,
-    MetadataError,
-    OutOfOrderSequenceError,
-    UnknownPartitionError,
-    UnknownTopicError,
-)
+from fileformat.errors import BatchCountError, RecordErrorsError, UnsupportedCodecError
 
 from ..codec import Builder, Encoded, write_array_length, write_topic_head, write_uvarint
 from ..context import ServerContext
+from ..errors import PRODUCE, error_code
 
 # `_admit`'s answer when buffer.memory has no room now: try again when room is freed.
 FULL = object()
@@ -104,60 +80,17 @@ class Refusal(NamedTuple):
     message: str | None
 
 
-def error_code(exc: BaseException) -> ErrorCode:
-    """The Kafka error a produce failure is reported as (retriable ones make clients retry)."""
-    match exc:
-        case UnknownTopicError() | UnknownPartitionError():  # also: gone by the commit
-            return ErrorCode.unknown_topic_or_partition
-        case RecordTooLargeError():
-            return ErrorCode.message_too_large
-        case NullKeyError():
-            return ErrorCode.invalid_record
-        case PartitionOutOfRangeError():
-            return ErrorCode.unknown_topic_or_partition
-        case TransactionalBatchError():
-            return ErrorCode.transactional_id_authorization_failed
-        case LogAppendTimeError():
-            return ErrorCode.invalid_timestamp
-        case InvalidBatchError():  # Kafka's InvalidRecordException (LogValidator, records)
-            return ErrorCode.invalid_record
-        case UnsupportedCodecError():
-            return ErrorCode.unsupported_compression_type
-        case UnsupportedError():
-            return ErrorCode.unsupported_for_message_format
-        case FormatError():  # bad CRC, framing, magic
-            return ErrorCode.corrupt_message
-        case BufferFullError() | FlushOutcomeUnknownError():
-            return ErrorCode.request_timed_out
-        case FlushError():
-            return ErrorCode.kafka_storage_error
-        case OutOfOrderSequenceError():
-            return ErrorCode.out_of_order_sequence_number
-        case InvalidProducerEpochError():
-            return ErrorCode.invalid_producer_epoch
-        case BatchRejectedError():
-            # Nothing of the batch was stored (another batch of its chunk was refused at
-            # commit): a code librdkafka and kafka-python retry with the same sequences.
-            return ErrorCode.not_enough_replicas
-        case AgentClosedError():
-            return ErrorCode.not_leader_or_follower
-        case InvalidCommitError():  # a chunk's producer batches refused at commit
-            return ErrorCode.invalid_record
-        case MetadataError():
-            return ErrorCode.kafka_storage_error
-    return ErrorCode.unknown_server_error
-
-
 def refusal(exc: BaseException) -> ErrorCode | Refusal:
-    """`error_code`, with the bad records' indexes and the message when `exc` names them
-    (Kafka's RecordValidationException: its message and record errors)."""
+    """The error code of a produce failure (`errors.CODES`; store failures as `PRODUCE`
+    answers them, which clients retry), with the bad records' indexes and the message when
+    `exc` names them (Kafka's RecordValidationException: its message and record errors)."""
     if isinstance(exc, RecordErrorsError):
         shown = ", ".join(f"{i}: {m}" for i, m in exc.record_errors[:3])
-        return Refusal(error_code(exc), exc.record_errors,
+        return Refusal(error_code(exc, PRODUCE), exc.record_errors,
                        f"One or more records have been rejected due to "
                        f"{len(exc.record_errors)} record errors in total, and only showing "
                        f"the first three errors at most: [{shown}]")
-    return error_code(exc)
+    return error_code(exc, PRODUCE)
 
 
 def check_request_records(batches: list[bytes], version: int) -> None:
