@@ -16,7 +16,7 @@ import dataclasses
 import functools
 import io
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from datetime import timedelta
 from types import ModuleType
 from typing import Any
@@ -26,6 +26,7 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from kio.static.primitive import i32
+from kio.static.protocol import Entity
 
 from .bounds import check_request
 from .errors import ProtocolError
@@ -104,6 +105,13 @@ class Encoded:
     parts: Sequence[Buffer]
 
 
+Response = Entity | Encoded
+"""A response body: a kio entity (`Builder`) or bytes the handler wrote (`Encoded`)."""
+Reply = Response | None | Awaitable[Response | None]
+"""What a handler answers: a response, None (no response: Produce with acks=0), or an
+awaitable of either (written when it resolves, in request order)."""
+
+
 class Builder:
     """Builds entities of one API version's response module by class name."""
 
@@ -113,7 +121,7 @@ class Builder:
         self.api_key, self.version = api_key, version
         self.module: ModuleType = load_payload_module(api_key, version, EntityType.response)
 
-    def __call__(self, class_name: str, /, **values: Any) -> Any:
+    def __call__(self, class_name: str, /, **values: object) -> Entity:
         """`class_name`(**values), dropping the values this version's class has no field
         for; a TypeError for a value that no version of the class has a field for."""
         cls = getattr(self.module, class_name)
@@ -121,7 +129,8 @@ class Builder:
         if not known.issuperset(values):
             _check_fields(self.api_key, class_name, values)
             values = {k: v for k, v in values.items() if k in known}
-        return cls(**values)
+        entity: Entity = cls(**values)
+        return entity
 
     def encoded(self, *parts: Buffer) -> Encoded:
         """A response of this API and version whose body the handler wrote itself."""

@@ -4,16 +4,20 @@ ApiVersions answers from this table, so what is advertised is what is dispatched
 is `async (context, request header, decoded request, response builder) -> reply`, where the
 reply is a response entity, None (no response: Produce with acks=0), or an awaitable of
 either (the response is written when it resolves, in request order: Produce returns one so
-that the next request on the connection is read while a flush is pending).
+that the next request on the connection is read while a flush is pending). Each handler's
+module names the request it takes, `Request`: the union of kio's request classes of the
+versions it serves (tests/protocol/test_codec.py checks they are the table's).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Never
 
-from ..codec import Builder
+from kio.static.protocol import RequestHeader
+
+from ..codec import Builder, Reply
 from ..context import ServerContext
 from . import (
     api_versions,
@@ -42,7 +46,9 @@ from . import (
     sync_group,
 )
 
-Handler = Callable[[ServerContext, Any, Any, Builder], Awaitable[Any]]
+# The request: what kio decoded for the API's key and version, of the handler's `Request` type
+# (Never here, so that every handler, whatever its own request type, is a Handler).
+Handler = Callable[[ServerContext, RequestHeader, Never, Builder], Awaitable[Reply]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from typing import Any
+from collections.abc import Sequence
 
+from kio.schema.create_partitions import v0, v1, v2, v3
 from kio.schema.errors import ErrorCode
+from kio.static.protocol import Entity, RequestHeader
 
 from metadata.errors import UnknownTopicError
 
@@ -25,10 +27,17 @@ from ..context import ServerContext
 from ..errors import failed
 from .create_topics import TOO_MANY
 
+Request = (v0.CreatePartitionsRequest | v1.CreatePartitionsRequest | v2.CreatePartitionsRequest
+           | v3.CreatePartitionsRequest)
+"""kio's CreatePartitionsRequest of each version served (0-3)."""
+Topic = (v0.request.CreatePartitionsTopic | v1.request.CreatePartitionsTopic
+         | v2.request.CreatePartitionsTopic | v3.request.CreatePartitionsTopic)
+
+
 Outcome = tuple[str, ErrorCode, str | None]
 
 
-def grow_all(ctx: ServerContext, request: Any) -> list[Outcome]:
+def grow_all(ctx: ServerContext, request: Request) -> list[Outcome]:
     """Grow each topic (blocking: runs in the pool)."""
     counts = Counter(t.name for t in request.topics)
     if _added(ctx, request.topics) > ctx.config.max_partitions_per_request:
@@ -53,7 +62,7 @@ def grow_all(ctx: ServerContext, request: Any) -> list[Outcome]:
     return out
 
 
-def _added(ctx: ServerContext, topics: Any) -> int:
+def _added(ctx: ServerContext, topics: Sequence[Topic]) -> int:
     """The partitions the request would add in all (topics it cannot grow: none)."""
     added = 0
     for t in topics:
@@ -62,7 +71,8 @@ def _added(ctx: ServerContext, topics: Any) -> int:
     return added
 
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Entity:
     results = await ctx.run(grow_all, ctx, request)
     return b("CreatePartitionsResponse", throttle_time=NO_THROTTLE, results=tuple(
         b("CreatePartitionsTopicResult", name=name, error_code=error, error_message=message)

@@ -19,10 +19,12 @@ refused.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from collections.abc import Sequence
 
+from kio.schema.create_topics import v2, v3, v4, v5, v6, v7
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32
+from kio.static.protocol import Entity, RequestHeader
 
 from metadata import MetadataStore, TopicInfo
 
@@ -30,11 +32,18 @@ from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 from ..errors import failed
 
+Request = (v2.CreateTopicsRequest | v3.CreateTopicsRequest | v4.CreateTopicsRequest
+           | v5.CreateTopicsRequest | v6.CreateTopicsRequest | v7.CreateTopicsRequest)
+"""kio's CreateTopicsRequest of each version served (2-7)."""
+Topic = (v2.request.CreatableTopic | v3.request.CreatableTopic | v4.request.CreatableTopic
+         | v5.request.CreatableTopic | v6.request.CreatableTopic | v7.request.CreatableTopic)
+
+
 Outcome = tuple[ErrorCode, str | None, TopicInfo | None]
 TOO_MANY = "Excessively large number of partitions per request."  # Kafka's words
 
 
-def create(md: MetadataStore, topic: Any, validate_only: bool, default_partitions: int
+def create(md: MetadataStore, topic: Topic, validate_only: bool, default_partitions: int
            ) -> Outcome:
     """Create (or only validate) one topic (blocking: runs in the pool)."""
     if topic.assignments:
@@ -46,9 +55,9 @@ def create(md: MetadataStore, topic: Any, validate_only: bool, default_partition
     if topic.num_partitions < -1 or topic.num_partitions == 0:
         return (ErrorCode.invalid_partitions, "Number of partitions was set to an invalid"
                 " non-positive value.", None)
-    configs = {c.name: c.value for c in topic.configs}
-    if any(v is None for v in configs.values()):
+    if any(c.value is None for c in topic.configs):
         return ErrorCode.invalid_config, "config values must not be null", None
+    configs = {c.name: c.value for c in topic.configs if c.value is not None}
     partitions = default_partitions if topic.num_partitions == -1 else int(topic.num_partitions)
     try:
         info = md.create_topic(topic.name, partitions, configs, validate_only=validate_only)
@@ -57,7 +66,7 @@ def create(md: MetadataStore, topic: Any, validate_only: bool, default_partition
     return ErrorCode.none, None, None if validate_only else info
 
 
-def requested_partitions(topics: Any, default_partitions: int) -> int:
+def requested_partitions(topics: Sequence[Topic], default_partitions: int) -> int:
     """The partitions a CreateTopics request asks for in all, as Kafka counts them (-1:
     the default; invalid counts: none)."""
     total = 0
@@ -71,7 +80,7 @@ def requested_partitions(topics: Any, default_partitions: int) -> int:
     return total
 
 
-def create_all(ctx: ServerContext, request: Any) -> list[tuple[Any, Outcome]]:
+def create_all(ctx: ServerContext, request: Request) -> list[tuple[Topic, Outcome]]:
     default = ctx.config.num_partitions
     if requested_partitions(request.topics, default) > ctx.config.max_partitions_per_request:
         return [(t, (ErrorCode.policy_violation, TOO_MANY, None)) for t in request.topics]
@@ -82,7 +91,8 @@ def create_all(ctx: ServerContext, request: Any) -> list[tuple[Any, Outcome]]:
             for t in request.topics]
 
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Entity:
     results = await ctx.run(create_all, ctx, request)
     replicas = len(await ctx.run(ctx.live_brokers))
     return b("CreateTopicsResponse", throttle_time=NO_THROTTLE, topics=tuple(

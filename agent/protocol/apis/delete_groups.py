@@ -4,13 +4,18 @@ offsets, NOT_COORDINATOR if another agent coordinates it)."""
 
 from __future__ import annotations
 
-from typing import Any
+from kio.schema.delete_groups import v0, v1, v2
+from kio.static.protocol import Entity, RequestHeader
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 
+Request = (v0.DeleteGroupsRequest | v1.DeleteGroupsRequest | v2.DeleteGroupsRequest)
+"""kio's DeleteGroupsRequest of each version served (0-2)."""
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Entity:
     results = []
     for group_id in request.groups_names:
         error = await ctx.groups.delete_group(group_id)

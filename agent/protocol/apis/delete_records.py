@@ -10,14 +10,19 @@ retry) or UNKNOWN_SERVER_ERROR (`errors.ADMIN`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
+from kio.schema.delete_records import v0, v1, v2
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
+from kio.static.protocol import Entity, RequestHeader
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 from ..errors import failed
+
+Request = (v0.DeleteRecordsRequest | v1.DeleteRecordsRequest | v2.DeleteRecordsRequest)
+"""kio's DeleteRecordsRequest of each version served (0-2)."""
+
 
 # Per partition: its new low watermark, or its error (the response carries no message).
 Results = Mapping[tuple[str, int], "int | ErrorCode"]
@@ -27,9 +32,9 @@ def _code(result: int | Exception) -> int | ErrorCode:
     return result if isinstance(result, int) else failed("deleting records", result)[0]
 
 
-def delete_all(ctx: ServerContext, request: Any) -> Results:
+def delete_all(ctx: ServerContext, request: Request) -> Results:
     """Move every partition's log start in one transaction (blocking: runs in the pool)."""
-    offsets = {(t.name, int(p.partition_index)): int(p.offset)
+    offsets: dict[tuple[str, int], int] = {(t.name, int(p.partition_index)): int(p.offset)
                for t in request.topics for p in t.partitions}
     try:
         results = ctx.metadata.delete_records(offsets)
@@ -38,10 +43,11 @@ def delete_all(ctx: ServerContext, request: Any) -> Results:
     return {tp: _code(result) for tp, result in results.items()}
 
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Entity:
     results = await ctx.run(delete_all, ctx, request)
 
-    def partition(name: str, index: int) -> Any:
+    def partition(name: str, index: int) -> Entity:
         result = results[(name, index)]
         error, low = (result, -1) if isinstance(result, ErrorCode) else (ErrorCode.none, result)
         return b("DeleteRecordsPartitionResult", partition_index=i32(index),

@@ -11,25 +11,31 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from typing import Any
 
+from kio.schema.delete_topics import v1, v2, v3, v4, v5, v6
 from kio.schema.errors import ErrorCode
+from kio.static.protocol import Entity, RequestHeader
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 from ..errors import failed
 
+Request = (v1.DeleteTopicsRequest | v2.DeleteTopicsRequest | v3.DeleteTopicsRequest
+           | v4.DeleteTopicsRequest | v5.DeleteTopicsRequest | v6.DeleteTopicsRequest)
+"""kio's DeleteTopicsRequest of each version served (1-6)."""
+
+
 # (name, topic id, error, message) of one topic of the request.
 Outcome = tuple[str | None, uuid.UUID | None, ErrorCode, str | None]
 
 
-def _wanted(request: Any) -> list[tuple[str | None, uuid.UUID | None]]:
+def _wanted(request: Request) -> list[tuple[str | None, uuid.UUID | None]]:
     if hasattr(request, "topics"):  # v6: names or ids
         return [(t.name, t.topic_id) for t in request.topics]
     return [(name, None) for name in request.topic_names]
 
 
-def delete_all(ctx: ServerContext, request: Any) -> list[Outcome]:
+def delete_all(ctx: ServerContext, request: Request) -> list[Outcome]:
     """Delete each topic asked for (blocking: runs in the pool)."""
     wanted = _wanted(request)
     counts = Counter(name or topic_id for name, topic_id in wanted)
@@ -61,7 +67,8 @@ def delete_all(ctx: ServerContext, request: Any) -> list[Outcome]:
     return out
 
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Entity:
     results = await ctx.run(delete_all, ctx, request)
     return b("DeleteTopicsResponse", throttle_time=NO_THROTTLE, responses=tuple(
         b("DeletableTopicResult", name=name, topic_id=topic_id or uuid.UUID(int=0),

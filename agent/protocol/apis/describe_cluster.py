@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from kio.schema.describe_cluster import v0, v1
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
+from kio.static.protocol import Entity, RequestHeader
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
+
+Request = (v0.DescribeClusterRequest | v1.DescribeClusterRequest)
+"""kio's DescribeClusterRequest of each version served (0-1)."""
+
 
 BROKERS = 1  # endpoint_type: brokers (2, controllers: there are none to describe)
 UNKNOWN_OPERATIONS = -(2**31)  # Kafka's "authorized operations not computed"
 
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Entity:
     endpoint = getattr(request, "endpoint_type", BROKERS)
     if endpoint != BROKERS:
         return b("DescribeClusterResponse", throttle_time=NO_THROTTLE,

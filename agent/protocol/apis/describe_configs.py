@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from kio.schema.describe_configs import v1, v2, v3, v4
 from kio.schema.errors import ErrorCode
+from kio.static.protocol import Entity, RequestHeader
 
 from metadata.errors import InvalidTopicError, UnknownTopicError
 from metadata.topicconfig import DEFAULTS, DESCRIPTIONS
@@ -26,6 +27,13 @@ from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 from ..errors import error_code
 from .configs import ConfigSource, ResourceType, broker_error, config_type
+
+Request = (v1.DescribeConfigsRequest | v2.DescribeConfigsRequest | v3.DescribeConfigsRequest
+           | v4.DescribeConfigsRequest)
+"""kio's DescribeConfigsRequest of each version served (1-4)."""
+Resource = (v1.request.DescribeConfigsResource | v2.request.DescribeConfigsResource
+            | v3.request.DescribeConfigsResource | v4.request.DescribeConfigsResource)
+
 
 SENSITIVE = frozenset({"metadata.url"})  # may carry a database password
 
@@ -89,13 +97,13 @@ def _broker(ctx: ServerContext, name: str) -> Described:
     return ErrorCode.none, None, entries
 
 
-def describe_all(ctx: ServerContext, request: Any) -> list[tuple[Any, Described]]:
+def describe_all(ctx: ServerContext, request: Request) -> list[tuple[Resource, Described]]:
     """Each resource's configs (blocking: runs in the pool)."""
-    out: list[tuple[Any, Described]] = []
+    out: list[tuple[Resource, Described]] = []
     for r in request.resources:
-        if r.resource_type == ResourceType.TOPIC:
+        if int(r.resource_type) == ResourceType.TOPIC:
             described = _topic(ctx, r.resource_name)
-        elif r.resource_type == ResourceType.BROKER:
+        elif int(r.resource_type) == ResourceType.BROKER:
             described = _broker(ctx, r.resource_name)
         else:
             described = (ErrorCode.invalid_request,
@@ -107,12 +115,13 @@ def describe_all(ctx: ServerContext, request: Any) -> list[tuple[Any, Described]
     return out
 
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Entity:
     results = await ctx.run(describe_all, ctx, request)
     synonyms = bool(getattr(request, "include_synonyms", False))
     docs = bool(getattr(request, "include_documentation", False))
 
-    def entry(e: Entry) -> Any:
+    def entry(e: Entry) -> Entity:
         return b("DescribeConfigsResourceResult", name=e.name, value=e.value,
                  read_only=e.read_only, config_source=e.source.value,
                  is_sensitive=e.sensitive, config_type=config_type(e.kind),

@@ -5,10 +5,10 @@ shown only while the group is Stable, as Kafka's GroupMetadata.summary does."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from kio.schema.describe_groups import v0, v1, v2, v3, v4, v5
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32
+from kio.static.protocol import Entity, RequestHeader
 
 from metadata import GroupRecord
 from metadata.models import GROUP_DEAD, GROUP_STABLE
@@ -16,11 +16,16 @@ from metadata.models import GROUP_DEAD, GROUP_STABLE
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 
+Request = (v0.DescribeGroupsRequest | v1.DescribeGroupsRequest | v2.DescribeGroupsRequest
+           | v3.DescribeGroupsRequest | v4.DescribeGroupsRequest | v5.DescribeGroupsRequest)
+"""kio's DescribeGroupsRequest of each version served (0-5)."""
+
+
 UNKNOWN_OPERATIONS = -(2**31)  # Kafka's "authorized operations not computed"
 
 
 def _described(b: Builder, group_id: str, error: ErrorCode,
-               record: GroupRecord | None) -> Any:
+               record: GroupRecord | None) -> Entity:
     state = GROUP_DEAD if record is None else record.state
     stable = state == GROUP_STABLE
     members = () if record is None else tuple(
@@ -36,7 +41,8 @@ def _described(b: Builder, group_id: str, error: ErrorCode,
              members=members, authorized_operations=i32(UNKNOWN_OPERATIONS))
 
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Entity:
     out = []
     for group_id in request.groups:
         error, record = await ctx.groups.describe(group_id)

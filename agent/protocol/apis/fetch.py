@@ -30,9 +30,10 @@ import asyncio
 import contextlib
 import struct
 from dataclasses import dataclass, field
-from typing import Any
 
 from kio.schema.errors import ErrorCode
+from kio.schema.fetch import v4, v5, v6, v7, v8, v9, v10, v11, v12
+from kio.static.protocol import RequestHeader
 
 import telemetry
 from fileformat.batch import LAST_OFFSET_DELTA_POS, LENGTH_POS, LOG_OVERHEAD
@@ -42,6 +43,14 @@ from metadata.errors import OffsetOutOfRangeError, UnknownPartitionError, Unknow
 from ..codec import Buffer, Builder, Encoded, write_array_length, write_topic_head, write_uvarint
 from ..context import ServerContext
 from ..errors import FETCH, error_code, failed
+
+Request = (v4.FetchRequest | v5.FetchRequest | v6.FetchRequest | v7.FetchRequest | v8.FetchRequest
+           | v9.FetchRequest | v10.FetchRequest | v11.FetchRequest | v12.FetchRequest)
+"""kio's FetchRequest of each version served (4-12)."""
+Partition = (v4.request.FetchPartition | v5.request.FetchPartition | v6.request.FetchPartition
+             | v7.request.FetchPartition | v8.request.FetchPartition | v9.request.FetchPartition
+             | v10.request.FetchPartition | v11.request.FetchPartition | v12.request.FetchPartition)
+
 
 SEGMENTS_PER_QUERY = 32
 READ_UNCOMMITTED = 0  # isolation_level: Kafka then sends aborted_transactions null
@@ -85,7 +94,7 @@ def span(data: bytearray, from_offset: int, room: int, take_first: bool) -> tupl
     return start, pos, False
 
 
-def read_partition(ctx: ServerContext, topic: str, p: Any, offsets: dict[int, PartitionInfo],
+def read_partition(ctx: ServerContext, topic: str, p: Partition, offsets: dict[int, PartitionInfo],
                    budget: int, first: bool) -> PartitionRead:
     """Read one partition from its fetch offset, or its error without records (blocking:
     runs in the pool)."""
@@ -96,7 +105,7 @@ def read_partition(ctx: ServerContext, topic: str, p: Any, offsets: dict[int, Pa
                              failed(f"reading {topic}/{p.partition}", exc, FETCH)[0])
 
 
-def _read_partition(ctx: ServerContext, topic: str, p: Any,
+def _read_partition(ctx: ServerContext, topic: str, p: Partition,
                     offsets: dict[int, PartitionInfo], budget: int,
                     first: bool) -> PartitionRead:
     index, offset = int(p.partition), int(p.fetch_offset)
@@ -133,16 +142,16 @@ def _read_partition(ctx: ServerContext, topic: str, p: Any,
     return read
 
 
-def requested(request: Any) -> list[tuple[str, list[Any]]]:
+def requested(request: Request) -> list[tuple[str, list[Partition]]]:
     """The request's partitions by topic, each (topic, partition) once, as Kafka's
     FetchRequest.fetchData collapses them (a LinkedHashMap: a repeated partition keeps its
     first place and takes its last entry's offsets and limits), then grouped as
     FetchResponse groups them: consecutive partitions of one topic in one topic entry."""
-    wanted: dict[tuple[str, int], Any] = {}
+    wanted: dict[tuple[str, int], Partition] = {}
     for t in request.topics:
         for p in t.partitions:
             wanted[(t.topic, int(p.partition))] = p
-    grouped: list[tuple[str, list[Any]]] = []
+    grouped: list[tuple[str, list[Partition]]] = []
     for (topic, _), p in wanted.items():
         if grouped and grouped[-1][0] == topic:
             grouped[-1][1].append(p)
@@ -151,7 +160,7 @@ def requested(request: Any) -> list[tuple[str, list[Any]]]:
     return grouped
 
 
-def read_all(ctx: ServerContext, request: Any) -> list[tuple[str, list[PartitionRead]]]:
+def read_all(ctx: ServerContext, request: Request) -> list[tuple[str, list[PartitionRead]]]:
     """One pass over every requested partition within max_bytes, itself at most the
     agent's fetch.max.bytes (runs in the pool)."""
     budget = min(int(request.max_bytes), ctx.config.fetch_max_bytes)
@@ -177,7 +186,8 @@ def read_all(ctx: ServerContext, request: Any) -> list[tuple[str, list[Partition
     return results
 
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Encoded:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
     min_bytes = int(request.min_bytes)

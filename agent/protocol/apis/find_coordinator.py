@@ -8,16 +8,22 @@ forever."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator import v0, v1, v2, v3, v4
 from kio.static.primitive import i32
+from kio.static.protocol import Entity, RequestHeader
 
 from agent.placement import coordinator
 from metadata import AgentInfo
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
+
+Request = (v0.FindCoordinatorRequest | v1.FindCoordinatorRequest | v2.FindCoordinatorRequest
+           | v3.FindCoordinatorRequest | v4.FindCoordinatorRequest)
+"""kio's FindCoordinatorRequest of each version served (0-4)."""
+
 
 TRANSACTION_MESSAGE = "siltstream does not serve transactions"
 TRANSACTION = 1  # key_type of a transactional id (0: group)
@@ -45,16 +51,18 @@ def locate(ctx: ServerContext, keys: Sequence[str]) -> list[Found]:
     return out
 
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
-    batched = b.has("FindCoordinatorResponse", "coordinators")  # v4+
-    keys: list[str] = list(request.coordinator_keys) if batched else [request.key]
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Entity:
+    batched = isinstance(request, v4.FindCoordinatorRequest)  # several keys at once
+    keys: list[str] = list(request.coordinator_keys) \
+        if isinstance(request, v4.FindCoordinatorRequest) else [request.key]
     if getattr(request, "key_type", 0) == TRANSACTION:
         found: list[Found] = [(ErrorCode.transactional_id_authorization_failed,
                                TRANSACTION_MESSAGE, None)] * len(keys)
     else:
         found = await ctx.run(locate, ctx, keys)
 
-    def fields(error: ErrorCode, message: str | None, at: AgentInfo | None) -> dict[str, Any]:
+    def fields(error: ErrorCode, message: str | None, at: AgentInfo | None) -> dict[str, object]:
         return {"error_code": error, "error_message": message,
                 "node_id": i32(at.node_id if at else -1), "host": at.host if at else "",
                 "port": i32(at.port if at else -1)}

@@ -3,13 +3,19 @@ rejoin (agent/groups/)."""
 
 from __future__ import annotations
 
-from typing import Any
+from kio.schema.heartbeat import v0, v1, v2, v3, v4
+from kio.static.protocol import Entity, RequestHeader
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 
+Request = (v0.HeartbeatRequest | v1.HeartbeatRequest | v2.HeartbeatRequest | v3.HeartbeatRequest
+           | v4.HeartbeatRequest)
+"""kio's HeartbeatRequest of each version served (0-4)."""
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Entity:
     error = await ctx.groups.heartbeat(request.group_id, int(request.generation_id),
                                        request.member_id,
                                        getattr(request, "group_instance_id", None))

@@ -15,9 +15,10 @@ dynamically (INVALID_REQUEST, "Cannot update these configs dynamically").
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 from kio.schema.errors import ErrorCode
+from kio.schema.incremental_alter_configs import v0, v1
+from kio.static.protocol import Entity, RequestHeader
 
 from metadata.errors import InvalidTopicError
 from metadata.topicconfig import AlterOp, ConfigChange
@@ -28,10 +29,15 @@ from ..context import ServerContext
 from ..errors import failed
 from .configs import ResourceType, broker_error
 
+Request = (v0.IncrementalAlterConfigsRequest | v1.IncrementalAlterConfigsRequest)
+"""kio's IncrementalAlterConfigsRequest of each version served (0-1)."""
+Resource = (v0.request.AlterConfigsResource | v1.request.AlterConfigsResource)
+
+
 Outcome = tuple[ErrorCode, str | None]
 
 
-def _topic(ctx: ServerContext, resource: Any, validate_only: bool) -> Outcome:
+def _topic(ctx: ServerContext, resource: Resource, validate_only: bool) -> Outcome:
     what = f"altering the configs of topic {resource.resource_name!r}"
     try:
         validate_topic_name(resource.resource_name)
@@ -54,7 +60,7 @@ def _topic(ctx: ServerContext, resource: Any, validate_only: bool) -> Outcome:
     return ErrorCode.none, None
 
 
-def _broker(ctx: ServerContext, resource: Any) -> Outcome:
+def _broker(ctx: ServerContext, resource: Resource) -> Outcome:
     problem = broker_error(ctx, resource.resource_name)
     if problem is None:
         names = ", ".join(sorted(c.name for c in resource.configs))
@@ -64,17 +70,17 @@ def _broker(ctx: ServerContext, resource: Any) -> Outcome:
     return ErrorCode.invalid_request, problem
 
 
-def alter_all(ctx: ServerContext, request: Any) -> list[tuple[Any, Outcome]]:
+def alter_all(ctx: ServerContext, request: Request) -> list[tuple[Resource, Outcome]]:
     """Alter each resource (blocking: runs in the pool)."""
-    out: list[tuple[Any, Outcome]] = []
+    out: list[tuple[Resource, Outcome]] = []
     for r in request.resources:
         twice = [k for k, n in Counter(c.name for c in r.configs).items() if n > 1]
         if twice:
             outcome: Outcome = (ErrorCode.invalid_request,
                                 f"duplicate config keys: {', '.join(sorted(twice))}")
-        elif r.resource_type == ResourceType.TOPIC:
+        elif int(r.resource_type) == ResourceType.TOPIC:
             outcome = _topic(ctx, r, bool(request.validate_only))
-        elif r.resource_type == ResourceType.BROKER:
+        elif int(r.resource_type) == ResourceType.BROKER:
             outcome = _broker(ctx, r)
         else:
             outcome = (ErrorCode.invalid_request,
@@ -83,7 +89,8 @@ def alter_all(ctx: ServerContext, request: Any) -> list[tuple[Any, Outcome]]:
     return out
 
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Entity:
     results = await ctx.run(alter_all, ctx, request)
     return b("IncrementalAlterConfigsResponse", throttle_time=NO_THROTTLE, responses=tuple(
         b("AlterConfigsResourceResponse", error_code=error, error_message=message,

@@ -12,17 +12,22 @@ retriable, the client asks again.
 
 from __future__ import annotations
 
-from typing import Any
-
 from kio.schema.errors import ErrorCode
+from kio.schema.init_producer_id import v0, v1, v2, v3, v4
 from kio.static.primitive import i16, i64
+from kio.static.protocol import Entity, RequestHeader
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 from ..errors import COORDINATOR, failed
 
+Request = (v0.InitProducerIdRequest | v1.InitProducerIdRequest | v2.InitProducerIdRequest
+           | v3.InitProducerIdRequest | v4.InitProducerIdRequest)
+"""kio's InitProducerIdRequest of each version served (0-4)."""
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Entity:
     if request.transactional_id is not None:
         return _response(b, ErrorCode.transactional_id_authorization_failed)
     try:
@@ -32,6 +37,6 @@ async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> A
     return _response(b, ErrorCode.none, producer_id)
 
 
-def _response(b: Builder, error: ErrorCode, producer_id: int = -1) -> Any:
+def _response(b: Builder, error: ErrorCode, producer_id: int = -1) -> Entity:
     return b("InitProducerIdResponse", throttle_time=NO_THROTTLE, error_code=error,
              producer_id=i64(producer_id), producer_epoch=i16(0 if producer_id >= 0 else -1))

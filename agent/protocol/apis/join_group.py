@@ -6,9 +6,11 @@ assignment back without a rebalance."""
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import timedelta
 
+from kio.schema.join_group import v0, v1, v2, v3, v4, v5, v6, v7, v8, v9
 from kio.static.primitive import i32
+from kio.static.protocol import Entity, RequestHeader
 
 from agent.groups.coordinator import JoinRequest
 from metadata import GroupMember
@@ -16,16 +18,23 @@ from metadata import GroupMember
 from ..codec import NO_THROTTLE, Builder
 from ..context import PEER, ServerContext
 
+Request = (v0.JoinGroupRequest | v1.JoinGroupRequest | v2.JoinGroupRequest | v3.JoinGroupRequest
+           | v4.JoinGroupRequest | v5.JoinGroupRequest | v6.JoinGroupRequest | v7.JoinGroupRequest
+           | v8.JoinGroupRequest | v9.JoinGroupRequest)
+"""kio's JoinGroupRequest of each version served (0-9)."""
+
+
 REQUIRE_KNOWN_MEMBER_ID = 4  # the first version with the MEMBER_ID_REQUIRED handshake
 NULLABLE_PROTOCOL = 7  # the first version whose protocol name may be null
 SKIP_ASSIGNMENT = 9  # the first version whose leader can be told to skip assigning
 
 
-def _ms(value: Any) -> int:
+def _ms(value: timedelta) -> int:
     return int(value.total_seconds() * 1000)
 
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Entity:
     session_ms = _ms(request.session_timeout)
     rebalance = getattr(request, "rebalance_timeout", None)
     result = await ctx.groups.join(JoinRequest(

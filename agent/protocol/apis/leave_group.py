@@ -4,18 +4,24 @@ member may leave by its instance id alone)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from kio.schema.errors import ErrorCode
+from kio.schema.leave_group import v0, v1, v2, v3, v4, v5
+from kio.static.protocol import Entity, RequestHeader
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 
+Request = (v0.LeaveGroupRequest | v1.LeaveGroupRequest | v2.LeaveGroupRequest
+           | v3.LeaveGroupRequest | v4.LeaveGroupRequest | v5.LeaveGroupRequest)
+"""kio's LeaveGroupRequest of each version served (0-5)."""
+Batched = v3.LeaveGroupRequest | v4.LeaveGroupRequest | v5.LeaveGroupRequest  # members (v3+)
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
-    batched = hasattr(request, "members")
-    members = [(m.member_id, m.group_instance_id) for m in request.members] if batched \
-        else [(request.member_id, None)]
+
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Entity:
+    batched = isinstance(request, Batched)
+    members = [(m.member_id, m.group_instance_id) for m in request.members] \
+        if isinstance(request, Batched) else [(request.member_id, None)]
     error, each = await ctx.groups.leave(request.group_id, members)
     if not batched:
         return b("LeaveGroupResponse", throttle_time=NO_THROTTLE,

@@ -6,17 +6,22 @@ agent registered."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from kio.schema.errors import ErrorCode
+from kio.schema.list_groups import v0, v1, v2, v3, v4
+from kio.static.protocol import Entity, RequestHeader
 
 from agent.groups.coordinator import Unavailable
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 
+Request = (v0.ListGroupsRequest | v1.ListGroupsRequest | v2.ListGroupsRequest
+           | v3.ListGroupsRequest | v4.ListGroupsRequest)
+"""kio's ListGroupsRequest of each version served (0-4)."""
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Entity:
     live = await ctx.run(ctx.live_brokers)
     try:
         groups = await ctx.groups.listed(live)

@@ -8,10 +8,10 @@ record with the largest timestamp (the first such), found the same way. Leader e
 
 from __future__ import annotations
 
-from typing import Any
-
 from kio.schema.errors import ErrorCode
+from kio.schema.list_offsets import v1, v2, v3, v4, v5, v6, v7
 from kio.static.primitive import i32, i64
+from kio.static.protocol import Entity, RequestHeader
 
 from fileformat import iter_batches
 from fileformat.batch import iter_records
@@ -22,8 +22,15 @@ from ..cache import SegmentCache
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 
+Request = (v1.ListOffsetsRequest | v2.ListOffsetsRequest | v3.ListOffsetsRequest
+           | v4.ListOffsetsRequest | v5.ListOffsetsRequest | v6.ListOffsetsRequest
+           | v7.ListOffsetsRequest)
+"""kio's ListOffsetsRequest of each version served (1-7)."""
+
+
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 SEGMENTS_PER_QUERY = 256
+Looked = tuple[int, ErrorCode, int, int]  # partition, error, timestamp, offset
 
 
 def _segments(metadata: MetadataStore, topic: str, partition: int,
@@ -90,8 +97,8 @@ def lookup(ctx: ServerContext, topic: str, partition: int, timestamp: int,
     return ErrorCode.none, found[0], found[1]
 
 
-def lookup_all(ctx: ServerContext, request: Any) -> list[tuple[str, list[Any]]]:
-    results: list[tuple[str, list[Any]]] = []
+def lookup_all(ctx: ServerContext, request: Request) -> list[tuple[str, list[Looked]]]:
+    results: list[tuple[str, list[Looked]]] = []
     for t in request.topics:
         try:
             offsets = {pi.partition: (pi.log_start_offset, pi.next_offset)
@@ -105,7 +112,8 @@ def lookup_all(ctx: ServerContext, request: Any) -> list[tuple[str, list[Any]]]:
     return results
 
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Entity:
     results = await ctx.run(lookup_all, ctx, request)
     return b("ListOffsetsResponse", throttle_time=NO_THROTTLE, topics=tuple(
         b("ListOffsetsTopicResponse", name=name, partitions=tuple(

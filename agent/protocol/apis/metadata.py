@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any
 
 from kio.schema.errors import ErrorCode
+from kio.schema.metadata import v1, v2, v3, v4, v5, v6, v7, v8, v9, v10, v11, v12
 from kio.static.primitive import i32
+from kio.static.protocol import Entity, RequestHeader
 
 from agent.placement import leader
 from metadata import AgentInfo, MetadataStore, TopicInfo
@@ -40,6 +41,11 @@ from metadata.topics import validate_topic_name
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 from ..errors import LOOKUP, failed, log_failure
+
+Request = (v1.MetadataRequest | v2.MetadataRequest | v3.MetadataRequest | v4.MetadataRequest
+           | v5.MetadataRequest | v6.MetadataRequest | v7.MetadataRequest | v8.MetadataRequest
+           | v9.MetadataRequest | v10.MetadataRequest | v11.MetadataRequest | v12.MetadataRequest)
+"""kio's MetadataRequest of each version served (1-12)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +83,8 @@ def _missing(md: MetadataStore, name: str, create_partitions: int | None) -> Mis
     return Missing(name, ErrorCode.leader_not_available)
 
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Entity:
     names = None if request.topics is None else [t.name for t in request.topics
                                                    if t.name is not None]
     auto = ctx.config.auto_create_topics_enable and getattr(
@@ -100,7 +107,7 @@ async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> A
 
 
 def _topic(ctx: ServerContext, b: Builder, topic: TopicInfo | Missing,
-           brokers: list[AgentInfo], ids: tuple[i32, ...]) -> Any:
+           brokers: list[AgentInfo], ids: tuple[i32, ...]) -> Entity:
     if isinstance(topic, Missing):
         return b("MetadataResponseTopic", error_code=topic.error, name=topic.name,
                  topic_id=None, is_internal=False, partitions=())

@@ -6,17 +6,23 @@ offset.metadata.max.bytes OFFSET_METADATA_TOO_LARGE; the others are committed.""
 
 from __future__ import annotations
 
-from typing import Any
-
+from kio.schema.offset_commit import v2, v3, v4, v5, v6, v7, v8, v9
 from kio.static.primitive import i32
+from kio.static.protocol import Entity, RequestHeader
 
 from metadata import OffsetCommit
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 
+Request = (v2.OffsetCommitRequest | v3.OffsetCommitRequest | v4.OffsetCommitRequest
+           | v5.OffsetCommitRequest | v6.OffsetCommitRequest | v7.OffsetCommitRequest
+           | v8.OffsetCommitRequest | v9.OffsetCommitRequest)
+"""kio's OffsetCommitRequest of each version served (2-9)."""
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Entity:
     offsets = [OffsetCommit(t.name, int(p.partition_index), int(p.committed_offset),
                             int(getattr(p, "committed_leader_epoch", -1)),
                             p.committed_metadata)

@@ -4,16 +4,20 @@ GROUP_SUBSCRIBED_TO_TOPIC, as in Kafka."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from kio.schema.errors import ErrorCode
+from kio.schema.offset_delete import v0
 from kio.static.primitive import i32
+from kio.static.protocol import Entity, RequestHeader
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 
+Request = v0.OffsetDeleteRequest
+"""kio's OffsetDeleteRequest of each version served (0-0)."""
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Entity:
     partitions = [(t.name, int(p.partition_index)) for t in request.topics
                   for p in t.partitions]
     error, each = await ctx.groups.delete_offsets(request.group_id, partitions)

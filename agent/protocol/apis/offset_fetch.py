@@ -6,15 +6,23 @@ so no coordinator needs to be consulted). A partition with no commit answers off
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from kio.schema.errors import ErrorCode
+from kio.schema.offset_fetch import v1, v2, v3, v4, v5, v6, v7, v8, v9
 from kio.static.primitive import i32, i64
+from kio.static.protocol import Entity, RequestHeader
 
 from metadata import CommittedOffset
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
+
+Request = (v1.OffsetFetchRequest | v2.OffsetFetchRequest | v3.OffsetFetchRequest
+           | v4.OffsetFetchRequest | v5.OffsetFetchRequest | v6.OffsetFetchRequest
+           | v7.OffsetFetchRequest | v8.OffsetFetchRequest | v9.OffsetFetchRequest)
+"""kio's OffsetFetchRequest of each version served (1-9)."""
+Grouped = v8.OffsetFetchRequest | v9.OffsetFetchRequest  # several groups at once (v8+)
+
 
 # (topic, [partition, ...]) asked for; None: all the group has.
 Wanted = Sequence[tuple[str, Sequence[int]]] | None
@@ -35,13 +43,14 @@ def fetch(ctx: ServerContext, group_id: str, wanted: Wanted) -> Answer:
     return [(name, [(p, have.get((name, p))) for p in parts]) for name, parts in wanted]
 
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
-    multi = hasattr(request, "groups")  # v8+
-    asks = [(g.group_id, g.topics) for g in request.groups] if multi \
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Entity:
+    multi = isinstance(request, Grouped)
+    asks = [(g.group_id, g.topics) for g in request.groups] if isinstance(request, Grouped) \
         else [(request.group_id, request.topics)]
     suffix = "s" if multi else ""  # v8+ names its nested classes in the plural
 
-    def topics(answer: Answer) -> tuple[Any, ...]:
+    def topics(answer: Answer) -> tuple[Entity, ...]:
         return tuple(b(f"OffsetFetchResponseTopic{suffix}", name=name, partitions=tuple(
             b(f"OffsetFetchResponsePartition{suffix}", partition_index=i32(p),
               committed_offset=i64(c.offset if c else -1),

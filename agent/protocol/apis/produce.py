@@ -38,11 +38,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import struct
 import threading
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
+from kio.schema.produce import v3, v4, v5, v6, v7, v8, v9, v10, v11
+from kio.static.protocol import RequestHeader
 
 from agent.errors import BufferFullError
 from agent.producer import ProduceFuture
@@ -59,12 +62,27 @@ from fileformat.batch import (
 )
 from fileformat.errors import BatchCountError, RecordErrorsError, UnsupportedCodecError
 
-from ..codec import Builder, Encoded, write_array_length, write_topic_head, write_uvarint
+from ..codec import Builder, Encoded, Reply, write_array_length, write_topic_head, write_uvarint
 from ..context import ServerContext
 from ..errors import PRODUCE, error_code
 
+Request = (v3.ProduceRequest | v4.ProduceRequest | v5.ProduceRequest | v6.ProduceRequest
+           | v7.ProduceRequest | v8.ProduceRequest | v9.ProduceRequest | v10.ProduceRequest
+           | v11.ProduceRequest)
+"""kio's ProduceRequest of each version served (3-11)."""
+Partition = (v3.request.PartitionProduceData | v4.request.PartitionProduceData
+             | v5.request.PartitionProduceData | v6.request.PartitionProduceData
+             | v7.request.PartitionProduceData | v8.request.PartitionProduceData
+             | v9.request.PartitionProduceData | v10.request.PartitionProduceData
+             | v11.request.PartitionProduceData)
+
+
 # `_admit`'s answer when buffer.memory has no room now: try again when room is freed.
-FULL = object()
+class _Full(enum.Enum):
+    FULL = enum.auto()
+
+
+FULL = _Full.FULL
 # The attributes' low byte (big-endian int16): the codec (bits 0-2) and the transactional
 # bit. Produce carries zstd from v7 (KIP-110).
 _TRANSACTIONAL_BYTE = _CODEC_BYTE = ATTRIBUTES_POS + 1
@@ -109,7 +127,7 @@ def check_request_records(batches: list[bytes], version: int) -> None:
 
 
 def _admit(ctx: ServerContext, topic: str, partition: int, records: bytes | None,
-           version: int) -> list[ProduceFuture] | ErrorCode | Refusal | object:
+           version: int) -> Admission:
     """Buffer one partition's batches in the agent, or FULL without waiting (blocking only
     on metadata reads: runs in the pool)."""
     agent = ctx.agent
@@ -126,22 +144,25 @@ def _admit(ctx: ServerContext, topic: str, partition: int, records: bytes | None
         return refusal(exc)
 
 
+Admission = list[ProduceFuture] | ErrorCode | Refusal | _Full
+"""A partition's batches buffered (their futures), refused, or FULL (try again)."""
 Outcome = int | ErrorCode | Refusal
 """A partition's answer: its base offset, or an error (with record errors: Refusal)."""
 Admitted = list[tuple[str, list[tuple[int, "list[ProduceFuture] | ErrorCode | Refusal"]]]]
 
 
-def _admit_some(ctx: ServerContext, parts: list[tuple[str, Any]], version: int) -> list[Any]:
+def _admit_some(ctx: ServerContext, parts: list[tuple[str, Partition]], version: int
+                ) -> list[Admission]:
     return [_admit(ctx, topic, p.index, p.records, version) for topic, p in parts]
 
 
-async def _admit_all(ctx: ServerContext, request: Any, version: int) -> Admitted:
+async def _admit_all(ctx: ServerContext, request: Request, version: int) -> Admitted:
     """Every partition's futures or error code, partitions finding buffer.memory full
     retried whenever room is freed until the request's timeout (then REQUEST_TIMED_OUT)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.timeout.total_seconds(), 0.0)
     parts = [(t.name, p) for t in request.topic_data for p in t.partition_data]
-    outcomes: list[Any] = [FULL] * len(parts)
+    outcomes: list[Admission] = [FULL] * len(parts)
     waiting = list(range(len(parts)))
     while True:
         room = ctx.room_freed()  # before trying: room freed during the attempt wakes us
@@ -203,7 +224,7 @@ def _outcome(futures: list[ProduceFuture] | ErrorCode | Refusal) -> Outcome:
     return futures[0].result()
 
 
-def _transactional(request: Any) -> bool:
+def _transactional(request: Request) -> bool:
     """Whether a batch of the request is transactional: one byte read per batch (framing
     is left to each partition's own checks, which answer a malformed one)."""
     for t in request.topic_data:
@@ -220,7 +241,8 @@ def _transactional(request: Any) -> bool:
     return False
 
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Reply:
     # Transactions are not served: KafkaApis' answer to a transactional batch without one.
     if request.transactional_id is not None or _transactional(request):
         return _response(b, [(t.name, [(p.index, ErrorCode.transactional_id_authorization_failed)
@@ -233,7 +255,7 @@ async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> A
     return asyncio.ensure_future(_complete(b, admitted, flushed))
 
 
-async def _complete(b: Builder, admitted: Admitted, flushed: asyncio.Future[None]) -> Any:
+async def _complete(b: Builder, admitted: Admitted, flushed: asyncio.Future[None]) -> Encoded:
     await flushed
     return _response(b, [(topic, [(index, _outcome(o)) for index, o in parts])
                          for topic, parts in admitted])

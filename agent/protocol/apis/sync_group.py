@@ -3,13 +3,19 @@ member gets its share; followers wait for it (agent/groups/)."""
 
 from __future__ import annotations
 
-from typing import Any
+from kio.schema.sync_group import v0, v1, v2, v3, v4, v5
+from kio.static.protocol import Entity, RequestHeader
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 
+Request = (v0.SyncGroupRequest | v1.SyncGroupRequest | v2.SyncGroupRequest | v3.SyncGroupRequest
+           | v4.SyncGroupRequest | v5.SyncGroupRequest)
+"""kio's SyncGroupRequest of each version served (0-5)."""
 
-async def handle(ctx: ServerContext, header: Any, request: Any, b: Builder) -> Any:
+
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Entity:
     result = await ctx.groups.sync(
         request.group_id, int(request.generation_id), request.member_id,
         getattr(request, "group_instance_id", None), getattr(request, "protocol_type", None),
