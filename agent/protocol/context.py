@@ -21,6 +21,7 @@ from metadata import AgentInfo, MetadataStore, TopicInfo
 from objectstore import ObjectStore
 
 from .cache import SegmentCache
+from .errors import error_code
 from .registry import Registration
 
 if TYPE_CHECKING:
@@ -100,7 +101,8 @@ class ServerContext:
     _cluster_ns: uuid.UUID | None = None
 
     def __post_init__(self) -> None:
-        self.groups = Coordinator(self.metadata, self.config, self.run, self._agent_id)
+        self.groups = Coordinator(self.metadata, self.config, self.run, self._agent_id,
+                                  codes=error_code)
 
     def _agent_id(self) -> str | None:
         """This agent's registry id, once registered (it coordinates groups under it)."""
