@@ -118,8 +118,9 @@ def describe_all(ctx: ServerContext, request: Request) -> list[tuple[Resource, D
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
     results = await ctx.run(describe_all, ctx, request)
-    synonyms = bool(getattr(request, "include_synonyms", False))
-    docs = bool(getattr(request, "include_documentation", False))
+    synonyms = request.include_synonyms  # every version served (1+) has it
+    docs = isinstance(request, v3.DescribeConfigsRequest | v4.DescribeConfigsRequest) \
+        and request.include_documentation
 
     def entry(e: Entry) -> Entity:
         return b("DescribeConfigsResourceResult", name=e.name, value=e.value,

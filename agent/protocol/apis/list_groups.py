@@ -29,12 +29,12 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
     except CoordinatorNotRegisteredError as exc:
         return b("ListGroupsResponse", throttle_time=NO_THROTTLE, error_code=error_code(exc),
                  groups=())
-    states = {s.lower() for s in getattr(request, "states_filter", ())}
-    types = set(getattr(request, "types_filter", ()))
+    # v4+ filters by state; types_filter is v5+, not served: every group is "classic"
+    states = {s.lower() for s in request.states_filter} \
+        if isinstance(request, v4.ListGroupsRequest) else set()
     return b("ListGroupsResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
              groups=tuple(b("ListedGroup", group_id=g.group_id,
                             protocol_type=g.protocol_type or "", group_state=g.state,
                             group_type="classic")
                           for g in groups
-                          if (not states or g.state.lower() in states)
-                          and (not types or "classic" in types)))
+                          if not states or g.state.lower() in states))
