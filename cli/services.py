@@ -104,7 +104,8 @@ def agent_command(ctx: Context, listen: str | None, advertise: str | None,
     import asyncio
     import gc
 
-    from agent.protocol import serve
+    from agent.protocol import EffectiveSetting, serve
+    from settings.load import Source
 
     settings = ctx.load({f"agent.{LISTENERS}": listen,
                          f"agent.{ADVERTISED_LISTENERS}": advertise})  # bad: one line, exit 1
@@ -120,7 +121,9 @@ def agent_command(ctx: Context, listen: str | None, advertise: str | None,
     level = logging.getLevelName(config.log_level.upper())
     configure_logging(log_format, min(level, logging.INFO) if ctx.verbose else level)
     try:
-        asyncio.run(serve(ctx.store, ctx.metadata, config, settings))
+        effective = [EffectiveSetting(v.key, v.value, v.origin.source is Source.DEFAULT)
+                     for v in settings.values()]  # what DescribeConfigs lists (BROKER)
+        asyncio.run(serve(ctx.store, ctx.metadata, config, effective))
     except OSError as exc:  # the listen address is taken or not ours
         click.echo(f"silt: cannot serve on {config.listeners}: {exc.strerror or exc}", err=True)
         sys.exit(1)

@@ -62,7 +62,7 @@ from metadata.errors import (
     UnknownGroupError,
 )
 
-from .errors import Unavailable
+from .errors import UNSERVED, CoordinatorClosingError, CoordinatorNotRegisteredError
 from .group import GROUP_DEAD, GROUP_EMPTY, Group, JoinResult, SyncResult, as_loaded
 from .offsets import CommittedOffsets
 from .transitions import (
@@ -80,13 +80,15 @@ from .transitions import (
     step,
 )
 
-__all__ = ["ADOPT_PAGE", "Coordinator", "JoinRequest", "Unavailable"]
+__all__ = ["ADOPT_PAGE", "Codes", "Coordinator", "JoinRequest"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 ADOPT_PAGE = 100  # groups loaded per transaction at start
 Run = Callable[..., Awaitable[Any]]
+# The one error table's lookup (agent/protocol/errors.py `error_code`): an exception's code.
+Codes = Callable[[BaseException], ErrorCode]
 
 E = ErrorCode
 
@@ -106,11 +108,14 @@ class Slot:
 class Coordinator:
     """The groups this agent coordinates. `me()` is this agent's registry id (None before
     it registered); `run` runs blocking calls off the loop; `clock` (the metadata store's
-    by default) times every deadline."""
+    by default) times every deadline; `codes` answers what keeps a request from being
+    served (errors.py, the metadata store's group errors) through the one error table."""
 
     def __init__(self, metadata: MetadataStore, config: AgentConfig, run: Run,
-                 me: Callable[[], str | None], clock: Clock | None = None) -> None:
+                 me: Callable[[], str | None], clock: Clock | None = None, *,
+                 codes: Codes) -> None:
         self.metadata = metadata
+        self.codes = codes
         self.config = config
         self.run = run
         self.me = me
@@ -134,14 +139,15 @@ class Coordinator:
         return self.groups.get(group_id)
 
     async def group(self, group_id: str) -> Group:
-        """The group, loaded here (taking its lease) if it is not yet; Unavailable(
-        NOT_COORDINATOR) if another live agent coordinates it."""
+        """The group, loaded here (taking its lease) if it is not yet; one of `UNSERVED`
+        if it cannot be (GroupCoordinatedElsewhereError: another live agent coordinates
+        it)."""
         return (await self.slot(group_id)).group
 
     async def existing(self, group_id: str) -> Group | None:
         """The group if it exists (coordinated here, stored, or with committed offsets),
         loaded here; None for a group nobody ever used — answered as Kafka answers an
-        unknown group, without taking its lease. Unavailable(NOT_COORDINATOR) if another
+        unknown group, without taking its lease. GroupCoordinatedElsewhereError if another
         live agent coordinates it."""
         slot = await self.existing_slot(group_id)
         return None if slot is None else slot.group
@@ -174,7 +180,9 @@ class Coordinator:
             return s
         holder = await self.run(self.metadata.group_coordinator, group_id)
         if holder is not None and holder.agent_id != self.me():
-            raise Unavailable(E.not_coordinator)
+            raise GroupCoordinatedElsewhereError(
+                f"group {group_id!r} is coordinated by agent {holder.agent_id}",
+                holder.agent_id)
         return await self._load_existing(group_id)
 
     async def _load_existing(self, group_id: str) -> Slot | None:
@@ -189,13 +197,10 @@ class Coordinator:
     async def _load(self, group_id: str) -> Slot:
         me = self.me()
         if self._closed:  # shutting down: clients go to another agent
-            raise Unavailable(E.not_coordinator)
+            raise CoordinatorClosingError("this agent is shutting down")
         if me is None:
-            raise Unavailable(E.coordinator_not_available)
-        try:
-            lease = await self.run(self.metadata.acquire_group, group_id, me)
-        except GroupCoordinatedElsewhereError:
-            raise Unavailable(E.not_coordinator) from None
+            raise CoordinatorNotRegisteredError("this agent has not registered yet")
+        lease = await self.run(self.metadata.acquire_group, group_id, me)
         record: GroupRecord | None = await self.run(self.metadata.load_group, group_id)
         return await self._install(lease, record)
 
@@ -389,7 +394,7 @@ class Coordinator:
                 assert awaited.failure is not None
                 await self.apply(s, dataclasses.replace(
                     awaited.failure,
-                    code=E.not_coordinator if lost else E.coordinator_not_available))
+                    code=self.codes(exc) if lost else E.coordinator_not_available))
                 return
             if s.group.is_(GROUP_DEAD):  # dropped while storing: answer what the step left
                 self._commit(s, new, [e for e in effects if e is not awaited])
@@ -468,10 +473,8 @@ class Coordinator:
                 return absent
             answer = self.ask(s, event)
             return cast(R, await answer)
-        except Unavailable as exc:
-            return failed(exc.code)
-        except GroupLeaseLostError:
-            return failed(E.not_coordinator)
+        except (*UNSERVED, GroupLeaseLostError) as exc:
+            return failed(self.codes(exc))
 
     # ------------------------------------------------------------------ requests
 
@@ -532,8 +535,8 @@ class Coordinator:
         """DeleteGroups for one group: only an empty one."""
         try:
             s = await self.existing_slot(group_id)
-        except Unavailable as exc:
-            return exc.code
+        except UNSERVED as exc:
+            return self.codes(exc)
         if s is None:
             return E.group_id_not_found
         async with s.lock:
@@ -546,13 +549,11 @@ class Coordinator:
                     await s.last_store
             try:
                 await self.run(self.metadata.delete_group, group_id, s.group.lease)
-            except UnknownGroupError:
-                return E.group_id_not_found
-            except GroupNotEmptyError:
-                return E.non_empty_group
+            except (UnknownGroupError, GroupNotEmptyError) as exc:
+                return self.codes(exc)
             except GroupLeaseLostError as exc:
                 self.drop(s, str(exc))
-                return E.not_coordinator
+                return self.codes(exc)
             self.drop(s, "deleted")
             return E.none
 
@@ -570,8 +571,8 @@ class Coordinator:
             if holder is not None:  # held by this agent's id: loaded (as at start)
                 try:
                     s = await self._load_existing(group_id)
-                except Unavailable as exc:
-                    return exc.code, None
+                except UNSERVED as exc:
+                    return self.codes(exc), None
                 if s is None:
                     return E.none, None
             elif (s := self._slots.get(group_id)) is None:
@@ -585,10 +586,10 @@ class Coordinator:
         """ListGroups: the groups coordinated here (those whose lease this agent's id holds
         but not yet loaded since its start: as they will load), and the stored ones nobody
         coordinates that FindCoordinator would send here (so clients asking every agent see
-        each group once). Unavailable(COORDINATOR_NOT_AVAILABLE) before it registered."""
+        each group once). CoordinatorNotRegisteredError before it registered."""
         me = self.me()
         if me is None:
-            raise Unavailable(E.coordinator_not_available)
+            raise CoordinatorNotRegisteredError("this agent has not registered yet")
         self.adopt_soon()
         holders: dict[str, str] = await self.run(self.metadata.live_coordinators)
         stored: list[GroupRecord] = await self.run(self.metadata.list_groups)

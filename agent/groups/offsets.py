@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 from metadata import OffsetCommit
 from metadata.errors import GroupLeaseLostError
 
-from .errors import Unavailable
+from .errors import UNSERVED
 from .transitions import CommitCheck, offsets_deletable
 
 if TYPE_CHECKING:
@@ -46,8 +46,8 @@ class CommittedOffsets:
                 if generation >= 0:  # no such group: a commit of an older generation
                     return every(E.illegal_generation)
                 s = await c.slot(group_id)  # a "simple" consumer's group is created
-        except Unavailable as exc:
-            return every(exc.code)
+        except UNSERVED as exc:
+            return every(c.codes(exc))
         error = cast(ErrorCode, await c.ask(s, lambda token: CommitCheck(
             token, generation, member_id, instance_id)))
         lease = s.group.lease
@@ -62,7 +62,7 @@ class CommittedOffsets:
                 c.metadata.commit_offsets, group_id, good, lease) if good else set()
         except GroupLeaseLostError as exc:
             c.drop(s, str(exc))
-            return every(E.not_coordinator)
+            return every(c.codes(exc))
         except Exception:
             log.exception("group %r: OffsetCommit failed", group_id)
             return every(E.coordinator_not_available)
@@ -79,8 +79,8 @@ class CommittedOffsets:
         c = self.coordinator
         try:
             s = await c.existing_slot(group_id)
-        except Unavailable as exc:
-            return exc.code, {}
+        except UNSERVED as exc:
+            return c.codes(exc), {}
         if s is None:
             return E.group_id_not_found, {}
         async with s.lock:
@@ -93,7 +93,7 @@ class CommittedOffsets:
             await c.run(c.metadata.delete_offsets, group_id, rest, lease)
         except GroupLeaseLostError as exc:
             c.drop(s, str(exc))
-            return E.not_coordinator, {}
+            return c.codes(exc), {}
         for tp in rest:
             out[tp] = E.none
         return E.none, out

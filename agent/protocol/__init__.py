@@ -5,7 +5,7 @@ handler and versions); context.py holds what handlers share (the Agent, the segm
 the broker list seam, commit notifications); one module per API under apis/.
 """
 
-from .context import ServerContext
+from .context import EffectiveSetting, ServerContext
 from .server import Server, serve
 
-__all__ = ["Server", "ServerContext", "serve"]
+__all__ = ["EffectiveSetting", "Server", "ServerContext", "serve"]

@@ -9,7 +9,7 @@ import asyncio
 import base64
 import contextvars
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -21,11 +21,10 @@ from metadata import AgentInfo, MetadataStore, TopicInfo
 from objectstore import ObjectStore
 
 from .cache import SegmentCache
+from .errors import error_code
 from .registry import Registration
 
 if TYPE_CHECKING:
-    from settings.load import Settings
-
     from .apis import Api
 
 T = TypeVar("T")
@@ -66,6 +65,18 @@ class Wakeup:
             loop.call_soon_threadsafe(self.notify)
 
 
+@dataclass(frozen=True, slots=True)
+class EffectiveSetting:
+    """One setting this agent runs with, as DescribeConfigs lists it for a BROKER resource:
+    full key (`agent.linger.ms`), typed value, and whether it is the default (else it came
+    from the settings file, the environment or a flag). The entry point that loaded the
+    settings passes them in (`serve`), so the protocol never loads settings itself."""
+
+    key: str
+    value: object
+    default: bool
+
+
 @dataclass(eq=False)
 class ServerContext:
     """State shared by the handlers of one server (one per `silt agent` process)."""
@@ -82,28 +93,20 @@ class ServerContext:
     registration: Registration | None = None  # set after binding (the port is known)
     stopping: bool = False  # set at shutdown: long-polls return at once
     config: AgentConfig = field(default_factory=AgentConfig)
-    loaded: Settings | None = None  # the settings `silt agent` runs with (DescribeConfigs)
+    # The settings `silt agent` runs with, every section (DescribeConfigs BROKER resources).
+    settings: Sequence[EffectiveSetting] = ()
     groups: Coordinator = field(init=False)  # the group coordinator (agent/groups/)
     _commits: Wakeup = field(default_factory=Wakeup)
     _room: Wakeup = field(default_factory=Wakeup)
     _cluster_ns: uuid.UUID | None = None
 
     def __post_init__(self) -> None:
-        self.groups = Coordinator(self.metadata, self.config, self.run, self._agent_id)
+        self.groups = Coordinator(self.metadata, self.config, self.run, self._agent_id,
+                                  codes=error_code)
 
     def _agent_id(self) -> str | None:
         """This agent's registry id, once registered (it coordinates groups under it)."""
         return None if self.registration is None else self.registration.agent_id
-
-    # ----------------------------------------------------------------- settings
-
-    def settings(self) -> Settings:
-        """The effective settings of this agent with their sources (the defaults if the
-        server was started without them)."""
-        if self.loaded is None:
-            from settings.load import load_settings
-            self.loaded = load_settings(env={}, overrides={})
-        return self.loaded
 
     # ----------------------------------------------------------------- brokers
 

@@ -28,6 +28,7 @@ from agent.errors import (
     RecordTooLargeError,
     TransactionalBatchError,
 )
+from agent.groups.errors import CoordinatorClosingError, CoordinatorNotRegisteredError
 from fileformat.errors import (
     FormatError,
     InvalidBatchError,
@@ -105,6 +106,8 @@ CODES: Final[tuple[tuple[type[BaseException], ErrorCode], ...]] = (
     # Groups.
     (GroupLeaseLostError, E.not_coordinator),
     (GroupCoordinatedElsewhereError, E.not_coordinator),
+    (CoordinatorClosingError, E.not_coordinator),  # shutting down: ask FindCoordinator again
+    (CoordinatorNotRegisteredError, E.coordinator_not_available),
     (GroupNotEmptyError, E.non_empty_group),
     (UnknownGroupError, E.group_id_not_found),
 )

@@ -41,8 +41,9 @@ import logging
 import resource
 import signal
 import time
+from collections.abc import Sequence
 from inspect import isawaitable, iscoroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -58,16 +59,13 @@ from .apis import API_VERSIONS, TABLE, api_versions
 from .bounds import walker
 from .cache import SegmentCache
 from .codec import FRAME, PREFIX, Builder, decode_request, encode_response
-from .context import PEER, ServerContext, Wakeup
+from .context import PEER, EffectiveSetting, ServerContext, Wakeup
 from .errors import ProtocolError
 from .health import AgentMetrics
 from .refusals import Refusals
 from .registry import Registration
 from .timers import offsets_expiry, producer_expiry
 from .writev import send_buffers
-
-if TYPE_CHECKING:
-    from settings.load import Settings
 
 log = logging.getLogger(__name__)
 
@@ -422,16 +420,17 @@ def _descriptors_for(connections: int) -> None:
 
 
 async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig,
-                settings: Settings | None = None) -> None:
+                settings: Sequence[EffectiveSetting] = ()) -> None:
     """Run `silt agent` until SIGTERM or SIGINT, then shut down cleanly. `settings`: the
-    effective settings `config` came from (BROKER resources of DescribeConfigs)."""
+    effective settings `config` came from, loaded by the entry point (BROKER resources of
+    DescribeConfigs)."""
     listen = parse_host_port(config.listeners)
     advertised = parse_host_port(config.advertised_listeners or config.listeners)
     assert listen is not None and advertised is not None  # checked by the settings
     agent = Agent(store, metadata, config)
     ctx = ServerContext(agent=agent, metadata=metadata, store=store, advertised=advertised,
                         cache=SegmentCache(store, config.fetch_cache_bytes), config=config,
-                        loaded=settings)
+                        settings=tuple(settings))
     server = Server(ctx, *listen)
     _descriptors_for(config.max_connections)
     loop = asyncio.get_running_loop()

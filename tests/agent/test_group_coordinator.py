@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 from agent.config import AgentConfig
 from agent.groups import coordinator as coordinator_module
 from agent.groups.coordinator import Coordinator, JoinRequest
+from agent.protocol.errors import error_code
 from clock import ManualClock
 from metadata import GroupMember, GroupRecord, MetadataStore, OffsetCommit
 from metadata.models import GROUP_EMPTY, GROUP_PREPARING_REBALANCE, GROUP_STABLE
@@ -41,8 +42,8 @@ def test_a_taken_over_coordinator_is_fenced_and_the_new_one_loads_the_group(
         md.create_topic("t", 2)
         md.register_agent("a", "127.0.0.1", 1)
         md.register_agent("b", "127.0.0.1", 2)
-        a = Coordinator(md, CONFIG, _run, lambda: "a")
-        b = Coordinator(md, CONFIG, _run, lambda: "b")
+        a = Coordinator(md, CONFIG, _run, lambda: "a", codes=error_code)
+        b = Coordinator(md, CONFIG, _run, lambda: "b", codes=error_code)
 
         async def scenario() -> None:
             joined = await a.join(_join())
@@ -82,7 +83,7 @@ def test_check_leases_drops_a_group_whose_lease_moved(metadata_url: str) -> None
     md = MetadataStore.open(metadata_url, clock=clock, create=True)
     try:
         md.register_agent("a", "127.0.0.1", 1)
-        a = Coordinator(md, CONFIG, _run, lambda: "a")
+        a = Coordinator(md, CONFIG, _run, lambda: "a", codes=error_code)
 
         async def scenario() -> None:
             joined = await a.join(_join())
@@ -114,8 +115,8 @@ def test_a_restarted_agent_loads_the_groups_its_id_held(
         md.create_topic("t", 2)
         md.register_agent("a", "127.0.0.1", 1)
         md.register_agent("b", "127.0.0.1", 2)
-        b = Coordinator(md, CONFIG, _run, lambda: "b")
-        old = Coordinator(md, CONFIG, _run, lambda: "a")
+        b = Coordinator(md, CONFIG, _run, lambda: "b", codes=error_code)
+        old = Coordinator(md, CONFIG, _run, lambda: "a", codes=error_code)
 
         async def scenario() -> None:
             joined = await old.join(_join())
@@ -133,7 +134,7 @@ def test_a_restarted_agent_loads_the_groups_its_id_held(
                 "bg", "consumer", None, 1, None, GROUP_EMPTY, (), 0))
             old.close()  # the process dies; its leases stay (its id is live again below)
 
-            new = Coordinator(md, CONFIG, _run, lambda: "a")
+            new = Coordinator(md, CONFIG, _run, lambda: "a", codes=error_code)
             live = md.live_brokers()
             listed = {r.group_id: r.state for r in await new.listed(live)}
             assert listed == {"g": GROUP_STABLE, "simple": GROUP_EMPTY, "mid": GROUP_EMPTY,
@@ -246,7 +247,7 @@ def _scenario(metadata_url: str, body: Callable[[Coordinator, ManualClock], Any]
     md = MetadataStore.open(metadata_url, clock=clock, create=True)
     try:
         md.register_agent("a", "127.0.0.1", 1)
-        c = Coordinator(md, CONFIG, _run, lambda: "a")
+        c = Coordinator(md, CONFIG, _run, lambda: "a", codes=error_code)
         assert c.clock is clock
 
         async def run() -> None:

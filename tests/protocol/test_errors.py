@@ -17,6 +17,7 @@ from agent.errors import (
     RecordTooLargeError,
     TransactionalBatchError,
 )
+from agent.groups.errors import UNSERVED, CoordinatorClosingError, CoordinatorNotRegisteredError
 from agent.protocol.errors import (
     ADMIN,
     CODES,
@@ -42,6 +43,9 @@ from metadata.errors import (
     CommitConflictError,
     CommitUnknownError,
     DeletePolicyError,
+    GroupCoordinatedElsewhereError,
+    GroupLeaseLostError,
+    GroupNotEmptyError,
     InvalidCommitError,
     InvalidProducerBatchError,
     InvalidProducerEpochError,
@@ -50,6 +54,7 @@ from metadata.errors import (
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     PartitionLimitError,
+    UnknownGroupError,
     UnknownPartitionError,
     UnknownTopicError,
 )
@@ -129,3 +134,20 @@ def test_failed_gives_a_message_and_logs_only_the_unnamed(
     assert failed("deleting topic 't'", CommitConflictError()) == (
         E.request_timed_out, "CommitConflictError")
     assert "deleting topic 't' failed" in caplog.text
+
+
+@pytest.mark.parametrize(("exc", "code"), [
+    (GroupLeaseLostError("moved"), E.not_coordinator),
+    (GroupCoordinatedElsewhereError("elsewhere", "b"), E.not_coordinator),
+    (CoordinatorClosingError("closing"), E.not_coordinator),
+    (CoordinatorNotRegisteredError("not yet"), E.coordinator_not_available),
+    (GroupNotEmptyError("members"), E.non_empty_group),
+    (UnknownGroupError("g"), E.group_id_not_found),
+])
+def test_groups(exc: Exception, code: E) -> None:
+    assert error_code(exc) is code
+
+
+def test_every_condition_keeping_a_group_request_from_being_served_has_a_row() -> None:
+    named = {cls for cls, _ in CODES}
+    assert set(UNSERVED) <= named

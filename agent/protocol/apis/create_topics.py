@@ -85,7 +85,7 @@ def create_all(ctx: ServerContext, request: Request) -> list[tuple[Topic, Outcom
     if requested_partitions(request.topics, default) > ctx.config.max_partitions_per_request:
         return [(t, (ErrorCode.policy_violation, TOO_MANY, None)) for t in request.topics]
     counts = Counter(t.name for t in request.topics)
-    validate_only = bool(getattr(request, "validate_only", False))
+    validate_only = request.validate_only  # every version served (2+) has it
     return [(t, (ErrorCode.invalid_request, "Duplicate topic name.", None)
              if counts[t.name] > 1 else create(ctx.metadata, t, validate_only, default))
             for t in request.topics]

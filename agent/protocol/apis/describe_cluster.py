@@ -20,7 +20,8 @@ UNKNOWN_OPERATIONS = -(2**31)  # Kafka's "authorized operations not computed"
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
-    endpoint = getattr(request, "endpoint_type", BROKERS)
+    endpoint = int(request.endpoint_type) if isinstance(request, v1.DescribeClusterRequest) \
+        else BROKERS  # v0 describes brokers only
     if endpoint != BROKERS:
         return b("DescribeClusterResponse", throttle_time=NO_THROTTLE,
                  error_code=ErrorCode.unsupported_endpoint_type,

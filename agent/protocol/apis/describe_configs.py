@@ -2,8 +2,9 @@
 their one definition) with its value and source (DYNAMIC_TOPIC_CONFIG when the topic
 overrides it, else DEFAULT_CONFIG); synonyms when asked (the override, then the default);
 config type and documentation in v3+. BROKER resources list this agent's settings (every
-section of `settings.load`, full keys such as `agent.linger.ms`) with their sources
-(DEFAULT_CONFIG, or STATIC_BROKER_CONFIG from file, environment or flag), read-only; the
+section, full keys such as `agent.linger.ms`, as `silt agent` loaded and passed them in:
+`ServerContext.settings`) with their sources (DEFAULT_CONFIG, or STATIC_BROKER_CONFIG from
+file, environment or flag), read-only; the
 metadata URL is sensitive (its value is not sent). An unknown topic gets
 UNKNOWN_TOPIC_OR_PARTITION, another resource type INVALID_REQUEST.
 """
@@ -21,7 +22,6 @@ from metadata.errors import InvalidTopicError, UnknownTopicError
 from metadata.topicconfig import DEFAULTS, DESCRIPTIONS
 from metadata.topics import validate_topic_name
 from settings import show
-from settings.load import Source
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
@@ -87,8 +87,8 @@ def _broker(ctx: ServerContext, name: str) -> Described:
     if problem is not None:
         return ErrorCode.invalid_request, problem, ()
     entries = []
-    for v in ctx.settings().values():
-        source = (ConfigSource.DEFAULT_CONFIG if v.origin.source is Source.DEFAULT
+    for v in ctx.settings:
+        source = (ConfigSource.DEFAULT_CONFIG if v.default
                   else ConfigSource.STATIC_BROKER_CONFIG)
         sensitive = v.key in SENSITIVE
         value = None if sensitive else show(v.value)
@@ -118,8 +118,9 @@ def describe_all(ctx: ServerContext, request: Request) -> list[tuple[Resource, D
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
     results = await ctx.run(describe_all, ctx, request)
-    synonyms = bool(getattr(request, "include_synonyms", False))
-    docs = bool(getattr(request, "include_documentation", False))
+    synonyms = request.include_synonyms  # every version served (1+) has it
+    docs = isinstance(request, v3.DescribeConfigsRequest | v4.DescribeConfigsRequest) \
+        and request.include_documentation
 
     def entry(e: Entry) -> Entity:
         return b("DescribeConfigsResourceResult", name=e.name, value=e.value,

@@ -56,7 +56,7 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
     batched = isinstance(request, v4.FindCoordinatorRequest)  # several keys at once
     keys: list[str] = list(request.coordinator_keys) \
         if isinstance(request, v4.FindCoordinatorRequest) else [request.key]
-    if getattr(request, "key_type", 0) == TRANSACTION:
+    if not isinstance(request, v0.FindCoordinatorRequest) and request.key_type == TRANSACTION:
         found: list[Found] = [(ErrorCode.transactional_id_authorization_failed,
                                TRANSACTION_MESSAGE, None)] * len(keys)
     else:

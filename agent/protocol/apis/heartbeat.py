@@ -12,11 +12,13 @@ from ..context import ServerContext
 Request = (v0.HeartbeatRequest | v1.HeartbeatRequest | v2.HeartbeatRequest | v3.HeartbeatRequest
            | v4.HeartbeatRequest)
 """kio's HeartbeatRequest of each version served (0-4)."""
+Static = v3.HeartbeatRequest | v4.HeartbeatRequest  # group_instance_id (v3+)
 
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
     error = await ctx.groups.heartbeat(request.group_id, int(request.generation_id),
                                        request.member_id,
-                                       getattr(request, "group_instance_id", None))
+                                       request.group_instance_id
+                                       if isinstance(request, Static) else None)
     return b("HeartbeatResponse", throttle_time=NO_THROTTLE, error_code=error)

@@ -18,10 +18,14 @@ from metadata import GroupMember
 from ..codec import NO_THROTTLE, Builder
 from ..context import PEER, ServerContext
 
+Static = (v5.JoinGroupRequest | v6.JoinGroupRequest | v7.JoinGroupRequest | v8.JoinGroupRequest
+          | v9.JoinGroupRequest)  # group_instance_id (v5+)
 Request = (v0.JoinGroupRequest | v1.JoinGroupRequest | v2.JoinGroupRequest | v3.JoinGroupRequest
            | v4.JoinGroupRequest | v5.JoinGroupRequest | v6.JoinGroupRequest | v7.JoinGroupRequest
            | v8.JoinGroupRequest | v9.JoinGroupRequest)
 """kio's JoinGroupRequest of each version served (0-9)."""
+Rebalancing = (v1.JoinGroupRequest | v2.JoinGroupRequest | v3.JoinGroupRequest
+               | v4.JoinGroupRequest | Static)  # rebalance_timeout (v1+)
 
 
 REQUIRE_KNOWN_MEMBER_ID = 4  # the first version with the MEMBER_ID_REQUIRED handshake
@@ -36,12 +40,14 @@ def _ms(value: timedelta) -> int:
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
     session_ms = _ms(request.session_timeout)
-    rebalance = getattr(request, "rebalance_timeout", None)
+    # v0 has no rebalance timeout: the session timeout stands for it (as in Kafka)
+    rebalance_ms = _ms(request.rebalance_timeout) if isinstance(request, Rebalancing) \
+        else session_ms
+    instance_id = request.group_instance_id if isinstance(request, Static) else None
     result = await ctx.groups.join(JoinRequest(
         group_id=request.group_id,
-        who=GroupMember(request.member_id, getattr(request, "group_instance_id", None),
-                        header.client_id or "", PEER.get(),
-                        session_ms if rebalance is None else _ms(rebalance), session_ms),
+        who=GroupMember(request.member_id, instance_id, header.client_id or "", PEER.get(),
+                        rebalance_ms, session_ms),
         protocol_type=request.protocol_type,
         protocols=[(p.name, p.metadata) for p in request.protocols],
         require_known_member_id=b.version >= REQUIRE_KNOWN_MEMBER_ID,

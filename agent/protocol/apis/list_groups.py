@@ -10,10 +10,11 @@ from kio.schema.errors import ErrorCode
 from kio.schema.list_groups import v0, v1, v2, v3, v4
 from kio.static.protocol import Entity, RequestHeader
 
-from agent.groups.coordinator import Unavailable
+from agent.groups.errors import CoordinatorNotRegisteredError
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
+from ..errors import error_code
 
 Request = (v0.ListGroupsRequest | v1.ListGroupsRequest | v2.ListGroupsRequest
            | v3.ListGroupsRequest | v4.ListGroupsRequest)
@@ -25,15 +26,15 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
     live = await ctx.run(ctx.live_brokers)
     try:
         groups = await ctx.groups.listed(live)
-    except Unavailable as exc:  # not registered yet
-        return b("ListGroupsResponse", throttle_time=NO_THROTTLE, error_code=exc.code,
+    except CoordinatorNotRegisteredError as exc:
+        return b("ListGroupsResponse", throttle_time=NO_THROTTLE, error_code=error_code(exc),
                  groups=())
-    states = {s.lower() for s in getattr(request, "states_filter", ())}
-    types = set(getattr(request, "types_filter", ()))
+    # v4+ filters by state; types_filter is v5+, not served: every group is "classic"
+    states = {s.lower() for s in request.states_filter} \
+        if isinstance(request, v4.ListGroupsRequest) else set()
     return b("ListGroupsResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
              groups=tuple(b("ListedGroup", group_id=g.group_id,
                             protocol_type=g.protocol_type or "", group_state=g.state,
                             group_type="classic")
                           for g in groups
-                          if (not states or g.state.lower() in states)
-                          and (not types or "classic" in types)))
+                          if not states or g.state.lower() in states))

@@ -87,8 +87,9 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
     names = None if request.topics is None else [t.name for t in request.topics
                                                    if t.name is not None]
-    auto = ctx.config.auto_create_topics_enable and getattr(
-        request, "allow_auto_topic_creation", True)
+    auto = ctx.config.auto_create_topics_enable and (  # a client may refuse it from v4
+        isinstance(request, v1.MetadataRequest | v2.MetadataRequest | v3.MetadataRequest)
+        or request.allow_auto_topic_creation)
     topics = await ctx.run(_topics, ctx.metadata, names,
                            ctx.config.num_partitions if auto else None)
     try:

@@ -19,18 +19,29 @@ Request = (v2.OffsetCommitRequest | v3.OffsetCommitRequest | v4.OffsetCommitRequ
            | v5.OffsetCommitRequest | v6.OffsetCommitRequest | v7.OffsetCommitRequest
            | v8.OffsetCommitRequest | v9.OffsetCommitRequest)
 """kio's OffsetCommitRequest of each version served (2-9)."""
+Static = v7.OffsetCommitRequest | v8.OffsetCommitRequest | v9.OffsetCommitRequest  # (v7+)
+Epochs = (v6.OffsetCommitRequest | Static)  # committed_leader_epoch (v6+)
+
+
+def _offsets(request: Request) -> list[OffsetCommit]:
+    """The offsets to commit, each with its leader epoch (-1 before v6, which has none)."""
+    if isinstance(request, Epochs):
+        return [OffsetCommit(t.name, int(p.partition_index), int(p.committed_offset),
+                             int(p.committed_leader_epoch), p.committed_metadata)
+                for t in request.topics for p in t.partitions]
+    return [OffsetCommit(t.name, int(p.partition_index), int(p.committed_offset), -1,
+                         p.committed_metadata)
+            for t in request.topics for p in t.partitions]
 
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
-    offsets = [OffsetCommit(t.name, int(p.partition_index), int(p.committed_offset),
-                            int(getattr(p, "committed_leader_epoch", -1)),
-                            p.committed_metadata)
-               for t in request.topics for p in t.partitions]
+    offsets = _offsets(request)
     errors = await ctx.groups.commit(request.group_id,
                                      int(request.generation_id_or_member_epoch),
                                      request.member_id,
-                                     getattr(request, "group_instance_id", None), offsets)
+                                     request.group_instance_id
+                                     if isinstance(request, Static) else None, offsets)
     return b("OffsetCommitResponse", throttle_time=NO_THROTTLE, topics=tuple(
         b("OffsetCommitResponseTopic", name=t.name, partitions=tuple(
             b("OffsetCommitResponsePartition", partition_index=i32(p.partition_index),

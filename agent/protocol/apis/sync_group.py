@@ -12,14 +12,17 @@ from ..context import ServerContext
 Request = (v0.SyncGroupRequest | v1.SyncGroupRequest | v2.SyncGroupRequest | v3.SyncGroupRequest
            | v4.SyncGroupRequest | v5.SyncGroupRequest)
 """kio's SyncGroupRequest of each version served (0-5)."""
+Static = v3.SyncGroupRequest | v4.SyncGroupRequest | v5.SyncGroupRequest  # group_instance_id
+Named = v5.SyncGroupRequest  # protocol_type and protocol_name (v5+)
 
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
     result = await ctx.groups.sync(
         request.group_id, int(request.generation_id), request.member_id,
-        getattr(request, "group_instance_id", None), getattr(request, "protocol_type", None),
-        getattr(request, "protocol_name", None),
+        request.group_instance_id if isinstance(request, Static) else None,
+        request.protocol_type if isinstance(request, Named) else None,
+        request.protocol_name if isinstance(request, Named) else None,
         [(a.member_id, a.assignment) for a in request.assignments])
     return b("SyncGroupResponse", throttle_time=NO_THROTTLE, error_code=result.error,
              protocol_type=result.protocol_type, protocol_name=result.protocol_name,
