@@ -209,26 +209,41 @@ class ChunkIndex(ChunkStats):
 
 
 @dataclass(frozen=True, slots=True)
-class FileLayout:
-    """Where things are in a written object (what the metadata store records)."""
+class Sections:
+    """Where an object's DATA and META sections are: what its footer says, what its file
+    row records, what a reader opens (the one definition of these fields)."""
 
-    size: int
     data_offset: int
     data_length: int
     meta_offset: int
     meta_length: int
-    meta_crc: int
-    chunks: list[ChunkIndex]
 
 
 @dataclass(frozen=True, slots=True)
-class Footer:
-    """The fixed-size tail of an object."""
+class ObjectLayout(Sections):
+    """An object's sections and size: what its file row records once it is committed."""
 
-    meta_offset: int
-    meta_length: int
-    data_offset: int
-    data_length: int
+    size: int = field(kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class FileLayout(ObjectLayout):
+    """Where things are in a written object: what the metadata store records (an
+    `ObjectLayout`), the META section's CRC and the chunks' indexes."""
+
+    meta_crc: int = field(kw_only=True)
+    chunks: list[ChunkIndex] = field(kw_only=True)
+
+
+SECTION_FIELDS = tuple(f.name for f in fields(Sections))
+sections_of = attrgetter(*SECTION_FIELDS)
+"""A `Sections`' values in field order (to build a larger layout from a smaller one)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Footer(Sections):
+    """The fixed-size tail of an object: its sections, the META CRC, chunk count, version."""
+
     meta_crc: int
     chunk_count: int
     version: int
@@ -276,7 +291,7 @@ def parse_footer(tail: bytes) -> Footer:
     if data_offset + data_length != meta_offset:
         raise CorruptDataError("footer: data section does not end where meta starts")
     return Footer(
-        meta_offset, meta_length, data_offset, data_length, meta_crc, chunk_count, version
+        data_offset, data_length, meta_offset, meta_length, meta_crc, chunk_count, version
     )
 
 
