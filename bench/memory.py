@@ -28,7 +28,7 @@ from pyroaring import BitMap
 
 from compactor.dedupe import DEFAULT_MEMORY_BUDGET, map_capacity
 from compactor.merge import InputFile, OutputTarget, TopicPartition, merge
-from fileformat import FLAG_KEYED, FileWriter, Readable
+from fileformat import FLAG_KEYED, FileWriter, Readable, Sections
 from fileformat.objectfile import ENTRY, ENTRY_CRC, OBJECT_HEADER_SIZE, TOMB_HEAD, TRAILER
 from objectstore import ObjectStore, open_store
 from planner import PartitionPlan
@@ -127,8 +127,10 @@ class _Done(Exception):
 def measure(records: int, distinct_keys: int, budget: int) -> dict[str, Any]:
     """Pass 1 of one merge in this process; its peak RSS growth (run it in a fresh one)."""
     data_len = records  # any length: pass 2 never reads it
-    f = InputFile(1, "synthetic", OBJECT_HEADER_SIZE, data_len, OBJECT_HEADER_SIZE + data_len,
-                  meta_length(records, data_len), {(TOPIC, 0): (0, records - 1, None)})
+    f = InputFile(1, "synthetic", Sections(OBJECT_HEADER_SIZE, data_len,
+                                           OBJECT_HEADER_SIZE + data_len,
+                                           meta_length(records, data_len)),
+                  {(TOPIC, 0): (0, records - 1, None)})
     meta = SyntheticMeta(records, distinct_keys, data_len)
 
     def open_input(store: ObjectStore, f: InputFile, stack: ExitStack) -> tuple[Readable,

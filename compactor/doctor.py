@@ -210,20 +210,23 @@ def _verify(store: ObjectStore, f: FileInfo, segments: Sequence[SegmentInfo],
             still_live: Callable[[FileInfo], bool]) -> Problem | None:
     """Read a live object whole (two streams) and check it: fileformat's verification, its
     layout against its row, each live segment's row against its chunk's index entry."""
-    assert f.size is not None and f.meta_offset is not None  # a live file has its layout
+    recorded = f.layout
+    assert recorded is not None  # a live file has its layout
     key = f.object_key
     try:
         with ExitStack() as stack:
-            tail = stack.enter_context(store.open_stream(key, f.meta_offset, f.size))
-            head = stack.enter_context(store.open_stream(key, 0, f.meta_offset))
-            layout = verify_streams(tail, head, f.size, f.meta_offset)
+            tail = stack.enter_context(store.open_stream(key, recorded.meta_offset,
+                                                         recorded.size))
+            head = stack.enter_context(store.open_stream(key, 0, recorded.meta_offset))
+            layout = verify_streams(tail, head, recorded.size, recorded.meta_offset)
     except FileNotFoundError:  # deleted since it was listed: GC, or a real loss
         if still_live(f):
-            return Problem(MISSING, key, f"live, {f.size:,} bytes, gone while read", f.id)
+            return Problem(MISSING, key, f"live, {recorded.size:,} bytes, gone while read",
+                           f.id)
         return None
     except FormatError as exc:
         return Problem(CORRUPT, key, str(exc), f.id)
-    row = (f.data_offset, f.data_length, f.meta_length)
+    row = (recorded.data_offset, recorded.data_length, recorded.meta_length)
     found = (layout.data_offset, layout.data_length, layout.meta_length)
     if row != found:
         return Problem(CORRUPT, key, f"layout (data offset, data length, meta length) {found},"

@@ -33,6 +33,7 @@ from fileformat import (
     EntryHashes,
     FileWriter,
     Readable,
+    Sections,
     iter_meta_streamed,
 )
 from fileformat.batch import BatchHeader
@@ -62,10 +63,7 @@ class InputFile:
 
     file_id: int
     object_key: str
-    data_offset: int
-    data_length: int
-    meta_offset: int
-    meta_length: int
+    sections: Sections
     # Live segments of this file: (topic, partition) -> (base_offset, last_offset, cleaned_at).
     segments: Mapping[TopicPartition, tuple[int, int, int | None]]
 
@@ -77,10 +75,11 @@ InputOpener = Callable[[ObjectStore, InputFile, ExitStack], tuple[Readable, Read
 
 def open_streams(store: ObjectStore, f: InputFile, stack: ExitStack) -> tuple[Readable, Readable]:
     """Two forward-only streams, one GET each, however many partitions the file holds."""
+    s = f.sections
     meta = stack.enter_context(
-        store.open_stream(f.object_key, f.meta_offset, f.meta_offset + f.meta_length))
+        store.open_stream(f.object_key, s.meta_offset, s.meta_offset + s.meta_length))
     data = stack.enter_context(
-        store.open_stream(f.object_key, f.data_offset, f.data_offset + f.data_length))
+        store.open_stream(f.object_key, s.data_offset, s.data_offset + s.data_length))
     return meta, data
 
 
@@ -130,9 +129,9 @@ class _Input:
     def __init__(self, f: InputFile, meta: Readable, data: Readable) -> None:
         self.file = f
         self._meta: Iterator[tuple[ChunkIndex, EntryHashes]] = iter_meta_streamed(
-            ReadAhead(meta), f.meta_offset, f.meta_length
+            ReadAhead(meta), f.sections.meta_offset, f.sections.meta_length
         )
-        self._data = DataReader(data, f.data_offset)
+        self._data = DataReader(data, f.sections.data_offset)
         self.head: tuple[ChunkIndex, EntryHashes] | None = None
         self.advance()
 
@@ -217,7 +216,7 @@ def merge(
 
     with ExitStack() as stack:
         opened = [_Input(f, *open_input(store, f, stack)) for f in inputs]
-        stats.input_bytes = sum(f.data_length + f.meta_length for f in inputs)
+        stats.input_bytes = sum(f.sections.data_length + f.sections.meta_length for f in inputs)
         while (step := _next_partition(opened)) is not None:
             tp, live = step
             if live:

@@ -277,12 +277,10 @@ class Compactor:
         inputs = []
         for fid in spec.input_file_ids:
             f = files[fid]
-            assert f.data_offset is not None and f.data_length is not None
-            assert f.meta_offset is not None and f.meta_length is not None
+            assert f.layout is not None  # an input is committed
             segs = {(s.topic, s.partition): (s.base_offset, s.last_offset, s.cleaned_at_ms)
                     for s in md_snap.file_segments.get(fid, ())}
-            inputs.append(InputFile(fid, f.object_key, f.data_offset, f.data_length,
-                                    f.meta_offset, f.meta_length, segs))
+            inputs.append(InputFile(fid, f.object_key, f.layout, segs))
 
         def make(compacted_data: bool) -> Callable[[], OutputTarget]:
             def create() -> OutputTarget:

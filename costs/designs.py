@@ -79,10 +79,13 @@ class SeekInputs:
         meta_starts = [meta_entry_end(s.hash_pos, s.hash_count)
                        for s in segs]
         data_starts = [s.data_pos for s in segs]
-        meta = stack.enter_context(RegionReader(
-            store, f.object_key, f.meta_offset, f.meta_offset + f.meta_length, meta_starts))
-        data = stack.enter_context(RegionReader(
-            store, f.object_key, f.data_offset, f.data_offset + f.data_length, data_starts))
+        sections = f.sections
+        meta = stack.enter_context(RegionReader(store, f.object_key, sections.meta_offset,
+                                                sections.meta_offset + sections.meta_length,
+                                                meta_starts))
+        data = stack.enter_context(RegionReader(store, f.object_key, sections.data_offset,
+                                                sections.data_offset + sections.data_length,
+                                                data_starts))
         return meta, data
 
 

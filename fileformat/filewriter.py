@@ -34,6 +34,7 @@ from fileformat.objectfile import (
     FileLayout,
     as_cleaned_at,
     read_only,
+    stats_of,
 )
 from fileformat.stream import COPY_BLOCK
 
@@ -186,22 +187,10 @@ class FileWriter:
         self._meta_crc = crc32c.crc32c(record, self._meta_crc)
         self._meta_len += len(record)
         index = ChunkIndex(
-            topic=chunk.topic,
-            partition=chunk.partition,
-            base_offset=chunk.base_offset,
+            *stats_of(chunk),
             data_pos=data_pos,
-            data_len=chunk.data_len,
             hash_pos=hash_rel,  # made absolute in finish()
             hash_count=len(hashes) // KEY_HASH_SIZE,
-            batch_count=chunk.batch_count,
-            record_count=chunk.record_count,
-            offset_span=chunk.offset_span,
-            min_timestamp=chunk.min_timestamp,
-            max_timestamp=chunk.max_timestamp,
-            offsets=chunk.offsets,
-            tombstones=chunk.tombstones,
-            flags=chunk.flags,
-            frame_crc=chunk.frame_crc,
             tombstone_cleaned_at=times,
         )
         self._chunks.append(index)

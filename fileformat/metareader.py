@@ -217,10 +217,7 @@ def iter_meta_streamed(
             topic,
             partition,
             base,
-            data_pos,
             data_len,
-            meta_offset + hash_rel,
-            hash_count,
             batch_count,
             record_count,
             span,
@@ -230,7 +227,10 @@ def iter_meta_streamed(
             tombstones,
             flags,
             frame_crc,
-            cleaned_at,
+            data_pos=data_pos,
+            hash_pos=meta_offset + hash_rel,
+            hash_count=hash_count,
+            tombstone_cleaned_at=cleaned_at,
         )
         hashes = EntryHashes(stream, hash_count, crc, running, where)
         pos += size

@@ -37,7 +37,8 @@ module holds the layout itself: its structs, the data model, the fixed header an
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from typing import Any
 
 import crc32c
@@ -152,16 +153,14 @@ def as_cleaned_at(values: Any, n: int) -> np.ndarray[Any, np.dtype[np.int64]]:
 
 
 @dataclass(frozen=True, slots=True)
-class ChunkIndex:
-    """What the META section says about one chunk (its key hashes travel separately)."""
+class ChunkStats:
+    """What one chunk holds, wherever it is placed: the fields a built `Chunk` and the
+    `ChunkIndex` the META section says of it share (the one definition of them)."""
 
     topic: str
     partition: int
     base_offset: int
-    data_pos: int
     data_len: int
-    hash_pos: int
-    hash_count: int
     batch_count: int
     record_count: int
     offset_span: int
@@ -171,9 +170,25 @@ class ChunkIndex:
     tombstones: BitMap = field(compare=False, repr=False)
     flags: int = 0
     frame_crc: int = 0
+
+
+STATS_FIELDS = tuple(f.name for f in fields(ChunkStats))
+stats_of = attrgetter(*STATS_FIELDS)
+"""A chunk's `ChunkStats` values, in field order (for building a `ChunkIndex` from a `Chunk`
+positionally: no per-field spelling, no `dataclasses.replace` cost)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkIndex(ChunkStats):
+    """What the META section says about one chunk (its key hashes travel separately): its
+    `ChunkStats` and where it is in the object."""
+
+    data_pos: int = field(kw_only=True)
+    hash_pos: int = field(kw_only=True)
+    hash_count: int = field(kw_only=True)
     tombstone_cleaned_at: np.ndarray[Any, np.dtype[np.int64]] = field(
-        default_factory=lambda: read_only(np.zeros(0, dtype=np.int64)), compare=False, repr=False
-    )
+        default_factory=lambda: read_only(np.zeros(0, dtype=np.int64)), compare=False,
+        repr=False, kw_only=True)
     """Per tombstone, in bitmap (ascending offset) order: the time (ms) a whole-log clean
     first retained it, 0 = never. Read-only int64, `len(tombstones)` long."""
 
@@ -194,50 +209,53 @@ class ChunkIndex:
 
 
 @dataclass(frozen=True, slots=True)
-class FileLayout:
-    """Where things are in a written object (what the metadata store records)."""
+class Sections:
+    """Where an object's DATA and META sections are: what its footer says, what its file
+    row records, what a reader opens (the one definition of these fields)."""
 
-    size: int
     data_offset: int
     data_length: int
     meta_offset: int
     meta_length: int
-    meta_crc: int
-    chunks: list[ChunkIndex]
 
 
 @dataclass(frozen=True, slots=True)
-class Footer:
-    """The fixed-size tail of an object."""
+class ObjectLayout(Sections):
+    """An object's sections and size: what its file row records once it is committed."""
 
-    meta_offset: int
-    meta_length: int
-    data_offset: int
-    data_length: int
+    size: int = field(kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class FileLayout(ObjectLayout):
+    """Where things are in a written object: what the metadata store records (an
+    `ObjectLayout`), the META section's CRC and the chunks' indexes."""
+
+    meta_crc: int = field(kw_only=True)
+    chunks: list[ChunkIndex] = field(kw_only=True)
+
+
+SECTION_FIELDS = tuple(f.name for f in fields(Sections))
+sections_of = attrgetter(*SECTION_FIELDS)
+"""A `Sections`' values in field order (to build a larger layout from a smaller one)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Footer(Sections):
+    """The fixed-size tail of an object: its sections, the META CRC, chunk count, version."""
+
     meta_crc: int
     chunk_count: int
     version: int
 
 
 @dataclass(frozen=True, slots=True)
-class Chunk:
-    """A finished chunk from `ChunkBuilder.finish`, ready for `FileWriter.add`."""
+class Chunk(ChunkStats):
+    """A finished chunk from `ChunkBuilder.finish`, ready for `FileWriter.add`: its
+    `ChunkStats`, its batches and key hashes."""
 
-    topic: str
-    partition: int
-    base_offset: int
-    batches: list[bytes]
-    data_len: int
-    record_count: int
-    offset_span: int
-    min_timestamp: int
-    max_timestamp: int
-    offsets: BitMap
-    tombstones: BitMap
-    key_hashes: bytes
-    flags: int
-    frame_crc: int
-    batch_count: int
+    batches: list[bytes] = field(kw_only=True)
+    key_hashes: bytes = field(kw_only=True)
     streamed: bool = False
     """True if the batches already went to a FileWriter (see `FileWriter.open_chunk`)."""
     tombstone_cleaned_at: np.ndarray[Any, np.dtype[np.int64]] | None = None
@@ -273,7 +291,7 @@ def parse_footer(tail: bytes) -> Footer:
     if data_offset + data_length != meta_offset:
         raise CorruptDataError("footer: data section does not end where meta starts")
     return Footer(
-        meta_offset, meta_length, data_offset, data_length, meta_crc, chunk_count, version
+        data_offset, data_length, meta_offset, meta_length, meta_crc, chunk_count, version
     )
 
 

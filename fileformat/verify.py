@@ -18,6 +18,7 @@ from fileformat.objectfile import (
     FileLayout,
     check_object_header,
     parse_footer,
+    sections_of,
 )
 from fileformat.stream import Readable, read_exact
 
@@ -84,13 +85,6 @@ def _verify(tail: Readable, head: Readable, size: int, meta_offset: int, *,
     data = DataReader(head, footer.data_offset)
     for index, _ in entries:  # the chunks tile the data section (checked by iter_meta)
         data.read_chunk(index)
-    layout = FileLayout(
-        size=size,
-        data_offset=footer.data_offset,
-        data_length=footer.data_length,
-        meta_offset=footer.meta_offset,
-        meta_length=footer.meta_length,
-        meta_crc=footer.meta_crc,
-        chunks=[c for c, _ in entries],
-    )
+    layout = FileLayout(*sections_of(footer), size=size, meta_crc=footer.meta_crc,
+                        chunks=[c for c, _ in entries])
     return layout, entries

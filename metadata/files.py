@@ -24,7 +24,7 @@ from typing import Any, cast
 
 import sqlalchemy as sa
 
-from fileformat import FileLayout
+from fileformat import FileLayout, ObjectLayout
 
 from . import notify, producers
 from . import schema as s
@@ -42,12 +42,12 @@ from .errors import (
 from .models import ChunkMeta, FileInfo, ProducerBatch, ProducerState, RejectedChunk
 from .segments import check_segment, chunk_meta, insert_segments, segment_row
 
-# A written object's layout (`fileformat.FileLayout`, the one definition) as its file row
-# records it: the FileLayout fields that are `files` columns of the same name (where the
-# sections are; not the META CRC and chunks, whose chunks become segment rows).
-LAYOUT_COLUMNS = tuple(f.name for f in dataclasses.fields(FileLayout) if f.name in s.files.c)
-if LAYOUT_COLUMNS != ("size", "data_offset", "data_length", "meta_offset", "meta_length"):
-    raise AssertionError(f"files columns {LAYOUT_COLUMNS} do not match FileLayout")
+# A written object's layout as its file row records it: the fields of
+# `fileformat.ObjectLayout` (the one definition; a FileLayout is one), `files` columns of the
+# same name (not the META CRC and chunks, whose chunks become segment rows).
+LAYOUT_COLUMNS = tuple(f.name for f in dataclasses.fields(ObjectLayout))
+if not set(LAYOUT_COLUMNS) <= set(s.files.c.keys()):
+    raise AssertionError(f"files columns do not hold ObjectLayout's {LAYOUT_COLUMNS}")
 _layout_values = attrgetter(*LAYOUT_COLUMNS)
 
 # One file of a commit, as `_commit` takes it: its id, its layout's columns, its chunks.
@@ -59,8 +59,10 @@ Outcomes = dict[tuple[str, int], "int | RejectedChunk"]
 ProducerBatches = Mapping[tuple[str, int], Sequence[ProducerBatch]]
 
 
-# The `files` columns a FileInfo holds (not the snapshot's change marker).
-_INFO_COLUMNS = tuple(c for c in s.files.c if c.name != "segments_version")
+# The `files` columns a FileInfo holds besides its layout (not the snapshot's change marker).
+_INFO_COLUMNS = tuple(c for c in s.files.c
+                      if c.name != "segments_version" and c.name not in LAYOUT_COLUMNS)
+_LAYOUT_OF_ROW = tuple(s.files.c[name] for name in LAYOUT_COLUMNS)
 
 
 def layout_columns(layout: FileLayout, what: str) -> dict[str, int]:
@@ -78,8 +80,12 @@ def _file_commit(file_id: int, layout: FileLayout) -> FileCommit:
 
 
 def file_info(row: sa.Row[Any], leased: bool = False) -> FileInfo:
-    """A FileInfo from a `files` row."""
-    return FileInfo(**{c.name: row._mapping[c] for c in _INFO_COLUMNS}, leased=leased)
+    """A FileInfo from a `files` row (its layout None while the file is pending)."""
+    m = row._mapping
+    values = [m[c] for c in _LAYOUT_OF_ROW]
+    layout = (None if values[0] is None
+              else ObjectLayout(**dict(zip(LAYOUT_COLUMNS, values, strict=True))))
+    return FileInfo(**{c.name: m[c] for c in _INFO_COLUMNS}, layout=layout, leased=leased)
 
 
 def lock_files(conn: sa.Connection, ids: Sequence[int]) -> list[sa.Row[Any]]:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from fileformat import FileLayout
+from fileformat import FileLayout, ObjectLayout
 
 from .topicconfig import TopicConfig
 
@@ -98,15 +98,11 @@ class OutputSegment(PlacedSegment):
 
 @dataclass(frozen=True, slots=True)
 class FileInfo:
-    """One object's row; the layout fields are None until the file is committed."""
+    """One object's row; its layout is None until the file is committed."""
 
     id: int
     object_key: str
-    size: int | None
-    data_offset: int | None
-    data_length: int | None
-    meta_offset: int | None
-    meta_length: int | None
+    layout: ObjectLayout | None
     level: int
     state: str
     holds_compacted: bool
@@ -114,6 +110,11 @@ class FileInfo:
     state_changed_at_ms: int
     job_id: int | None
     leased: bool = False  # held by a leased, unexpired compaction job (snapshot, get_file)
+
+    @property
+    def size(self) -> int | None:
+        """The object's size, None until it is committed."""
+        return None if self.layout is None else self.layout.size
 
 
 @dataclass(frozen=True, slots=True)

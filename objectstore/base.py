@@ -144,6 +144,57 @@ class ObjectWriter(_Closing):
             self.abort()
 
 
+class WriterBase(ObjectWriter):
+    """What every backend's ObjectWriter shares: the byte count, the refusal to write once
+    closed or aborted, and idempotent `close` and `abort` (a failed commit aborts before
+    raising). A backend supplies `_write` (accept bytes), `_commit` (make the object
+    visible) and `_discard` (drop what was written)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name  # names the upload in errors: its key or path
+        self._n = 0
+        self._done = False
+
+    @property
+    def bytes_written(self) -> int:
+        return self._n
+
+    def write(self, data: bytes) -> int:
+        if self._done:
+            raise ValueError(f"write to a closed or aborted upload of {self._name}")
+        self._n += len(data)
+        self._write(data)
+        return len(data)
+
+    def close(self) -> None:
+        if self._done:
+            return
+        try:
+            self._commit()
+        except BaseException:
+            self.abort()
+            raise
+        self._done = True
+
+    def abort(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._discard()
+
+    @abc.abstractmethod
+    def _write(self, data: bytes) -> None:
+        """Accept `data` (counted already); a backend that loses a part aborts itself."""
+
+    @abc.abstractmethod
+    def _commit(self) -> None:
+        """Make the object visible under its key."""
+
+    @abc.abstractmethod
+    def _discard(self) -> None:
+        """Drop what was written (best effort: GC reaps what is left)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ObjectInfo:
     """A listed object. `modified_ms`: when it was last written (epoch ms, as the store's

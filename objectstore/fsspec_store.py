@@ -39,7 +39,18 @@ from fsspec.registry import get_filesystem_class
 from fsspec.spec import AbstractFileSystem
 
 from . import s3
-from .base import DELETE, GET, HEAD, LIST, PUT, Backend, ObjectInfo, ObjectWriter, ReadStream
+from .base import (
+    DELETE,
+    GET,
+    HEAD,
+    LIST,
+    PUT,
+    Backend,
+    ObjectInfo,
+    ObjectWriter,
+    ReadStream,
+    WriterBase,
+)
 from .config import URL_FORMS, fsspec_protocol
 from .errors import InvalidRangeError, ObjectStoreError, RetriableStoreError, UnsupportedUrlError
 from .local import _bad_range, _empty_stream, _FileRangeStream
@@ -96,32 +107,23 @@ def modified_ms(info: dict[str, Any]) -> int | None:
     return None
 
 
-class _FsspecWriter(ObjectWriter):
+class _FsspecWriter(WriterBase):
     """Buffers up to the store's threshold and puts the object with one `pipe_file` at
     close; past it, streams through `open(..., autocommit=False)` and commits at close."""
 
     def __init__(self, store: FsspecStore, key: str) -> None:
+        super().__init__(repr(key))
         self._s = store
-        self._key = key
         self._path = store._path(key)
         self._what = f"upload {store.what(key)}"
         self._buf = bytearray()
         self._file: Any = None  # the streaming file, once past the threshold
-        self._n = 0
-        self._done = False
 
-    @property
-    def bytes_written(self) -> int:
-        return self._n
-
-    def write(self, data: bytes) -> int:
-        if self._done:
-            raise ValueError(f"write to a closed or aborted upload of {self._key!r}")
-        self._n += len(data)
+    def _write(self, data: bytes) -> None:
         if self._file is None:
             self._buf += data
             if len(self._buf) < self._s.stream_threshold:
-                return len(data)
+                return
             data, self._buf = bytes(self._buf), bytearray()
         try:
             if self._file is None:
@@ -131,30 +133,19 @@ class _FsspecWriter(ObjectWriter):
         except BaseException:
             self.abort()
             raise
-        return len(data)
 
-    def close(self) -> None:
-        if self._done:
-            return
-        try:
-            if self._file is None:  # one request: run by the retry policy (a RetryingStore)
-                data = bytes(self._buf)
-                self._s._run_request(lambda: self._s.call(
-                    self._what, lambda: self._s.fs.pipe_file(self._path, data)))
-            else:  # a filesystem's own file: its parts are not ours to repeat
-                self._s.call(self._what, self._file.close)
-                self._s.call(self._what, self._file.commit)
-        except BaseException:
-            self.abort()
-            raise
-        self._done = True
+    def _commit(self) -> None:
+        if self._file is None:  # one request: run by the retry policy (a RetryingStore)
+            data = bytes(self._buf)
+            self._s._run_request(lambda: self._s.call(
+                self._what, lambda: self._s.fs.pipe_file(self._path, data)))
+        else:  # a filesystem's own file: its parts are not ours to repeat
+            self._s.call(self._what, self._file.close)
+            self._s.call(self._what, self._file.commit)
         self._buf = bytearray()
         self._s.request(PUT, self._n)
 
-    def abort(self) -> None:
-        if self._done:
-            return
-        self._done = True
+    def _discard(self) -> None:
         self._buf = bytearray()
         if self._file is not None:
             # Discard before close, so that close sends no last part; if either fails, the

@@ -26,6 +26,7 @@ from .base import (
     RequestListener,
     StreamBase,
     UnfinishedUpload,
+    WriterBase,
 )
 from .errors import InvalidRangeError
 
@@ -89,10 +90,11 @@ def _upload_of(name: str) -> str | None:
     return name[len(UPLOAD_PREFIX):-len(UPLOAD_SUFFIX)].rpartition(".")[0] or None
 
 
-class _LocalWriter(ObjectWriter):
+class _LocalWriter(WriterBase):
     """Writes to a temporary file beside the target and renames it into place on close."""
 
     def __init__(self, path: Path, report: RequestListener) -> None:
+        super().__init__(str(path))
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{UPLOAD_PREFIX}{path.name}.",
                                    suffix=UPLOAD_SUFFIX)
@@ -100,40 +102,19 @@ class _LocalWriter(ObjectWriter):
         self._tmp = Path(tmp)
         self._path = path
         self._report = report
-        self._n = 0
-        self._done = False
 
-    def write(self, data: bytes) -> int:
-        if self._done:
-            raise ValueError(f"write to a closed or aborted upload of {self._path}")
+    def _write(self, data: bytes) -> None:
         self._f.write(data)
-        self._n += len(data)
-        return len(data)
 
-    @property
-    def bytes_written(self) -> int:
-        return self._n
-
-    def close(self) -> None:
-        if self._done:
-            return
-        self._done = True
-        try:
-            self._f.flush()
-            os.fsync(self._f.fileno())
-            self._f.close()
-            os.replace(self._tmp, self._path)
-        except BaseException:
-            self._f.close()
-            self._tmp.unlink(missing_ok=True)
-            raise
+    def _commit(self) -> None:
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self._f.close()
+        os.replace(self._tmp, self._path)
         _fsync_dir(self._path.parent)
         self._report(PUT, self._n, 0)
 
-    def abort(self) -> None:
-        if self._done:
-            return
-        self._done = True
+    def _discard(self) -> None:
         self._f.close()
         self._tmp.unlink(missing_ok=True)
 
@@ -261,29 +242,21 @@ _MEMORY: dict[str, dict[str, bytes]] = {}
 _MEMORY_LOCK = threading.Lock()
 
 
-class _MemoryWriter(ObjectWriter):
+class _MemoryWriter(WriterBase):
     def __init__(self, store: MemoryStore, key: str) -> None:
+        super().__init__(repr(key))
         self._store = store
         self._key = key
         self._buf = io.BytesIO()
-        self._done = False
 
-    def write(self, data: bytes) -> int:
-        if self._done:
-            raise ValueError(f"write to a closed or aborted upload of {self._key!r}")
-        return self._buf.write(data)
+    def _write(self, data: bytes) -> None:
+        self._buf.write(data)
 
-    @property
-    def bytes_written(self) -> int:
-        return self._buf.tell()
+    def _commit(self) -> None:
+        self._store.put(self._key, self._buf.getvalue())
 
-    def close(self) -> None:
-        if not self._done:
-            self._done = True
-            self._store.put(self._key, self._buf.getvalue())
-
-    def abort(self) -> None:
-        self._done = True
+    def _discard(self) -> None:
+        pass
 
 
 class MemoryStore(Backend):

@@ -52,6 +52,7 @@ from .base import (
     RequestListener,
     StreamBase,
     UnfinishedUpload,
+    WriterBase,
 )
 from .errors import (
     BucketNotFoundError,
@@ -259,31 +260,23 @@ class _S3Stream(StreamBase):
             self._body.close()
 
 
-class _S3Writer(ObjectWriter):
+class _S3Writer(WriterBase):
     """One PutObject if the object stays under the multipart threshold, else a streaming
     multipart upload; memory is bounded by the threshold."""
 
     def __init__(self, store: S3Store, key: str, part_size: int) -> None:
-        self._s = store
         self._key = store._key(key)
+        super().__init__(repr(self._key))
+        self._s = store
         self._part_size = part_size
         self._buf = bytearray()
         self._upload_id: str | None = None
         self._parts: list[dict[str, Any]] = []
-        self._n = 0
-        self._done = False
 
-    @property
-    def bytes_written(self) -> int:
-        return self._n
-
-    def write(self, data: bytes) -> int:
-        if self._done:
-            raise ValueError(f"write to a closed or aborted upload of {self._key!r}")
+    def _write(self, data: bytes) -> None:
         self._buf += data
-        self._n += len(data)
         if self._upload_id is None and len(self._buf) < self._s.multipart_threshold:
-            return len(data)
+            return
         try:
             while len(self._buf) >= self._part_size:
                 part = bytes(self._buf[: self._part_size])
@@ -292,7 +285,6 @@ class _S3Writer(ObjectWriter):
         except BaseException:
             self.abort()  # a part is lost (its retries ran out): the upload cannot complete
             raise
-        return len(data)
 
     def _request(self, fn: Callable[..., T], **kwargs: Any) -> T:
         """One request of this upload, run by the store's request runner (the retry
@@ -338,27 +330,17 @@ class _S3Writer(ObjectWriter):
             return None
         return int(resp["ContentLength"])
 
-    def close(self) -> None:
-        if self._done:
-            return
-        try:
-            if self._upload_id is None:
-                self._request(self._s.client.put_object, Bucket=self._s.bucket, Key=self._key,
-                              Body=bytes(self._buf))
-            else:
-                if self._buf:
-                    self._upload_part(bytes(self._buf))
-                self._complete()
-        except BaseException:
-            self.abort()
-            raise
-        self._done = True
+    def _commit(self) -> None:
+        if self._upload_id is None:
+            self._request(self._s.client.put_object, Bucket=self._s.bucket, Key=self._key,
+                          Body=bytes(self._buf))
+        else:
+            if self._buf:
+                self._upload_part(bytes(self._buf))
+            self._complete()
         self._buf = bytearray()
 
-    def abort(self) -> None:
-        if self._done:
-            return
-        self._done = True
+    def _discard(self) -> None:
         self._buf = bytearray()
         if self._upload_id is not None:
             # If this fails, GC aborts the unfinished upload later (`unfinished_uploads`); a

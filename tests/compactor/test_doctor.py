@@ -173,9 +173,9 @@ def test_stale_pending_row(h: Harness) -> None:
 @pytest.mark.parametrize("section", ["data", "meta"])
 def test_corrupted_byte_is_found_by_deep_only(h: Harness, section: str) -> None:
     f = a_live_file(h, "compacted/")
-    assert f.data_offset is not None and f.meta_offset is not None
+    assert f.layout is not None
     raw = bytearray(h.store.get(f.object_key))
-    pos = f.data_offset + 100 if section == "data" else f.meta_offset + 30
+    pos = f.layout.data_offset + 100 if section == "data" else f.layout.meta_offset + 30
     raw[pos] ^= 0x5A
     h.store.put(f.object_key, bytes(raw))
     assert check(h).ok  # same size: only reading it tells

@@ -42,8 +42,8 @@ def test_a_flipped_chunk_byte_fails_reads_and_compaction_naming_the_object(
     store, md = corruption.copy(base, base.root / "case",
                                 lambda _, d: corruption.damage(d, "flip", 40, 0), victim)
     (f,) = [f for f in md.audit_snapshot().files if f.object_key == victim]
-    assert f.data_offset is not None and f.size is not None
-    assert f.data_offset <= 40 < f.data_offset + (f.data_length or 0)  # inside a chunk
+    assert f.layout is not None and f.size is not None
+    assert f.layout.data_offset <= 40 < f.layout.data_offset + f.layout.data_length  # a chunk
     failed = []
     for tp in corruption.PARTITIONS:
         try:

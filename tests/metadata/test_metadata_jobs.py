@@ -112,7 +112,8 @@ def test_commit_replaces_inputs_with_outputs(store: MetadataStore, clock: Manual
         assert (info.state, info.job_id, info.leased, info.state_changed_at_ms) == (
             "retired", None, False, clock.now_ms())
     o = store.get_file(out.file_id)
-    assert (o.state, o.level, o.holds_compacted, o.size, o.meta_offset) == (
+    assert o.layout is not None
+    assert (o.state, o.level, o.holds_compacted, o.size, o.layout.meta_offset) == (
         "live", 1, True, 500, 408)
     job = store.get_job(lease.job_id)
     assert (job.state, job.result) == ("committed", {"records_out": 2})

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clock import ManualClock
+from fileformat import ObjectLayout
 from metadata import MetadataStore
 from metadata.errors import (
     CommitConflictError,
@@ -198,8 +199,8 @@ def test_commit_records_layout_and_flips_file_live(
     store.commit_file(fid, layout([c], size=123, data_offset=8, data_length=100,
                                   meta_offset=108, meta_length=15))
     f = store.get_file(fid)
-    assert (f.state, f.size, f.data_offset, f.data_length, f.meta_offset, f.meta_length) == (
-        "live", 123, 8, 100, 108, 15)
+    assert (f.state, f.size, f.layout) == ("live", 123, ObjectLayout(
+        data_offset=8, data_length=100, meta_offset=108, meta_length=15, size=123))
     assert f.state_changed_at_ms == f.created_at_ms + 10
     (seg,) = store.find_segments("t", 0, 0)
     assert (seg.record_count, seg.offset_span, seg.file_size, seg.file_id) == (3, 4, 123, fid)
