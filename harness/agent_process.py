@@ -58,27 +58,40 @@ class AgentProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, same_port: bool = False) -> Self:
-        """Start the agent and return once it accepts connections: on a free port, or on
-        its last one (`same_port`: a restart keeps its agent id, the advertised address)."""
+        """Start the agent and return once it accepts connections and has registered (its
+        "listening on" line: Metadata lists it as a broker from then on): on a free port, or
+        on its last one (`same_port`: a restart keeps its agent id, the advertised address)."""
         if not (same_port and self.port):
             self.port = free_port()
         env = {**os.environ, **self.DEFAULT_ENV, **self.extra_env, "PYTHONPATH": str(REPO)}
+        logged = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, *self.entry, "--store", self.store_url, "--metadata",
                  self.metadata_url, "agent", "--listen", self.bootstrap],
                 env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + STARTUP_S
+        listening = False
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"silt agent exited {self.proc.returncode}:\n{self.log()}")
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return self
+                if not listening:  # one probe connection; then the log says the rest
+                    socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                    listening = True
+                if self._registered(logged):
+                    return self
             except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"silt agent did not listen:\n{self.log()}") from None
-                time.sleep(0.05)
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"silt agent did not listen:\n{self.log()}") from None
+            time.sleep(0.05)
+
+    def _registered(self, since: int) -> bool:
+        """Whether the log, past byte `since`, says the agent listens (after registering)."""
+        with self.log_path.open("rb") as f:
+            f.seek(since)
+            return b" listening on " in f.read()
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
