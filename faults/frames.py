@@ -38,6 +38,7 @@ from kio.serial._introspect import (
 from kio.static.primitive import Records, i16, i32
 
 from agent.protocol.apis import TABLE
+from agent.protocol.codec import write_uvarint
 
 # Issue 22's killers: Metadata v12 whose topics compact array says 2^35-2 entries (kio's
 # reader reserved 256 GiB and the agent aborted), and Metadata v1 with an int32 array of
@@ -101,11 +102,9 @@ class Frame:
 
 
 def uvarint(n: int) -> bytes:
+    """An unsigned varint (flexible versions' lengths), as the server writes one."""
     out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
+    write_uvarint(out, n)
     return bytes(out)
 
 

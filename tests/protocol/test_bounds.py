@@ -40,6 +40,7 @@ from agent.protocol.apis import TABLE
 from agent.protocol.bounds import length_positions, walker
 from agent.protocol.codec import decode_request
 from agent.protocol.errors import ProtocolError
+from faults.frames import uvarint
 
 from .server import REPO
 
@@ -105,15 +106,6 @@ def served() -> Iterator[tuple[int, int]]:
             yield key, version
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _varint_size(payload: bytes, at: int) -> int:
     size = 1
     while at + size - 1 < len(payload) and payload[at + size - 1] & 0x80 and size < 5:
@@ -126,7 +118,7 @@ def mutations(payload: bytes, key: int, version: int, seed: int) -> Iterator[byt
     for at, kind in length_positions(payload, key, version):
         for value in VALUES[kind]:
             if kind == "uvarint":
-                new = _uvarint(value)
+                new = uvarint(value)
                 yield payload[:at] + new + payload[at + _varint_size(payload, at):]
             else:
                 size = {"i8": 1, "i16": 2, "i32": 4}[kind]
@@ -137,7 +129,7 @@ def mutations(payload: bytes, key: int, version: int, seed: int) -> Iterator[byt
         if kind in ("i32", "uvarint"):
             for least in (1, 2, 4, 8, 16):
                 count = (len(padded) - at) // least
-                new = (_uvarint(count + 1) if kind == "uvarint"
+                new = (uvarint(count + 1) if kind == "uvarint"
                        else count.to_bytes(4, "big", signed=True))
                 size = _varint_size(payload, at) if kind == "uvarint" else 4
                 yield padded[:at] + new + padded[at + size:]

@@ -12,9 +12,6 @@ from typing import Any
 import crc32c
 from confluent_kafka import KafkaError, Producer
 from kio.schema.errors import ErrorCode
-from kio.schema.produce.v9 import request as p9
-from kio.schema.types import TopicName
-from kio.static.primitive import Records, i16, i32
 
 from fileformat import build_batch
 from fileformat.batch import ATTRIBUTES_POS, CRC_POS, HEADER
@@ -22,24 +19,9 @@ from fileformat.errors import InvalidBatchError
 from tests.fileformat.test_validate_batch import MALFORMED
 
 from .server import AgentProcess, Backend, RawClient
-from .test_raw import _ms, list_offset
+from .test_raw import list_offset, produce_v9
 
 GOOD = build_batch([(i, 1_000 + i, b"k", b"v" * 10, []) for i in range(3)])
-
-
-def produce_v9(client: RawClient, parts: dict[tuple[str, int], bytes]) -> dict[
-        tuple[str, int], Any]:
-    """Produce v9, acks=-1: the partition responses (error code, offset, record errors)."""
-    topics: dict[str, list[Any]] = {}
-    for (topic, p), records in parts.items():
-        topics.setdefault(topic, []).append(
-            p9.PartitionProduceData(index=i32(p), records=Records(records)))
-    req = p9.ProduceRequest(transactional_id=None, acks=i16(-1), timeout=_ms(30_000),
-                            topic_data=tuple(
-                                p9.TopicProduceData(name=TopicName(t), partition_data=tuple(ps))
-                                for t, ps in topics.items()))
-    resp = client.call(0, 9, req)
-    return {(t.name, int(p.index)): p for t in resp.responses for p in t.partition_responses}
 
 
 def test_malformed_batches_are_refused_with_kafkas_code_and_store_nothing(

@@ -39,9 +39,9 @@ def batch(n: int, *, ts: int = 1_000, key: bytes | None = b"k", size: int = 10) 
     return build_batch([(i, ts + i, key, b"v" * size, []) for i in range(n)])
 
 
-def produce(client: RawClient, parts: dict[tuple[str, int], bytes]) -> dict[tuple[str, int],
-                                                                          tuple[int, int]]:
-    """Produce v9, acks=-1: (error code, base offset) per partition."""
+def produce_v9(client: RawClient, parts: dict[tuple[str, int], bytes]) -> dict[
+        tuple[str, int], Any]:
+    """Produce v9, acks=-1: the partition responses (error code, offset, record errors)."""
     topics: dict[str, list[Any]] = {}
     for (topic, p), records in parts.items():
         topics.setdefault(topic, []).append(
@@ -51,8 +51,14 @@ def produce(client: RawClient, parts: dict[tuple[str, int], bytes]) -> dict[tupl
                                 p9.TopicProduceData(name=TopicName(t), partition_data=tuple(ps))
                                 for t, ps in topics.items()))
     resp = client.call(0, 9, req)
-    return {(t.name, int(p.index)): (int(p.error_code), int(p.base_offset))
-            for t in resp.responses for p in t.partition_responses}
+    return {(t.name, int(p.index)): p for t in resp.responses for p in t.partition_responses}
+
+
+def produce(client: RawClient, parts: dict[tuple[str, int], bytes]) -> dict[tuple[str, int],
+                                                                          tuple[int, int]]:
+    """Produce v9, acks=-1: (error code, base offset) per partition."""
+    return {tp: (int(p.error_code), int(p.base_offset))
+            for tp, p in produce_v9(client, parts).items()}
 
 
 def fetch(client: RawClient, topic: str, partition: int, offset: int, *, max_wait: int = 0,
