@@ -30,11 +30,13 @@ from kafka.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from kio.schema.create_partitions.v3 import request as cp3
+from kio.schema.create_topics.v5 import request as ct5
 from kio.schema.delete_topics.v6 import request as dt6
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as m12
-from kio.schema.types import TopicName
-from kio.static.primitive import i32Timedelta
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i16, i32, i32Timedelta
 
 from metadata.errors import UnknownTopicError
 from metadata.topicconfig import DEFAULTS
@@ -305,3 +307,88 @@ def test_auto_create_topics(tmp_path: Path) -> None:
         md.close()
     finally:
         proc.terminate()
+
+
+def test_explicit_replica_assignments(agent_proc: AgentProcess) -> None:
+    """librdkafka's 0081: CreateTopics and CreatePartitions with replica assignments naming
+    live agents are accepted (placement ignored); bad ones get Kafka's codes and words
+    (ReplicationControlManager.createTopic / createPartitions)."""
+    admin = AdminClient({"bootstrap.servers": agent_proc.bootstrap})
+    cluster = admin.list_topics(timeout=30)
+    me = next(iter(cluster.brokers))
+    futures = admin.create_topics([NewTopic("placed", 2, replica_assignment=[[me], [me]])])
+    futures["placed"].result(60)
+    assert len(admin.list_topics("placed", timeout=30).topics["placed"].partitions) == 2
+    grown = admin.create_partitions([NewPartitions("placed", 4,
+                                                   replica_assignment=[[me], [me]])])
+    grown["placed"].result(60)
+    assert len(admin.list_topics("placed", timeout=30).topics["placed"].partitions) == 4
+
+    def a(index: int, *brokers: int) -> ct5.CreatableReplicaAssignment:
+        return ct5.CreatableReplicaAssignment(partition_index=i32(index),
+                                              broker_ids=tuple(BrokerId(b) for b in brokers))
+
+    def topic(name: str, assignments: tuple[ct5.CreatableReplicaAssignment, ...],
+              partitions: int = -1, replication: int = -1) -> ct5.CreatableTopic:
+        return ct5.CreatableTopic(name=TopicName(name), num_partitions=i32(partitions),
+                                  replication_factor=i16(replication),
+                                  assignments=assignments, configs=())
+
+    bad = [
+        (topic("t1", (a(0, me),), replication=1), ErrorCode.invalid_request,
+         "A manual partition assignment was specified, but replication factor was not set"
+         " to -1."),
+        (topic("t2", (a(0, me),), partitions=1), ErrorCode.invalid_request,
+         "A manual partition assignment was specified, but numPartitions was not set to -1."),
+        (topic("t3", (a(0, me), a(0, me))), ErrorCode.invalid_replica_assignment,
+         "Found multiple manual partition assignments for partition 0"),
+        (topic("t4", (a(0),)), ErrorCode.invalid_replica_assignment,
+         "The manual partition assignment includes an empty replica list."),
+        (topic("t5", (a(0, me, 77),)), ErrorCode.invalid_replica_assignment,
+         "The manual partition assignment includes broker 77, but no such broker is"
+         " registered."),
+        (topic("t6", (a(0, me, me),)), ErrorCode.invalid_replica_assignment,
+         f"The manual partition assignment includes the broker {me} more than once."),
+        (topic("t7", (a(0, me), a(1))), ErrorCode.invalid_replica_assignment,
+         "The manual partition assignment includes an empty replica list."),
+        (topic("t8", (a(0, me), a(2, me))), ErrorCode.invalid_replica_assignment,
+         "partitions should be a consecutive 0-based integer sequence"),
+        (topic("ok", (a(1, me), a(0, me))), ErrorCode.none, None),
+    ]
+    client = RawClient(agent_proc.port)
+    try:
+        got = client.call(19, 5, ct5.CreateTopicsRequest(
+            topics=tuple(t for t, _, _ in bad), timeout=i32Timedelta.parse(timedelta(seconds=30)),
+            validate_only=True)).topics
+        assert [(r.name, r.error_code, r.error_message) for r in got] == [
+            (t.name, code, message) for t, code, message in bad]
+        assert got[-1].num_partitions == -1  # validate_only: no topic to describe
+        grow = client.call(37, 3, cp3.CreatePartitionsRequest(topics=(
+            cp3.CreatePartitionsTopic(name=TopicName("placed"), count=i32(6), assignments=(
+                cp3.CreatePartitionsAssignment(broker_ids=(BrokerId(me),)),)),
+            cp3.CreatePartitionsTopic(name=TopicName("placed"), count=i32(4), assignments=(
+                cp3.CreatePartitionsAssignment(broker_ids=(BrokerId(me),)),)),
+        ), timeout=i32Timedelta.parse(timedelta(seconds=30)), validate_only=True)).results
+        assert [(r.error_code, r.error_message) for r in grow] == [
+            (ErrorCode.invalid_request, "topic 'placed' is named more than once")] * 2
+        for count, lists, code, message in [
+            (6, [[me]], ErrorCode.invalid_replica_assignment,
+             "Attempted to add 2 additional partition(s), but only 1 assignment(s) were"
+             " specified."),
+            (5, [[99]], ErrorCode.invalid_replica_assignment,
+             "The manual partition assignment includes broker 99, but no such broker is"
+             " registered."),
+            (4, [[me]], ErrorCode.invalid_partitions, None),
+            (6, [[me], [me]], ErrorCode.none, None)]:
+            r = client.call(37, 3, cp3.CreatePartitionsRequest(topics=(
+                cp3.CreatePartitionsTopic(name=TopicName("placed"), count=i32(count),
+                                          assignments=tuple(cp3.CreatePartitionsAssignment(
+                                              broker_ids=tuple(BrokerId(b) for b in x))
+                                              for x in lists)),),
+                timeout=i32Timedelta.parse(timedelta(seconds=30)),
+                validate_only=True)).results[0]
+            assert r.error_code == code, (count, lists, r)
+            if message is not None:
+                assert r.error_message == message
+    finally:
+        client.close()

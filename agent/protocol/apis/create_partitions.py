@@ -1,7 +1,12 @@
 """CreatePartitions (key 37): grow a topic's partition count (`MetadataStore.add_partitions`;
 only growing: INVALID_PARTITIONS otherwise). validate_only checks and changes nothing.
-Explicit assignments are refused with INVALID_REQUEST, as CreateTopics refuses them: any
-agent serves any partition. A topic named twice gets INVALID_REQUEST. A change the metadata
+Explicit assignments are accepted, and their placement ignored (any agent serves any
+partition), when Kafka's controller (ReplicationControlManager.createPartitions) would accept
+them against the live agents: for a topic that grows, as many assignments as partitions added
+(else INVALID_REPLICA_ASSIGNMENT "Attempted to add ..."), each list checked as CreateTopics
+checks one (`create_topics.assignment_problem`). The lists must agree in length with each
+other; Kafka also holds them to the topic's replication factor, which silt does not store.
+A topic named twice gets INVALID_REQUEST. A change the metadata
 store did not make is that topic's REQUEST_TIMED_OUT (not applied: retry) or
 UNKNOWN_SERVER_ERROR (`errors.ADMIN`).
 
@@ -25,7 +30,7 @@ from metadata.errors import UnknownTopicError
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 from ..errors import failed
-from .create_topics import TOO_MANY
+from .create_topics import TOO_MANY, assignment_problem
 
 Request = (v0.CreatePartitionsRequest | v1.CreatePartitionsRequest | v2.CreatePartitionsRequest
            | v3.CreatePartitionsRequest)
@@ -47,9 +52,8 @@ def grow_all(ctx: ServerContext, request: Request) -> list[Outcome]:
         if counts[t.name] > 1:
             out.append((t.name, ErrorCode.invalid_request,
                         f"topic {t.name!r} is named more than once"))
-        elif t.assignments:
-            out.append((t.name, ErrorCode.invalid_request, "replica assignments are not"
-                        " supported: any agent serves any partition"))
+        elif t.assignments and (problem := _assignments_problem(ctx, t)) is not None:
+            out.append((t.name, ErrorCode.invalid_replica_assignment, problem))
         else:
             try:
                 ctx.metadata.add_partitions(t.name, int(t.count),
@@ -60,6 +64,30 @@ def grow_all(ctx: ServerContext, request: Request) -> list[Outcome]:
                 ctx.agent.forget_topics()
                 out.append((t.name, ErrorCode.none, None))
     return out
+
+
+def _assignments_problem(ctx: ServerContext, topic: Topic) -> str | None:
+    """Why Kafka refuses a growing topic's explicit assignments, or None (also when the topic
+    is unknown or does not grow: `add_partitions` answers those first, as Kafka does)."""
+    try:
+        current = ctx.metadata.get_topic(topic.name).partitions
+    except UnknownTopicError:
+        return None
+    assignments = topic.assignments or ()
+    additional = int(topic.count) - current
+    if additional <= 0:
+        return None
+    if len(assignments) != additional:
+        return (f"Attempted to add {additional} additional partition(s), but only"
+                f" {len(assignments)} assignment(s) were specified.")
+    live = {a.node_id for a in ctx.live_brokers()}
+    replicas: int | None = None
+    for a in assignments:
+        problem = assignment_problem([int(b) for b in a.broker_ids], live, replicas)
+        if problem is not None:
+            return problem
+        replicas = len(a.broker_ids)
+    return None
 
 
 def _added(ctx: ServerContext, topics: Sequence[Topic]) -> int:

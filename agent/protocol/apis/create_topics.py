@@ -12,14 +12,20 @@ illegal name INVALID_TOPIC_EXCEPTION; no room under max.partitions POLICY_VIOLAT
 
 num_partitions -1 means the agent's num.partitions (Kafka's default, 1); replication factor
 and replica assignments are not stored (the object store holds the durability, any agent
-serves any partition): a replication factor is accepted as given, explicit assignments are
-refused.
+serves any partition): a replication factor is accepted as given, and explicit assignments
+are accepted when Kafka's controller would accept them against the live agents, then their
+placement is ignored (the topic gets one partition per assignment). Checked as
+ReplicationControlManager.createTopic does, in its order: with assignments, a replication
+factor or a partition count other than -1 is INVALID_REQUEST; a partition index given twice,
+an empty replica list, an agent not live, an agent named twice in one list, a list whose
+length differs from the first's, or indexes that are not 0..n-1 are
+INVALID_REPLICA_ASSIGNMENT (validateManualPartitionAssignment's words).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from kio.schema.create_topics import v2, v3, v4, v5, v6, v7
 from kio.schema.errors import ErrorCode
@@ -43,22 +49,73 @@ Outcome = tuple[ErrorCode, str | None, TopicInfo | None]
 TOO_MANY = "Excessively large number of partitions per request."  # Kafka's words
 
 
-def create(md: MetadataStore, topic: Topic, validate_only: bool, default_partitions: int
-           ) -> Outcome:
-    """Create (or only validate) one topic (blocking: runs in the pool)."""
+def assignment_problem(broker_ids: Sequence[int], live: Collection[int],
+                       replicas: int | None) -> str | None:
+    """Why Kafka's validateManualPartitionAssignment refuses one partition's replica list
+    (INVALID_REPLICA_ASSIGNMENT), or None: brokers looked at in ascending order, `replicas`
+    the count of the lists before it (None: the first)."""
+    if not broker_ids:
+        return "The manual partition assignment includes an empty replica list."
+    previous: int | None = None
+    for broker in sorted(broker_ids):
+        if broker not in live:
+            return (f"The manual partition assignment includes broker {broker}, but no such"
+                    " broker is registered.")
+        if broker == previous:
+            return (f"The manual partition assignment includes the broker {broker} more than"
+                    " once.")
+        previous = broker
+    if replicas is not None and len(broker_ids) != replicas:
+        return (f"The manual partition assignment includes a partition with {len(broker_ids)}"
+                " replica(s), but this is not consistent with previous partitions, which have"
+                f" {replicas} replica(s).")
+    return None
+
+
+def assignments_problem(topic: Topic, live: Collection[int]) -> tuple[ErrorCode, str] | None:
+    """Why Kafka's createTopic refuses a topic's explicit assignments, or None."""
+    if topic.replication_factor != -1:
+        return (ErrorCode.invalid_request, "A manual partition assignment was specified, but"
+                " replication factor was not set to -1.")
+    if topic.num_partitions != -1:
+        return (ErrorCode.invalid_request, "A manual partition assignment was specified, but"
+                " numPartitions was not set to -1.")
+    seen: set[int] = set()
+    replicas: int | None = None
+    for a in topic.assignments:
+        if a.partition_index in seen:
+            return (ErrorCode.invalid_replica_assignment, "Found multiple manual partition"
+                    f" assignments for partition {a.partition_index}")
+        seen.add(int(a.partition_index))
+        problem = assignment_problem([int(b) for b in a.broker_ids], live, replicas)
+        if problem is not None:
+            return ErrorCode.invalid_replica_assignment, problem
+        replicas = len(a.broker_ids)
+    if seen != set(range(len(seen))):
+        return (ErrorCode.invalid_replica_assignment,
+                "partitions should be a consecutive 0-based integer sequence")
+    return None
+
+
+def create(md: MetadataStore, topic: Topic, validate_only: bool, default_partitions: int,
+           live: Collection[int] = ()) -> Outcome:
+    """Create (or only validate) one topic (blocking: runs in the pool); `live`: the live
+    agents' ids, which explicit assignments must name."""
     if topic.assignments:
-        return (ErrorCode.invalid_request, "replica assignments are not supported: any agent"
-                " serves any partition", None)
-    if topic.replication_factor < -1 or topic.replication_factor == 0:
+        refused = assignments_problem(topic, live)
+        if refused is not None:
+            return *refused, None
+    elif topic.replication_factor < -1 or topic.replication_factor == 0:
         return (ErrorCode.invalid_replication_factor, "Replication factor must be larger"
                 " than 0, or -1 to use the default value.", None)
-    if topic.num_partitions < -1 or topic.num_partitions == 0:
+    elif topic.num_partitions < -1 or topic.num_partitions == 0:
         return (ErrorCode.invalid_partitions, "Number of partitions was set to an invalid"
                 " non-positive value.", None)
     if any(c.value is None for c in topic.configs):
         return ErrorCode.invalid_config, "config values must not be null", None
     configs = {c.name: c.value for c in topic.configs if c.value is not None}
-    partitions = default_partitions if topic.num_partitions == -1 else int(topic.num_partitions)
+    partitions = len(topic.assignments) if topic.assignments else \
+        default_partitions if topic.num_partitions == -1 else int(topic.num_partitions)
     try:
         info = md.create_topic(topic.name, partitions, configs, validate_only=validate_only)
     except Exception as exc:
@@ -86,8 +143,10 @@ def create_all(ctx: ServerContext, request: Request) -> list[tuple[Topic, Outcom
         return [(t, (ErrorCode.policy_violation, TOO_MANY, None)) for t in request.topics]
     counts = Counter(t.name for t in request.topics)
     validate_only = request.validate_only  # every version served (2+) has it
+    live = {a.node_id for a in ctx.live_brokers()} if any(t.assignments for t in
+                                                           request.topics) else set()
     return [(t, (ErrorCode.invalid_request, "Duplicate topic name.", None)
-             if counts[t.name] > 1 else create(ctx.metadata, t, validate_only, default))
+             if counts[t.name] > 1 else create(ctx.metadata, t, validate_only, default, live))
             for t in request.topics]
 
 
