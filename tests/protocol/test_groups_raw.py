@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import ConsumerGroupType
+from confluent_kafka.admin import AdminClient
 from kio.index import load_request_schema
 from kio.schema.consumer_protocol_subscription import v1 as sub1
 from kio.schema.errors import ErrorCode
@@ -657,7 +659,7 @@ def test_offset_fetch_versions(connect: Connect) -> None:
 # ------------------------------------------------------------------ admin APIs
 
 
-def test_describe_and_list_groups(connect: Connect) -> None:
+def test_describe_and_list_groups(agent: AgentProcess, connect: Connect) -> None:
     a, b = members(connect, "g-describe", 2)
     form_group(a, b)
     (g, dead) = describe(a.client, "g-describe", "g-describe-none")
@@ -692,6 +694,23 @@ def test_describe_and_list_groups(connect: Connect) -> None:
     rebalancing = listed(a.client, "preparingrebalance", "Dead")
     assert "g-describe" in rebalancing and "g-list-empty" not in rebalancing
     assert set(rebalancing.values()) == {"PreparingRebalance"}
+    # v5 (KIP-848): every group is "classic"; a types filter without it lists none
+    for types, expected in [((), True), (("Classic",), True), (("consumer", "CLASSIC"), True),
+                            (("consumer",), False), (("share", "bogus"), False)]:
+        resp = a.client.call(LIST_GROUPS, 5, build(LIST_GROUPS, 5, states_filter=("Empty",),
+                                                   types_filter=types))
+        assert resp.error_code == E.none, resp
+        got = {g.group_id: (g.group_state, g.group_type) for g in resp.groups}
+        assert (got.get("g-list-empty") == ("Empty", "classic")) is expected, (types, got)
+        assert "g-describe" not in got
+    admin = AdminClient({"bootstrap.servers": agent.bootstrap})
+    for wanted, expected in [(set(), True), ({ConsumerGroupType.CLASSIC}, True),
+                            ({ConsumerGroupType.CONSUMER}, False)]:
+        result = admin.list_consumer_groups(types=wanted).result(60)
+        assert result.errors == []
+        got_types = {g.group_id: g.type for g in result.valid}
+        assert (got_types.get("g-list-empty") == ConsumerGroupType.CLASSIC) is expected, \
+            (wanted, got_types)
     for m in (a, b):
         assert rejoin_asked(m)
         m.start_join()

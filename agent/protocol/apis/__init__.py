@@ -97,7 +97,7 @@ TABLE: Mapping[int, Api] = {api.key: api for api in (
     Api(LEAVE_GROUP, 0, 5, leave_group.handle),
     Api(SYNC_GROUP, 0, 5, sync_group.handle),
     Api(DESCRIBE_GROUPS, 0, 5, describe_groups.handle),
-    Api(LIST_GROUPS, 0, 4, list_groups.handle),
+    Api(LIST_GROUPS, 0, 5, list_groups.handle),
     Api(DELETE_GROUPS, 0, 2, delete_groups.handle),
     Api(OFFSET_DELETE, 0, 0, offset_delete.handle),
 )}

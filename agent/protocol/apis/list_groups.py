@@ -1,13 +1,14 @@
 """ListGroups (key 16): the groups this agent coordinates (those its id held before a
 restart included, at once), and the stored ones nobody coordinates that FindCoordinator
 sends here, so a client asking every agent (as admin clients do) sees each group once;
-v4+ filters by state (case-insensitive, as Kafka). COORDINATOR_NOT_AVAILABLE before the
-agent registered."""
+v4+ filters by state, v5+ by type (KIP-848), both case-insensitive as Kafka's
+GroupCoordinator (Group.GroupType.parse): every group here is "classic", so a types filter
+not naming it lists none. COORDINATOR_NOT_AVAILABLE before the agent registered."""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
-from kio.schema.list_groups import v0, v1, v2, v3, v4
+from kio.schema.list_groups import v0, v1, v2, v3, v4, v5
 from kio.static.protocol import Entity, RequestHeader
 
 from agent.groups.errors import CoordinatorNotRegisteredError
@@ -17,8 +18,8 @@ from ..context import ServerContext
 from ..errors import error_code
 
 Request = (v0.ListGroupsRequest | v1.ListGroupsRequest | v2.ListGroupsRequest
-           | v3.ListGroupsRequest | v4.ListGroupsRequest)
-"""kio's ListGroupsRequest of each version served (0-4)."""
+           | v3.ListGroupsRequest | v4.ListGroupsRequest | v5.ListGroupsRequest)
+"""kio's ListGroupsRequest of each version served (0-5)."""
 
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
@@ -29,9 +30,13 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
     except CoordinatorNotRegisteredError as exc:
         return b("ListGroupsResponse", throttle_time=NO_THROTTLE, error_code=error_code(exc),
                  groups=())
-    # v4+ filters by state; types_filter is v5+, not served: every group is "classic"
     states = {s.lower() for s in request.states_filter} \
-        if isinstance(request, v4.ListGroupsRequest) else set()
+        if isinstance(request, v4.ListGroupsRequest | v5.ListGroupsRequest) else set()
+    types = {t.lower() for t in request.types_filter} \
+        if isinstance(request, v5.ListGroupsRequest) else set()
+    if types and "classic" not in types:
+        return b("ListGroupsResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                 groups=())
     return b("ListGroupsResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
              groups=tuple(b("ListedGroup", group_id=g.group_id,
                             protocol_type=g.protocol_type or "", group_state=g.state,
