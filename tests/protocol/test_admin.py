@@ -33,10 +33,11 @@ from kafka.errors import (
 from kio.schema.create_partitions.v3 import request as cp3
 from kio.schema.create_topics.v5 import request as ct5
 from kio.schema.delete_topics.v6 import request as dt6
+from kio.schema.describe_configs.v4 import request as dc4
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as m12
 from kio.schema.types import BrokerId, TopicName
-from kio.static.primitive import i16, i32, i32Timedelta
+from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from metadata.errors import UnknownTopicError
 from metadata.topicconfig import DEFAULTS
@@ -392,3 +393,37 @@ def test_explicit_replica_assignments(agent_proc: AgentProcess) -> None:
                 assert r.error_message == message
     finally:
         client.close()
+
+
+def test_describe_group_configs(agent_proc: AgentProcess) -> None:
+    """librdkafka's 0081: DescribeConfigs of a GROUP resource (type 32) answers as Kafka 4.0's
+    ConfigHelper, any group id: its GroupConfig keys at Kafka's defaults (read-only here: they
+    govern consumer-protocol and share groups, which silt does not serve)."""
+    admin = AdminClient({"bootstrap.servers": agent_proc.bootstrap})
+    group = ConfigResource(ResourceType.GROUP, "no-such-group")
+    configs = admin.describe_configs([group])[group].result(60)
+    assert {k: v.value for k, v in configs.items()} == {
+        "consumer.session.timeout.ms": "45000", "consumer.heartbeat.interval.ms": "5000",
+        "share.session.timeout.ms": "45000", "share.heartbeat.interval.ms": "5000",
+        "share.record.lock.duration.ms": "30000", "share.auto.offset.reset": "latest"}
+    assert {v.source for v in configs.values()} == {ConfigSource.DEFAULT_CONFIG.value}
+    client = RawClient(agent_proc.port)
+    try:
+        got = client.call(32, 4, dc4.DescribeConfigsRequest(resources=(
+            dc4.DescribeConfigsResource(resource_type=i8(32), resource_name="g",
+                                        configuration_keys=("consumer.session.timeout.ms",)),
+            dc4.DescribeConfigsResource(resource_type=i8(32), resource_name="",
+                                        configuration_keys=None),
+            dc4.DescribeConfigsResource(resource_type=i8(8), resource_name="x",
+                                        configuration_keys=None),
+        ), include_synonyms=True, include_documentation=False)).results
+    finally:
+        client.close()
+    assert [(r.error_code, r.resource_type) for r in got] == [
+        (ErrorCode.none, 32), (ErrorCode.invalid_request, 32), (ErrorCode.invalid_request, 8)]
+    (entry,) = got[0].configs
+    assert (entry.name, entry.value, entry.config_type, entry.config_source) == (
+        "consumer.session.timeout.ms", "45000", 3, ConfigSource.DEFAULT_CONFIG.value)
+    assert [(s.name, s.value) for s in entry.synonyms] == [
+        ("group.consumer.session.timeout.ms", "45000")]
+    assert got[1].error_message == "Group name must not be empty"

@@ -15,6 +15,7 @@ class ResourceType(enum.IntEnum):
 
     TOPIC = 2
     BROKER = 4
+    GROUP = 32
 
 
 class ConfigSource(enum.IntEnum):

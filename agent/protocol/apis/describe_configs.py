@@ -5,8 +5,12 @@ config type and documentation in v3+. BROKER resources list this agent's setting
 section, full keys such as `agent.linger.ms`, as `silt agent` loaded and passed them in:
 `ServerContext.settings`) with their sources (DEFAULT_CONFIG, or STATIC_BROKER_CONFIG from
 file, environment or flag), read-only; the
-metadata URL is sensitive (its value is not sent). An unknown topic gets
-UNKNOWN_TOPIC_OR_PARTITION, another resource type INVALID_REQUEST.
+metadata URL is sensitive (its value is not sent). GROUP resources (any group id, existing
+or not, as Kafka 4.0's ConfigHelper) list Kafka 4.0's GroupConfig keys at Kafka's defaults
+(`GROUP_CONFIGS`), read-only: they govern KIP-848 consumer and KIP-932 share groups, which
+silt does not serve (its groups are all classic), so no group here has others; an empty
+group name is INVALID_REQUEST. An unknown topic gets UNKNOWN_TOPIC_OR_PARTITION, another
+resource type INVALID_REQUEST (as ConfigHelper answers an unsupported one).
 """
 
 from __future__ import annotations
@@ -97,6 +101,27 @@ def _broker(ctx: ServerContext, name: str) -> Described:
     return ErrorCode.none, None, entries
 
 
+# Kafka 4.0's GroupConfig: (name, default, type, the broker config it defaults to or None)
+GROUP_CONFIGS = (
+    ("consumer.session.timeout.ms", "45000", "INT", "group.consumer.session.timeout.ms"),
+    ("consumer.heartbeat.interval.ms", "5000", "INT", "group.consumer.heartbeat.interval.ms"),
+    ("share.session.timeout.ms", "45000", "INT", "group.share.session.timeout.ms"),
+    ("share.heartbeat.interval.ms", "5000", "INT", "group.share.heartbeat.interval.ms"),
+    ("share.record.lock.duration.ms", "30000", "INT", "group.share.record.lock.duration.ms"),
+    ("share.auto.offset.reset", "latest", "STRING", None),
+)
+GROUP_DOC = "Kafka's default; applies to consumer-protocol and share groups, not served here."
+
+
+def _group(name: str) -> Described:
+    if not name:
+        return ErrorCode.invalid_request, "Group name must not be empty", ()
+    return ErrorCode.none, None, [
+        Entry(key, default, ConfigSource.DEFAULT_CONFIG, True, False,
+              ((broker or key, default, ConfigSource.DEFAULT_CONFIG),), kind, GROUP_DOC)
+        for key, default, kind, broker in GROUP_CONFIGS]
+
+
 def describe_all(ctx: ServerContext, request: Request) -> list[tuple[Resource, Described]]:
     """Each resource's configs (blocking: runs in the pool)."""
     out: list[tuple[Resource, Described]] = []
@@ -105,6 +130,8 @@ def describe_all(ctx: ServerContext, request: Request) -> list[tuple[Resource, D
             described = _topic(ctx, r.resource_name)
         elif int(r.resource_type) == ResourceType.BROKER:
             described = _broker(ctx, r.resource_name)
+        elif int(r.resource_type) == ResourceType.GROUP:
+            described = _group(r.resource_name)
         else:
             described = (ErrorCode.invalid_request,
                          f"resource type {r.resource_type} is not supported", ())
