@@ -285,7 +285,6 @@ IGNORED: Mapping[str, str] = {
     "compression.gzip.level": "not yet: the compactor rewrites with each codec's default level",
     "compression.lz4.level": "not yet: the compactor rewrites with each codec's default level",
     "compression.zstd.level": "not yet: the compactor rewrites with each codec's default level",
-    MAX_MESSAGE_BYTES: "not yet: the agent's request and buffer limits bound batches",
     "message.timestamp.before.max.ms": _VALIDATOR,
     "message.timestamp.after.max.ms": _VALIDATOR,
     "message.timestamp.difference.max.ms": _VALIDATOR,
