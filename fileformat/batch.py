@@ -66,6 +66,7 @@ MAGIC_POS = struct.calcsize(">qii")
 CRC_POS = struct.calcsize(">qiib")
 ATTRIBUTES_POS = struct.calcsize(">qiibI")
 LAST_OFFSET_DELTA_POS = struct.calcsize(">qiibIh")
+MAX_TIMESTAMP_POS = struct.calcsize(">qiibIhiq")
 RECORD_COUNT_POS = struct.calcsize(">qiibIhiqqqhi")
 LOG_OVERHEAD = LENGTH_POS + struct.calcsize(">i")  # bytes not counted by `length`: 12
 FRAME_SIZE = CRC_POS  # bytes before the CRC (not covered by it): 17
@@ -82,6 +83,7 @@ LENGTH_FIELD = struct.Struct(">i")
 LEADER_EPOCH_FIELD = struct.Struct(">i")
 CRC_FIELD = struct.Struct(">I")
 ATTRIBUTES_FIELD = struct.Struct(">h")
+TIMESTAMP_FIELD = struct.Struct(">q")
 
 _CODECS = tuple(sorted(Compression))  # by codec id: _CODECS[id] is Compression(id)
 
@@ -211,6 +213,18 @@ def seal_crc(batch: bytearray) -> None:
     """Store the CRC32C of `batch` (attributes to its end): the last write to a batch whose
     checksummed fields or records changed."""
     CRC_FIELD.pack_into(batch, CRC_POS, crc32c.crc32c(memoryview(batch)[ATTRIBUTES_POS:]))
+
+
+def stamp_log_append_time(batch: bytes, now_ms: int) -> bytes:
+    """Copy `batch` as Kafka's broker appends it to a LogAppendTime topic: the timestamp
+    type bit set and maxTimestamp = `now_ms` (every record's timestamp for readers), the CRC
+    recomputed (records untouched)."""
+    out = bytearray(batch)
+    attributes = ATTRIBUTES_FIELD.unpack_from(out, ATTRIBUTES_POS)[0]
+    ATTRIBUTES_FIELD.pack_into(out, ATTRIBUTES_POS, attributes | TIMESTAMP_TYPE_MASK)
+    TIMESTAMP_FIELD.pack_into(out, MAX_TIMESTAMP_POS, now_ms)
+    seal_crc(out)
+    return bytes(out)
 
 
 def with_base_offset(batch: Any, base_offset: int) -> bytes:

@@ -9,6 +9,7 @@ errors are InvalidConfigError, Kafka's INVALID_CONFIG.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -28,6 +29,11 @@ MAX_COMPACTION_LAG_MS = "max.compaction.lag.ms"
 MAX_MESSAGE_BYTES = "max.message.bytes"
 SEGMENT_BYTES = "segment.bytes"
 COMPRESSION_TYPE = "compression.type"
+MESSAGE_TIMESTAMP_TYPE = "message.timestamp.type"
+
+CREATE_TIME = "CreateTime"
+LOG_APPEND_TIME = "LogAppendTime"
+TIMESTAMP_TYPES = (CREATE_TIME, LOG_APPEND_TIME)
 
 POLICY_DELETE = "delete"
 POLICY_COMPACT = "compact"
@@ -37,6 +43,42 @@ POLICIES = (POLICY_DELETE, POLICY_COMPACT, POLICY_COMPACT_DELETE)
 LONG_MAX = 9_223_372_036_854_775_807
 LONG_MIN = -LONG_MAX - 1
 INT_MAX = 2_147_483_647
+
+
+def _boolean(key: str, default: bool) -> bool:
+    """A Kafka BOOLEAN config: "true" or "false", case-insensitive (ConfigDef.parseType)."""
+    def parse(text: str) -> bool:
+        word = text.strip().lower()
+        if word not in ("true", "false"):
+            raise ValueError(text)
+        return word == "true"
+
+    return setting(key, default, allowed="true or false",
+                   check=lambda v: isinstance(v, bool), parse=parse)
+
+
+def _level(key: str, default: int, lo: int, hi: int, also: int | None = None) -> int:
+    """A codec level: an integer in [lo, hi] (or `also`, the codec's own default marker)."""
+    extra = "" if also is None else f" or {also}"
+    return setting(key, default, allowed=f"an integer in [{lo}, {hi}]{extra}",
+                   check=lambda v: isinstance(v, int) and not isinstance(v, bool)
+                   and (lo <= v <= hi or v == also),
+                   parse=lambda t: int(t.strip(), 10))
+
+
+def _throttled(value: str) -> bool:
+    """Kafka's ThrottledReplicaListValidator: empty, "*", or partition:broker id pairs."""
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if items == ["*"] or not items:
+        return True
+    pair = re.compile(r"^[0-9]+:[0-9]+$")
+    return all(pair.match(v) for v in items)
+
+
+def _throttled_list(key: str) -> str:
+    return setting(key, "", allowed="a list of partition:brokerId pairs, or '*'",
+                   check=lambda v: isinstance(v, str) and _throttled(v),
+                   parse=lambda t: ",".join(v.strip() for v in t.split(",") if v.strip()))
 
 
 def _policy(value: str) -> str:
@@ -66,6 +108,49 @@ class TopicConfig(Section):
     # batch's own. Batches are stored as produced (never recompressed on the produce path).
     compression_type: str = choice(COMPRESSION_TYPE, PRODUCER,
                                    {name: name for name in TOPIC_COMPRESSIONS})
+    # CreateTime: records keep their producer's timestamps. LogAppendTime: the agent stamps
+    # each batch (timestamp type bit, maxTimestamp) with its own clock, as Kafka's broker does.
+    message_timestamp_type: str = setting(
+        MESSAGE_TIMESTAMP_TYPE, CREATE_TIME,
+        allowed="one of " + ", ".join(TIMESTAMP_TYPES),
+        check=lambda v: v in TIMESTAMP_TYPES, parse=str.strip)
+
+    # Accepted for compatibility, stored and described, without effect here (IGNORED says
+    # why). Kafka 4.0's LogConfig types, defaults and ranges; the last four names are older
+    # Kafka's, still sent by clients and tools.
+    segment_ms: int = integer("segment.ms", 604_800_000, lo=1, hi=LONG_MAX)
+    segment_jitter_ms: int = integer("segment.jitter.ms", 0, lo=0, hi=LONG_MAX)
+    segment_index_bytes: int = integer("segment.index.bytes", 10_485_760, lo=4, hi=INT_MAX)
+    flush_messages: int = integer("flush.messages", LONG_MAX, lo=1, hi=LONG_MAX)
+    flush_ms: int = integer("flush.ms", LONG_MAX, lo=0, hi=LONG_MAX)
+    index_interval_bytes: int = integer("index.interval.bytes", 4096, lo=0, hi=INT_MAX)
+    file_delete_delay_ms: int = integer("file.delete.delay.ms", 60_000, lo=0, hi=LONG_MAX)
+    unclean_leader_election_enable: bool = _boolean("unclean.leader.election.enable", False)
+    min_insync_replicas: int = integer("min.insync.replicas", 1, lo=1, hi=INT_MAX)
+    compression_gzip_level: int = _level("compression.gzip.level", -1, 1, 9, also=-1)
+    compression_lz4_level: int = _level("compression.lz4.level", 9, 1, 17)
+    compression_zstd_level: int = _level("compression.zstd.level", 3, -131_072, 22)
+    preallocate: bool = _boolean("preallocate", False)
+    message_timestamp_before_max_ms: int = integer(
+        "message.timestamp.before.max.ms", LONG_MAX, lo=0, hi=LONG_MAX)
+    message_timestamp_after_max_ms: int = integer(
+        "message.timestamp.after.max.ms", LONG_MAX, lo=0, hi=LONG_MAX)
+    leader_replication_throttled_replicas: str = _throttled_list(
+        "leader.replication.throttled.replicas")
+    follower_replication_throttled_replicas: str = _throttled_list(
+        "follower.replication.throttled.replicas")
+    remote_storage_enable: bool = _boolean("remote.storage.enable", False)
+    local_retention_ms: int = integer("local.retention.ms", -2, lo=-2, hi=LONG_MAX)
+    local_retention_bytes: int = integer("local.retention.bytes", -2, lo=-2, hi=LONG_MAX)
+    remote_log_copy_disable: bool = _boolean("remote.log.copy.disable", False)
+    remote_log_delete_on_disable: bool = _boolean("remote.log.delete.on.disable", False)
+    message_timestamp_difference_max_ms: int = integer(
+        "message.timestamp.difference.max.ms", LONG_MAX, lo=0, hi=LONG_MAX)
+    message_format_version: str = setting(
+        "message.format.version", "3.0-IV1", allowed="a Kafka version such as 3.0-IV1",
+        check=lambda v: isinstance(v, str) and bool(re.match(r"^[0-9]+\.[0-9]+", v)),
+        parse=str.strip)
+    message_downconversion_enable: bool = _boolean("message.downconversion.enable", True)
 
     @property
     def compacted(self) -> bool:
@@ -76,6 +161,11 @@ class TopicConfig(Section):
     def rewrite_codec(self) -> Compression | None:
         """The codec of batches the compactor rewrites; None: each keeps its input codec."""
         return TOPIC_COMPRESSIONS[self.compression_type]
+
+    @property
+    def log_append_time(self) -> bool:
+        """Whether the agent stamps batches with its clock (message.timestamp.type)."""
+        return self.message_timestamp_type == LOG_APPEND_TIME
 
     @property
     def deletes(self) -> bool:
@@ -91,8 +181,8 @@ class TopicConfig(Section):
 
     @classmethod
     def invalid(cls, key: str, value: object, allowed: str, where: str = "") -> InvalidConfigError:
-        return InvalidConfigError(
-            f"invalid value {value!r} for topic config {key!r}: must be {allowed}")
+        return InvalidConfigError(  # Kafka's ConfigException shape, then what is allowed
+            f"Invalid value {value} for configuration {key}: must be {allowed}")
 
     @classmethod
     def unknown(cls, key: str, where: str = "") -> InvalidConfigError:
@@ -112,7 +202,7 @@ KNOWN_KEYS = tuple(DEFAULTS)
 
 # What DescribeConfigs says of each config: its Kafka type (ConfigType name) and its
 # documentation (after Kafka's TopicConfig docs, with what siltstream does with it).
-DESCRIPTIONS: Mapping[str, tuple[str, str]] = {
+_KAFKA_DOCS: Mapping[str, tuple[str, str]] = {
     CLEANUP_POLICY: ("LIST", "The retention policy of old log segments: \"delete\" drops them"
                      " past retention.ms/retention.bytes, \"compact\" keeps the latest record"
                      " of each key; both may be given."),
@@ -128,16 +218,97 @@ DESCRIPTIONS: Mapping[str, tuple[str, str]] = {
     MAX_COMPACTION_LAG_MS: ("LONG", "The maximum time a record may stay ineligible for"
                             " compaction."),
     MAX_MESSAGE_BYTES: ("INT", "The largest record batch size allowed."),
-    SEGMENT_BYTES: ("INT", "The segment size of the log (siltstream stores one segment per"
-                    " partition per object; accepted for compatibility)."),
+    SEGMENT_BYTES: ("INT", "The segment file size of the log."),
     COMPRESSION_TYPE: ("STRING", "The codec of batches the compactor rewrites: gzip, snappy,"
                        " lz4, zstd, uncompressed, or producer (keep the producer's codec)."),
+    MESSAGE_TIMESTAMP_TYPE: ("STRING", "CreateTime: records keep the producer's timestamps;"
+                             " LogAppendTime: the agent stamps each batch with its clock."),
+    "segment.ms": ("LONG", "The time after which Kafka rolls a segment."),
+    "segment.jitter.ms": ("LONG", "Random jitter subtracted from segment.ms."),
+    "segment.index.bytes": ("INT", "The size of a segment's offset index."),
+    "flush.messages": ("LONG", "Records written between forced fsyncs of the log."),
+    "flush.ms": ("LONG", "Time between forced fsyncs of the log."),
+    "index.interval.bytes": ("INT", "Bytes between offset index entries."),
+    "file.delete.delay.ms": ("LONG", "How long a deleted segment file lingers."),
+    "unclean.leader.election.enable": ("BOOLEAN", "Whether an out-of-sync replica may lead."),
+    "min.insync.replicas": ("INT", "Replicas that must acknowledge an acks=all write."),
+    "compression.gzip.level": ("INT", "The gzip level when compression.type is gzip."),
+    "compression.lz4.level": ("INT", "The lz4 level when compression.type is lz4."),
+    "compression.zstd.level": ("INT", "The zstd level when compression.type is zstd."),
+    "preallocate": ("BOOLEAN", "Whether segment files are preallocated on disk."),
+    "message.timestamp.before.max.ms": ("LONG", "How far a record's timestamp may lie in"
+                                        " the past of the broker's clock."),
+    "message.timestamp.after.max.ms": ("LONG", "How far a record's timestamp may lie in"
+                                       " the future of the broker's clock."),
+    "leader.replication.throttled.replicas": ("LIST", "Replicas throttled on the leader."),
+    "follower.replication.throttled.replicas": ("LIST", "Replicas throttled on followers."),
+    "remote.storage.enable": ("BOOLEAN", "Tiered storage for the topic (KIP-405)."),
+    "local.retention.ms": ("LONG", "Local retention time with tiered storage."),
+    "local.retention.bytes": ("LONG", "Local retention size with tiered storage."),
+    "remote.log.copy.disable": ("BOOLEAN", "Stop copying segments to tiered storage."),
+    "remote.log.delete.on.disable": ("BOOLEAN", "Delete tiered data when tiering is off."),
+    "message.timestamp.difference.max.ms": ("LONG", "Older Kafka's bound on a record's"
+                                            " timestamp distance (before 4.0)."),
+    "message.format.version": ("STRING", "Older Kafka's on-disk record format (before 4.0)."),
+    "message.downconversion.enable": ("BOOLEAN", "Older Kafka's down-conversion for old"
+                                      " consumers (before 4.0)."),
 }
-if set(KNOWN_KEYS) != set(DESCRIPTIONS):
+if set(KNOWN_KEYS) != set(_KAFKA_DOCS):
     raise AssertionError("every topic config needs its description in DESCRIPTIONS")
 
+# Topic configs accepted, stored and described but without effect here, and why: the one
+# table docs/operations.md shows (tests keep the two equal). Every other config is applied.
+_LOCAL_LOG = "no local log segments: data lives in object-store files the agents write"
+_REPLICAS = "no replicas: the object store is the replication, any agent serves any partition"
+_TIERING = "no tiering: the object store is the only storage"
+_VALIDATOR = "not yet: produce does not check record timestamps (the LogValidator work)"
+_OLD = "removed in Kafka 4.0; record batches are always v2 here"
+IGNORED: Mapping[str, str] = {
+    SEGMENT_BYTES: _LOCAL_LOG,
+    "segment.ms": _LOCAL_LOG,
+    "segment.jitter.ms": _LOCAL_LOG,
+    "segment.index.bytes": _LOCAL_LOG,
+    "index.interval.bytes": _LOCAL_LOG,
+    "file.delete.delay.ms": _LOCAL_LOG,
+    "preallocate": _LOCAL_LOG,
+    "flush.messages": "no fsync: a write is acknowledged once its file is in the object store",
+    "flush.ms": "no fsync: a write is acknowledged once its file is in the object store",
+    "unclean.leader.election.enable": _REPLICAS,
+    "min.insync.replicas": _REPLICAS,
+    "leader.replication.throttled.replicas": _REPLICAS,
+    "follower.replication.throttled.replicas": _REPLICAS,
+    "remote.storage.enable": _TIERING,
+    "local.retention.ms": _TIERING,
+    "local.retention.bytes": _TIERING,
+    "remote.log.copy.disable": _TIERING,
+    "remote.log.delete.on.disable": _TIERING,
+    "compression.gzip.level": "not yet: the compactor rewrites with each codec's default level",
+    "compression.lz4.level": "not yet: the compactor rewrites with each codec's default level",
+    "compression.zstd.level": "not yet: the compactor rewrites with each codec's default level",
+    "message.timestamp.before.max.ms": _VALIDATOR,
+    "message.timestamp.after.max.ms": _VALIDATOR,
+    "message.timestamp.difference.max.ms": _VALIDATOR,
+    "message.format.version": _OLD,
+    "message.downconversion.enable": _OLD,
+}
+if not set(IGNORED) <= set(KNOWN_KEYS):
+    raise AssertionError("IGNORED names configs that are not declared")
+
+# What DescribeConfigs sends: the type, and the documentation with siltstream's no-ops marked.
+DESCRIPTIONS: Mapping[str, tuple[str, str]] = {
+    key: (kind, doc if key not in IGNORED else f"{doc} Accepted and ignored here: {IGNORED[key]}.")
+    for key, (kind, doc) in _KAFKA_DOCS.items()}
+
 # Kafka's list-typed topic configs among these: APPEND and SUBTRACT apply to them only.
-LIST_KEYS = frozenset({CLEANUP_POLICY})
+LIST_KEYS = frozenset({CLEANUP_POLICY, "leader.replication.throttled.replicas",
+                       "follower.replication.throttled.replicas"})
+
+
+def ignored_table() -> str:
+    """The markdown table of IGNORED (docs/operations.md carries it verbatim)."""
+    rows = ["| topic config | why it has no effect |", "|---|---|"]
+    rows += [f"| `{key}` | {why} |" for key, why in sorted(IGNORED.items())]
+    return "\n".join(rows) + "\n"
 
 
 class AlterOp(enum.IntEnum):

@@ -26,6 +26,7 @@ from clock import ManualClock
 from costs import PerPartitionObjectsAgent
 from faults import GatedStore
 from fileformat import build_batch
+from fileformat.batch import HEADER_SIZE, TIMESTAMP_TYPE_MASK, verify_batch
 from metadata import MetadataStore
 from metadata.errors import OffsetOutOfRangeError
 from metadata.topicconfig import AlterOp, ConfigChange
@@ -258,4 +259,30 @@ def test_topics_changed_elsewhere_are_seen(tmp_path: object, clock: ManualClock)
                 agent.produce("t", 0, None, b"v").result(timeout=10)
                 threading.Event().wait(0.01)
     other.close()
+    md.close()
+
+
+def test_log_append_time_topic_stamps_batches_with_the_agents_clock(
+        tmp_path: object, clock: ManualClock) -> None:
+    """message.timestamp.type=LogAppendTime: each batch is stored as Kafka's broker appends
+    it (timestamp type bit, maxTimestamp = the agent's clock, CRC valid, records as sent);
+    a CreateTime topic's batch is stored byte for byte."""
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True)
+    md.create_topic("stamped", 1, {"message.timestamp.type": "LogAppendTime"})
+    md.create_topic("created", 1)
+    sent = build_batch([(0, 5, b"k", b"v", []), (1, 7, b"k", b"w", [])])
+    store = open_store("memory://stamped")
+    with Agent(store, md, AgentConfig(linger_ms=0), clock=clock) as agent:
+        clock.advance(1234)
+        now = clock.now_ms()
+        assert agent.produce_batches("stamped", 0, [sent])[0].result(timeout=30) == 0
+        assert agent.produce_batches("created", 0, [sent])[0].result(timeout=30) == 0
+    reader = Reader(store, md)
+    [stamped] = list(reader.read_batches("stamped", 0))
+    header = verify_batch(stamped)  # the CRC holds
+    assert header.attributes & TIMESTAMP_TYPE_MASK and header.max_timestamp == now
+    assert (header.first_timestamp, header.record_count) == (5, 2)
+    assert bytes(stamped)[HEADER_SIZE:] == sent[HEADER_SIZE:]
+    [created] = list(reader.read_batches("created", 0))
+    assert bytes(created)[8:] == sent[8:]  # all but the baseOffset (the same 0 here)
     md.close()

@@ -156,7 +156,7 @@ def test_invalid_partition_counts(store: MetadataStore, count: int) -> None:
 
 
 def test_bad_config_creates_nothing(store: MetadataStore) -> None:
-    with pytest.raises(InvalidConfigError, match=re.escape("'cleanup.policy'")):
+    with pytest.raises(InvalidConfigError, match=re.escape("configuration cleanup.policy:")):
         store.create_topic("t", 1, {"cleanup.policy": "nope"})
     with pytest.raises(InvalidConfigError, match="'foo'"):
         store.create_topic("t", 1, {"foo": "1"})

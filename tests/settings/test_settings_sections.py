@@ -119,7 +119,7 @@ def test_component_errors_are_setting_errors() -> None:
     assert issubclass(InvalidConfigError, MetadataError)
     with pytest.raises(InvalidPlannerConfigError):
         PlannerConfig(max_level=0)
-    with pytest.raises(InvalidConfigError, match=r"for topic config 'retention\.ms'"):
+    with pytest.raises(InvalidConfigError, match=r"for configuration retention\.ms:"):
         TopicConfig(retention_ms=-2)
 
 
