@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 import telemetry
 from clock import SYSTEM_CLOCK, Clock
 from fileformat import ChunkBuilder, KeyHasher
-from fileformat.batch import CRC_FIELD, CRC_POS, TIMESTAMP_TYPE_MASK, stamp_log_append_time
+from fileformat.batch import read_header, stamp_log_append_time
 from fileformat.compression import MAX_DECOMPRESSED
 from fileformat.objectfile import MAX_OFFSET_SPAN
 from fileformat.validate import CheckedBatch, check_client_batch
@@ -682,11 +682,6 @@ def _stamped(raw_batches: Sequence[bytes], checked: list[CheckedBatch], now_ms: 
              ) -> tuple[list[bytes], list[CheckedBatch]]:
     """The batches of a LogAppendTime topic as Kafka's broker appends them: stamped with the
     agent's clock when it accepts them (`stamp_log_append_time`), headers to match."""
-    raws, out = [], []
-    for raw, (header, records) in zip(raw_batches, checked, strict=True):
-        stamped = stamp_log_append_time(raw, now_ms)
-        raws.append(stamped)
-        out.append((replace(header, attributes=header.attributes | TIMESTAMP_TYPE_MASK,
-                            max_timestamp=now_ms,
-                            crc=CRC_FIELD.unpack_from(stamped, CRC_POS)[0]), records))
-    return raws, out
+    raws = [stamp_log_append_time(raw, now_ms) for raw in raw_batches]
+    return raws, [(read_header(raw), records)
+                  for raw, (_, records) in zip(raws, checked, strict=True)]
