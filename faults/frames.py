@@ -175,18 +175,25 @@ def sample(cls: Any, api_key: int, record_batch: bytes) -> Any:
     return cls(**values)
 
 
+def encode_request(api_key: int, version: int, request: Any, correlation_id: int = 1) -> bytes:
+    """kio's encoding of `request` behind its request header (client id "fuzz"): what the
+    server decodes, without the size prefix (`framed` adds it)."""
+    header_cls = load_request_schema(api_key, version).__header_schema__
+    buf = io.BytesIO()
+    entity_writer(header_cls)(buf, header_cls(request_api_key=i16(api_key),
+                                              request_api_version=i16(version),
+                                              correlation_id=i32(correlation_id),
+                                              client_id="fuzz"))
+    entity_writer(type(request))(buf, request)
+    return buf.getvalue()
+
+
 @functools.cache
 def sample_body(api_key: int, version: int) -> bytes:
     """A valid request of this API version (header included, size prefix not): kio's
     encoding of `sample`, correlation id 1, client id "fuzz"."""
     cls = load_request_schema(api_key, version)
-    header_cls = cls.__header_schema__
-    buf = io.BytesIO()
-    header = header_cls(request_api_key=i16(api_key), request_api_version=i16(version),
-                        correlation_id=i32(1), client_id="fuzz")
-    entity_writer(header_cls)(buf, header)
-    entity_writer(cls)(buf, sample(cls, api_key, good_batch([b"fuzz"])))
-    return buf.getvalue()
+    return encode_request(api_key, version, sample(cls, api_key, good_batch([b"fuzz"])))
 
 
 def framed(body: bytes) -> bytes:
@@ -488,11 +495,4 @@ def produce_request(version: int, topic: str, partition: int, records: bytes, ac
     req = cls(transactional_id=None, acks=i16(acks),
               timeout=_inner(ms).parse(datetime.timedelta(seconds=10)),
               topic_data=(topic_data,))
-    header_cls = cls.__header_schema__
-    buf = io.BytesIO()
-    entity_writer(header_cls)(buf, header_cls(request_api_key=i16(0),
-                                              request_api_version=i16(version),
-                                              correlation_id=i32(correlation),
-                                              client_id="fuzz"))
-    entity_writer(cls)(buf, req)
-    return framed(buf.getvalue())
+    return framed(encode_request(0, version, req, correlation))

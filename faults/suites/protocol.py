@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
-import io
 import os
 import random
 import resource
@@ -53,8 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kio.index import load_payload_module, load_request_schema
-from kio.serial import entity_reader, entity_writer
+from kio.index import load_payload_module
+from kio.serial import entity_reader
 from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32, i32Timedelta, i64
 
@@ -706,14 +705,7 @@ def _ms(ms: int) -> i32Timedelta:
 
 
 def _frame(api_key: int, version: int, request: Any) -> bytes:
-    cls = load_request_schema(api_key, version)
-    header_cls = cls.__header_schema__
-    buf = io.BytesIO()
-    entity_writer(header_cls)(buf, header_cls(request_api_key=i16(api_key),
-                                              request_api_version=i16(version),
-                                              correlation_id=i32(1), client_id="fuzz"))
-    entity_writer(cls)(buf, request)
-    return frames.framed(buf.getvalue())
+    return frames.framed(frames.encode_request(api_key, version, request))
 
 
 def _decode(api_key: int, version: int, body: bytes) -> Any:

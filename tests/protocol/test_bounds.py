@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import io
 import random
 import resource
 import struct
@@ -26,7 +25,6 @@ from typing import Any
 import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_writer
 from kio.serial._introspect import (
     EntityField,
     EntityTupleField,
@@ -34,13 +32,12 @@ from kio.serial._introspect import (
     classify_field,
     get_schema_field_type,
 )
-from kio.static.primitive import i16, i32
 
 from agent.protocol.apis import TABLE
 from agent.protocol.bounds import length_positions, walker
 from agent.protocol.codec import decode_request
 from agent.protocol.errors import ProtocolError
-from faults.frames import uvarint
+from faults.frames import encode_request, uvarint
 
 from .server import REPO
 
@@ -90,14 +87,7 @@ def sample(cls: type) -> Any:
 
 def encode(api_key: int, version: int, request: Any) -> bytes:
     """Header and body of a request (no size prefix: what the server decodes)."""
-    cls = load_request_schema(api_key, version)
-    header_cls = cls.__header_schema__
-    buf = io.BytesIO()
-    entity_writer(header_cls)(buf, header_cls(request_api_key=i16(api_key),
-                                              request_api_version=i16(version),
-                                              correlation_id=i32(7), client_id="fuzz"))
-    entity_writer(cls)(buf, request)
-    return buf.getvalue()
+    return encode_request(api_key, version, request, correlation_id=7)
 
 
 def served() -> Iterator[tuple[int, int]]:
