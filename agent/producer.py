@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 import telemetry
 from clock import SYSTEM_CLOCK, Clock
 from fileformat import ChunkBuilder, KeyHasher
-from fileformat.batch import read_header, stamp_log_append_time
+from fileformat.batch import TIMESTAMP_TYPE_MASK, read_header, stamp_log_append_time
 from fileformat.compression import MAX_DECOMPRESSED
 from fileformat.objectfile import MAX_OFFSET_SPAN
 from fileformat.validate import CheckedBatch, check_client_batch
@@ -106,12 +106,15 @@ class ProduceFuture:
     object, and a flush to one Future whatever the number of partitions.
     """
 
-    __slots__ = ("_flush", "_rel", "_tp")
+    __slots__ = ("_flush", "_rel", "_tp", "log_append_time")
 
     def __init__(self, flush: Future[FlushOutcome], tp: tuple[str, int], rel: int) -> None:
         self._flush = flush
         self._tp = tp
         self._rel = rel
+        # The time a LogAppendTime topic's batch was stamped with (Produce answers it as
+        # log_append_time_ms), -1 otherwise (CreateTime, and resends of committed batches).
+        self.log_append_time = -1
 
     def result(self, timeout: float | None = None) -> int:
         """The offset; raises the flush's error if it failed."""
@@ -213,9 +216,9 @@ class Agent:
         self._flush_bytes = self._config.flush_bytes
         self._clock = clock
         self._hasher = KeyHasher(metadata.cluster_secret())
-        # Per topic: (info, compacted, max.message.bytes); the configs are unpacked once so
-        # the produce hot path does not parse cleanup.policy per record.
-        self._rules: dict[str, tuple[TopicInfo, bool, int]] = {}
+        # Per topic: (info, compacted, max.message.bytes, LogAppendTime); the configs are
+        # unpacked once so the produce hot path does not parse cleanup.policy per record.
+        self._rules: dict[str, tuple[TopicInfo, bool, int, bool]] = {}
         self._rules_at = clock.monotonic()  # when the flusher last dropped them
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -268,7 +271,7 @@ class Agent:
         rules = self._rules.get(topic)
         if rules is None:
             rules = self._load_rules(topic)
-        info, compacted, max_bytes = rules
+        info, compacted, max_bytes, stamped = rules
         if self._closed:
             raise AgentClosedError("agent is closed")
         size = record_size(key, value, headers)
@@ -276,7 +279,10 @@ class Agent:
                 size > max_bytes):  # a rule may fail: the rules themselves say which
             info = self._check_partition(info, partition)
             check_record(info, partition, key, size)
-        ts = self._clock.now_ms() if timestamp is None else timestamp
+        # LogAppendTime: the time the agent accepts the record (its batch is stamped with the
+        # latest of them, `ChunkBuilder(log_append_time=True)`), as Kafka's broker ignores
+        # the producer's for readers.
+        ts = self._clock.now_ms() if timestamp is None or stamped else timestamp
         tp = (topic, partition)
         with self._lock:  # the condition's lock (its __enter__ is a Python-level call)
             if self._in_flight_bytes + size > self._buffer_memory:
@@ -311,9 +317,10 @@ class Agent:
             self._rules_at = now
             self.forget_topics()
 
-    def _load_rules(self, topic: str) -> tuple[TopicInfo, bool, int]:
+    def _load_rules(self, topic: str) -> tuple[TopicInfo, bool, int, bool]:
         info = self._metadata.get_topic(topic)
-        rules = (info, info.config.compacted, info.config.max_message_bytes)
+        rules = (info, info.config.compacted, info.config.max_message_bytes,
+                 info.config.log_append_time)
         self._rules[topic] = rules
         return rules
 
@@ -450,7 +457,11 @@ class Agent:
             pb.batches.append(placed)
             self._producers.add(key, placed, (done, first))
         self._account(len(raw_batch), held=True)
-        return ProduceFuture(done, (info.name, partition), first)
+        appended = ProduceFuture(done, (info.name, partition), first)
+        header = checked[0]
+        if header.attributes & TIMESTAMP_TYPE_MASK:  # stamped here: clients' are refused
+            appended.log_append_time = header.max_timestamp
+        return appended
 
     def flush(self, timeout: float | None = None) -> None:
         """Block until every record buffered before this call has been flushed (or failed)."""
@@ -496,6 +507,7 @@ class Agent:
             partition,
             hasher=self._hasher if info.config.compacted else None,
             compression=self._config.compression,
+            log_append_time=info.config.log_append_time,
         )
         return _PartitionBuffer(builder, info.config.compacted)
 

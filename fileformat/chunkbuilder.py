@@ -12,7 +12,7 @@ import crc32c
 import numpy as np
 from pyroaring import BitMap
 
-from fileformat.batch import FRAME_SIZE, verify_batch, with_base_offset
+from fileformat.batch import FRAME_SIZE, stamp_log_append_time, verify_batch, with_base_offset
 from fileformat.compression import WRITABLE_COMPRESSIONS, Compression
 from fileformat.encoder import BatchEncoder, seal_batch
 from fileformat.errors import CorruptDataError, UnsupportedError
@@ -48,7 +48,10 @@ class ChunkBuilder:
     `BatchEncoder` and sealed into a batch once it reaches `max_batch_bytes`. Key hashes
     and tombstones are tracked only for keyed chunks (`hasher` given or `keyed=True`).
     With `sink`, sealed batches are handed to it instead of being kept (used by
-    `FileWriter.open_chunk` so a large compacted chunk never sits in memory).
+    `FileWriter.open_chunk` so a large compacted chunk never sits in memory). With
+    `log_append_time`, each batch `append` encodes is stamped as Kafka's broker stamps a
+    LogAppendTime topic's (`stamp_log_append_time`) at its records' latest timestamp (the
+    caller gives the time it accepted each record); `append_batch` keeps batches as given.
     """
 
     def __init__(
@@ -62,6 +65,7 @@ class ChunkBuilder:
         compression: Compression = Compression.NONE,
         max_batch_bytes: int = 1 << 20,
         sink: Callable[[bytes], None] | None = None,
+        log_append_time: bool = False,
     ) -> None:
         if len(topic.encode()) > 0xFFFF or not topic:
             raise ValueError("topic must be 1..65535 utf-8 bytes")
@@ -97,6 +101,7 @@ class ChunkBuilder:
         self._finished = False
         self._sink = sink
         self._batch_count = 0
+        self._log_append_time = log_append_time
 
     @property
     def record_count(self) -> int:
@@ -160,6 +165,8 @@ class ChunkBuilder:
         except BaseException:
             self._finished = True  # the batch's records are lost: this chunk cannot be written
             raise
+        if self._log_append_time:
+            batch = stamp_log_append_time(batch, high)
         self._timestamps(low, high)
         self._store(batch)
         self._offsets.add_range(self._open_base, self._next)

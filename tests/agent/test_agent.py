@@ -265,24 +265,42 @@ def test_topics_changed_elsewhere_are_seen(tmp_path: object, clock: ManualClock)
 def test_log_append_time_topic_stamps_batches_with_the_agents_clock(
         tmp_path: object, clock: ManualClock) -> None:
     """message.timestamp.type=LogAppendTime: each batch is stored as Kafka's broker appends
-    it (timestamp type bit, maxTimestamp = the agent's clock, CRC valid, records as sent);
-    a CreateTime topic's batch is stored byte for byte."""
+    it (timestamp type bit, maxTimestamp = the agent's clock, CRC valid, records as sent)
+    and its future says the stamp; a CreateTime topic's batch is stored byte for byte.
+    `Agent.produce` stamps the batches it encodes too."""
     md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True)
     md.create_topic("stamped", 1, {"message.timestamp.type": "LogAppendTime"})
     md.create_topic("created", 1)
     sent = build_batch([(0, 5, b"k", b"v", []), (1, 7, b"k", b"w", [])])
     store = open_store("memory://stamped")
-    with Agent(store, md, AgentConfig(linger_ms=0), clock=clock) as agent:
+    with Agent(store, md, AgentConfig(linger_ms=600_000), clock=clock) as agent:
         clock.advance(1234)
         now = clock.now_ms()
-        assert agent.produce_batches("stamped", 0, [sent])[0].result(timeout=30) == 0
-        assert agent.produce_batches("created", 0, [sent])[0].result(timeout=30) == 0
+        stamped_fut = agent.produce_batches("stamped", 0, [sent])[0]
+        created_fut = agent.produce_batches("created", 0, [sent])[0]
+        agent.flush(30)
+        assert (stamped_fut.result(timeout=30), stamped_fut.log_append_time) == (0, now)
+        assert (created_fut.result(timeout=30), created_fut.log_append_time) == (0, -1)
+        # The Python API: records stamped with the time the agent accepts each, the batch
+        # with the latest of them; a CreateTime topic keeps the caller's timestamps.
+        first = agent.produce("stamped", 0, b"a", b"1", timestamp=5)
+        clock.advance(10)
+        second = agent.produce("stamped", 0, b"b", b"2", timestamp=6)
+        kept = agent.produce("created", 0, b"c", b"3", timestamp=5)
+        agent.flush(30)  # one flush: the two records in one batch
+        assert (first.result(timeout=30), second.result(timeout=30)) == (2, 3)
+        assert kept.result(timeout=30) == 2
     reader = Reader(store, md)
-    [stamped] = list(reader.read_batches("stamped", 0))
+    [stamped, encoded] = list(reader.read_batches("stamped", 0))
     header = verify_batch(stamped)  # the CRC holds
     assert header.attributes & TIMESTAMP_TYPE_MASK and header.max_timestamp == now
     assert (header.first_timestamp, header.record_count) == (5, 2)
     assert bytes(stamped)[HEADER_SIZE:] == sent[HEADER_SIZE:]
-    [created] = list(reader.read_batches("created", 0))
+    header = verify_batch(encoded)
+    assert header.attributes & TIMESTAMP_TYPE_MASK and header.max_timestamp == now + 10
+    assert (header.first_timestamp, header.record_count) == (now, 2)
+    [created, caller] = list(reader.read_batches("created", 0))
     assert bytes(created)[8:] == sent[8:]  # all but the baseOffset (the same 0 here)
+    header = verify_batch(caller)
+    assert not header.attributes & TIMESTAMP_TYPE_MASK and header.max_timestamp == 5
     md.close()

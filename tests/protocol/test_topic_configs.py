@@ -14,6 +14,7 @@ from confluent_kafka import (
     Consumer,
     KafkaError,
     KafkaException,
+    Message,
     Producer,
     TopicPartition,
 )
@@ -32,10 +33,19 @@ GIVEN = {"message.timestamp.type": "LogAppendTime", "segment.ms": "100", "flush.
          "index.interval.bytes": "1", "retention.ms": "600000"}
 
 
-def _timestamps(bootstrap: str, topic: str, n: int) -> list[tuple[int, int]]:
+def _timestamps(bootstrap: str, topic: str, n: int, acked: list[tuple[int, int]] | None = None
+                ) -> list[tuple[int, int]]:
+    """The timestamps a consumer reads of `n` records produced with timestamps 1_000_000 + i;
+    `acked` gets each delivery report's (librdkafka takes Produce's log_append_time_ms)."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    reports = [] if acked is None else acked
+
+    def delivered(_: object, msg: Message[bytes, bytes]) -> None:
+        reports.append(msg.timestamp())
+
     for i in range(n):
-        producer.produce(topic, b"v%d" % i, b"k%d" % i, partition=0, timestamp=1_000_000 + i)
+        producer.produce(topic, b"v%d" % i, b"k%d" % i, partition=0, timestamp=1_000_000 + i,
+                         on_delivery=delivered)
     assert producer.flush(60) == 0
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
                          "enable.auto.commit": False})
@@ -78,9 +88,14 @@ def test_kafka_topic_configs_accepted_described_and_log_append_time_applied(
     assert "message.timestamp.type" not in IGNORED
 
     before = int(time.time() * 1000)
-    stamped = _timestamps(agent_proc.bootstrap, "stamped", 5)
+    acked: list[tuple[int, int]] = []
+    stamped = _timestamps(agent_proc.bootstrap, "stamped", 5, acked)
     after = int(time.time() * 1000)
     assert {kind for kind, _ in stamped} == {TIMESTAMP_LOG_APPEND_TIME}
     assert all(before - 1000 <= ts <= after + 1000 for _, ts in stamped), (before, stamped)
-    assert _timestamps(agent_proc.bootstrap, "created", 3) == [
+    # Produce's log_append_time_ms is each batch's stamp: what the consumer reads back
+    assert sorted(acked) == sorted(stamped), (acked, stamped)
+    acked = []
+    assert _timestamps(agent_proc.bootstrap, "created", 3, acked) == [
         (TIMESTAMP_CREATE_TIME, 1_000_000 + i) for i in range(3)]
+    assert acked == [(TIMESTAMP_CREATE_TIME, 1_000_000 + i) for i in range(3)]

@@ -144,10 +144,18 @@ def _admit(ctx: ServerContext, topic: str, partition: int, records: bytes | None
         return refusal(exc)
 
 
+class Appended(NamedTuple):
+    """A partition's batch appended: its base offset and, on a LogAppendTime topic, the time
+    it was stamped with (log_append_time_ms; -1: CreateTime, or a resend)."""
+
+    base_offset: int
+    log_append_time: int = -1
+
+
 Admission = list[ProduceFuture] | ErrorCode | Refusal | _Full
 """A partition's batches buffered (their futures), refused, or FULL (try again)."""
-Outcome = int | ErrorCode | Refusal
-"""A partition's answer: its base offset, or an error (with record errors: Refusal)."""
+Outcome = Appended | ErrorCode | Refusal
+"""A partition's answer: appended, or an error (with record errors: Refusal)."""
 Admitted = list[tuple[str, list[tuple[int, "list[ProduceFuture] | ErrorCode | Refusal"]]]]
 
 
@@ -213,15 +221,15 @@ def _resolve(done: asyncio.Future[None]) -> None:
 
 
 def _outcome(futures: list[ProduceFuture] | ErrorCode | Refusal) -> Outcome:
-    """A partition's base offset (its first batch's), or the error of its first failed
-    batch; its futures are done."""
+    """A partition's base offset and append time (its first batch's), or the error of its
+    first failed batch; its futures are done."""
     if isinstance(futures, ErrorCode | Refusal):
         return futures
     for fut in futures:
         exc = fut.exception()
         if exc is not None:
             return refusal(exc)
-    return futures[0].result()
+    return Appended(futures[0].result(), futures[0].log_append_time)
 
 
 def _transactional(request: Request) -> bool:
@@ -312,10 +320,11 @@ def _response(b: Builder, results: list[tuple[str, list[tuple[int, Outcome]]]]) 
     for topic, parts in results:
         write_topic_head(out, topic, len(parts), flexible)
         for index, o in parts:
-            code, base = ((int(o.code.value), -1) if isinstance(o, Refusal)
-                          else (int(o.value), -1) if isinstance(o, ErrorCode) else (0, o))
-            out += (_PARTITION_V5.pack(index, code, base, -1, -1) if version >= 5
-                    else _PARTITION_V3.pack(index, code, base, -1))
+            code, base, stamp = ((int(o.code.value), -1, -1) if isinstance(o, Refusal)
+                                 else (int(o.value), -1, -1) if isinstance(o, ErrorCode)
+                                 else (0, *o))
+            out += (_PARTITION_V5.pack(index, code, base, stamp, -1) if version >= 5
+                    else _PARTITION_V3.pack(index, code, base, stamp))
             if isinstance(o, Refusal) and version >= 8:
                 out += _record_errors(o, flexible)
                 out += _NO_TAGS if flexible else b""
