@@ -39,6 +39,14 @@ OFFSET_METADATA_MAX_BYTES = "offset.metadata.max.bytes"
 # Limits on the work one request may ask of an agent.
 MAX_PARTITIONS_PER_REQUEST = "max.partitions.per.request"
 FETCH_MAX_BYTES = "fetch.max.bytes"
+# Authorization (agent/protocol/authz.py), Kafka's broker setting names.
+AUTHORIZER_CLASS_NAME = "authorizer.class.name"
+SUPER_USERS = "super.users"
+ALLOW_EVERYONE_IF_NO_ACL_FOUND = "allow.everyone.if.no.acl.found"
+# The authorizers `authorizer.class.name` accepts: Kafka's StandardAuthorizer (KRaft) and
+# AclAuthorizer (ZooKeeper), whose decisions are the same; "" is none.
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+AUTHORIZERS = (STANDARD_AUTHORIZER, "kafka.security.authorizer.AclAuthorizer")
 
 
 def _parse_bool(value: str) -> bool:
@@ -154,6 +162,22 @@ class AgentConfig(Section):
     fetch_max_bytes: int = integer(
         FETCH_MAX_BYTES, 57_671_680, lo=1024,
         doc="record bytes one Fetch response holds at most, whatever its max_bytes asks")
+
+    # Kafka's authorizer settings: which authorizer decides (none: everything is allowed and
+    # the ACL APIs answer SECURITY_DISABLED), the principals allowed everything ("User:a;
+    # User:b"), and what a resource with no ACL at all allows (Kafka's default: nothing).
+    authorizer_class_name: str = text(
+        AUTHORIZER_CLASS_NAME, "", allowed="empty (none) or " + " or ".join(AUTHORIZERS),
+        check=lambda v: v in ("", *AUTHORIZERS),
+        doc="the authorizer enforcing ACLs; empty: none, every request is allowed")
+    super_users: str = text(
+        SUPER_USERS, "", allowed="principals (type:name) separated by ';'",
+        check=lambda v: all(":" in p for p in v.split(";") if p.strip()),
+        doc="principals allowed every operation whatever the ACLs say")
+    allow_everyone_if_no_acl_found: bool = setting(
+        ALLOW_EVERYONE_IF_NO_ACL_FOUND, False, allowed="true or false",
+        check=lambda v: isinstance(v, bool), parse=_parse_bool,
+        doc="whether a resource no ACL names is open to everyone")
 
     def check_across(self) -> None:
         if self.group_max_session_timeout_ms < self.group_min_session_timeout_ms:

@@ -1,6 +1,10 @@
 """Commit notifications across processes: each data commit tells every agent process's
 watcher, which wakes the long-polling fetches that agent serves.
 
+ACL changes (acls.py) announce on their own channel, ACL_CHANNEL, heard by the same
+watcher, whose `on_acls` callback makes the agent re-read the ACL version (and the bindings
+only if it moved); on SQLite every commit calls both callbacks.
+
 What announces: agent file commits (files.py: new records, a higher high watermark) and
 retention (retention.py: the log start moved, so a waiting fetch may now be out of range).
 Compaction does not: it never adds records or moves the log start, so no waiting fetch's
@@ -43,6 +47,7 @@ from .engine import SQLITE_BUSY_TIMEOUT_S, Database
 log = logging.getLogger(__name__)
 
 CHANNEL = "silt_data"
+ACL_CHANNEL = "silt_acls"
 DATA_VERSION_POLL_S = 0.025
 # How often the LISTEN thread looks at its stop flag while no notification comes.
 LISTEN_STOP_CHECK_S = 0.5
@@ -57,12 +62,20 @@ def announce(db: Database, conn: sa.Connection) -> None:
         conn.exec_driver_sql(f"NOTIFY {CHANNEL}")
 
 
-class CommitWatcher:
-    """One thread per process calling `on_commit` after data commits of any process
-    (sometimes more often; never fewer). `start`, then `close`."""
+def announce_acls(db: Database, conn: sa.Connection) -> None:
+    """Tell every watcher that this transaction changes ACLs, once it commits."""
+    if db.pg:
+        conn.exec_driver_sql(f"NOTIFY {ACL_CHANNEL}")
 
-    def __init__(self, db: Database, on_commit: Callable[[], None]) -> None:
+
+class CommitWatcher:
+    """One thread per process calling `on_commit` after data commits of any process, and
+    `on_acls` after ACL changes (sometimes more often; never fewer). `start`, then `close`."""
+
+    def __init__(self, db: Database, on_commit: Callable[[], None],
+                 on_acls: Callable[[], None] | None = None) -> None:
         self._on_commit = on_commit
+        self._on_acls = on_acls
         self._pg = db.pg
         url = db.engine.url
         # PostgreSQL: a plain libpq DSN for psycopg; SQLite: the database file.
@@ -94,11 +107,14 @@ class CommitWatcher:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _wake(self) -> None:
-        try:
-            self._on_commit()
-        except Exception:  # the callback's failure must not stop the watcher
-            log.exception("commit watcher callback failed")
+    def _wake(self, data: bool = True, acls: bool = True) -> None:
+        for wanted, callback in ((data, self._on_commit), (acls, self._on_acls)):
+            if not wanted or callback is None:
+                continue
+            try:
+                callback()
+            except Exception:  # the callback's failure must not stop the watcher
+                log.exception("commit watcher callback failed")
 
     def _listen(self) -> None:
         delay = RECONNECT_MIN_S
@@ -106,12 +122,15 @@ class CommitWatcher:
             try:
                 with psycopg.connect(self._target, autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
+                    if self._on_acls is not None:
+                        conn.execute(f"LISTEN {ACL_CHANNEL}")
                     self._ready.set()
                     self._wake()  # commits while (re)connecting were not heard
                     delay = RECONNECT_MIN_S
                     while not self._stop.is_set():
-                        for _ in conn.notifies(timeout=LISTEN_STOP_CHECK_S):
-                            self._wake()
+                        for note in conn.notifies(timeout=LISTEN_STOP_CHECK_S):
+                            acls = note.channel == ACL_CHANNEL
+                            self._wake(data=not acls, acls=acls)
                             if self._stop.is_set():
                                 break
             except psycopg.Error as exc:
@@ -147,7 +166,8 @@ class CommitWatcher:
                 conn.close()
 
 
-def watch_commits(db: Database, on_commit: Callable[[], None]) -> CommitWatcher:
+def watch_commits(db: Database, on_commit: Callable[[], None],
+                  on_acls: Callable[[], None] | None = None) -> CommitWatcher:
     """A started `CommitWatcher` calling `on_commit` (from its thread) after data commits
-    of any process on this database. Close it when done."""
-    return CommitWatcher(db, on_commit).start()
+    of any process on this database, and `on_acls` after ACL changes. Close it when done."""
+    return CommitWatcher(db, on_commit, on_acls).start()

@@ -75,6 +75,16 @@ Version 7 (big topic deletions):
 - indexes `segments_partition` and `producer_state_partition` on (topic_id, partition): the
   foreign-key checks of deleting partition rows find their rows without a scan.
 
+Version 8 (authorization):
+
+- `acls(id, resource_type, resource_name, pattern_type, principal, host, operation,
+  permission, created_at_ms)`: Kafka ACL bindings, their enums as Kafka's wire codes
+  (`acl.model`); a binding is stored once (acls.py checks before inserting, under the
+  version's row lock).
+- `acl_version(id=1, next_id)`: +1 in every transaction that changes `acls` (taken first, so
+  ACL writers serialize on its row): agents compare it to the version their cache holds and
+  reload the bindings only when it moved.
+
 A migration is a function of a connection inside the transaction that also records its
 version; `MIGRATIONS[i]` brings the schema from version i to i + 1. Migrations are frozen once
 released: a later change to a table is a new migration, and `_v1` then gets its own copy of
@@ -446,6 +456,32 @@ def _v7(conn: sa.Connection, now_ms: int) -> None:
         "CREATE INDEX producer_state_partition ON producer_state (topic_id, partition)")
 
 
+acls = sa.Table(
+    "acls",
+    md,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("resource_type", sa.SmallInteger, nullable=False),
+    sa.Column("resource_name", sa.Text, nullable=False),
+    sa.Column("pattern_type", sa.SmallInteger, nullable=False),
+    sa.Column("principal", sa.Text, nullable=False),
+    sa.Column("host", sa.Text, nullable=False),
+    sa.Column("operation", sa.SmallInteger, nullable=False),
+    sa.Column("permission", sa.SmallInteger, nullable=False),
+    sa.Column("created_at_ms", sa.BigInteger, nullable=False),
+    sqlite_autoincrement=True,
+)
+
+acl_version = _sequence("acl_version")
+
+
+def _v8(conn: sa.Connection, now_ms: int) -> None:
+    """ACL bindings and their change counter."""
+    v8 = sa.MetaData()
+    tables = [t.to_metadata(v8) for t in (acls, acl_version)]
+    v8.create_all(conn, tables=tables)
+    conn.execute(tables[1].insert().values(id=1, next_id=1))
+
+
 Migration = Callable[[sa.Connection, int], None]
-MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
+MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
 LATEST_VERSION = len(MIGRATIONS)

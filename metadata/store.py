@@ -3,7 +3,8 @@ concern modules — topics.py, files.py (agent commits, GC), history.py (pruning
 jobs' and deleted files' rows), retention.py, reads.py (segments, snapshots, stats),
 jobs.py (compaction leases and commits), agents.py (the agent registry), producers.py
 (idempotent producers), groups.py (consumer groups: coordinator leases, stored groups,
-committed offsets), notify.py (commit notifications across processes) — on the shared
+committed offsets), acls.py (ACL bindings), notify.py (commit notifications across
+processes) — on the shared
 `Database` of engine.py (engine, migrations, transactions, the commit helper and its
 failure model), identity.py (the cluster id and its bound store) and audit.py (`silt
 doctor`'s reads). The methods are those modules' functions, so each is documented where it
@@ -13,6 +14,7 @@ is implemented.
 from __future__ import annotations
 
 from . import (
+    acls,
     agents,
     audit,
     files,
@@ -105,5 +107,10 @@ class MetadataStore(Database):
     # the cluster's identity (the object store's marker holds the same id)
     cluster_identity = identity.cluster_identity
     bind_store = identity.bind_store
+    # ACL bindings (agents cache them by version: agent/protocol/authz.py)
+    create_acls = acls.create_acls
+    delete_acls = acls.delete_acls
+    list_acls = acls.list_acls
+    acl_version = acls.acl_version
     # commit notifications across processes (long-poll wake-ups)
     watch_commits = notify.watch_commits

@@ -1,7 +1,7 @@
-"""What every handler shares: the agent, the metadata store, the segment cache, the thread
-pool for blocking work, the broker list (the agent registry), topic ids, and the wake-ups
-of coroutines waiting for a commit (fetch long-polls) or for buffer.memory room (produce
-backpressure)."""
+"""What every handler shares: the agent, the metadata store, the segment cache, the
+authorizer, the thread pool for blocking work, the broker list (the agent registry), topic
+ids, and the wake-ups of coroutines waiting for a commit (fetch long-polls) or for
+buffer.memory room (produce backpressure)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from agent.producer import Agent
 from metadata import AgentInfo, MetadataStore, TopicInfo
 from objectstore import ObjectStore
 
+from .authz import Authorization
 from .cache import SegmentCache
 from .errors import error_code
 from .registry import Registration
@@ -96,6 +97,7 @@ class ServerContext:
     # The settings `silt agent` runs with, every section (DescribeConfigs BROKER resources).
     settings: Sequence[EffectiveSetting] = ()
     groups: Coordinator = field(init=False)  # the group coordinator (agent/groups/)
+    authz: Authorization = field(init=False)  # ACL decisions (authz.py)
     _commits: Wakeup = field(default_factory=Wakeup)
     _room: Wakeup = field(default_factory=Wakeup)
     _cluster_ns: uuid.UUID | None = None
@@ -103,6 +105,7 @@ class ServerContext:
     def __post_init__(self) -> None:
         self.groups = Coordinator(self.metadata, self.config, self.run, self._agent_id,
                                   codes=error_code)
+        self.authz = Authorization(self.config)
 
     def _agent_id(self) -> str | None:
         """This agent's registry id, once registered (it coordinates groups under it)."""

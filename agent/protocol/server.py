@@ -64,6 +64,7 @@ from .errors import ProtocolError
 from .health import AgentMetrics
 from .refusals import Refusals
 from .registry import Registration
+from .session import SESSION, Session
 from .timers import offsets_expiry, producer_expiry
 from .writev import send_buffers
 
@@ -176,6 +177,7 @@ class Server:
         replies: asyncio.Queue[tuple[int, int, Any] | None] = asyncio.Queue(MAX_IN_FLIGHT)
         sender = asyncio.create_task(self._send(replies, conn))
         PEER.set(f"/{ip}" if ip else "")
+        SESSION.set(Session(host=ip))  # its principal: User:ANONYMOUS (no authentication)
         max_bytes = self.config.socket_request_max_bytes
         try:
             # A connection whose replies can no longer be written (the sender aborted it)
@@ -444,9 +446,12 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
     metrics = AgentMetrics(ctx)  # agent.metrics.listeners: /metrics, /healthz, /readyz
     try:
         metrics.start()
+        await ctx.run(ctx.authz.start, metadata)  # the ACLs, before the first request
         await server.start()
-        # Other agents' commits (and this one's) wake this agent's long-polling fetches.
-        watcher = await ctx.run(metadata.watch_commits, ctx.notify_commit_threadsafe)
+        # Other agents' commits (and this one's) wake this agent's long-polling fetches;
+        # their ACL changes refresh this agent's authorizer.
+        watcher = await ctx.run(metadata.watch_commits, ctx.notify_commit_threadsafe,
+                                ctx.authz.changed if ctx.authz.enabled else None)
         expiry.start()
         offsets.start()
         registration = ctx.registration = Registration(metadata, *ctx.advertised)
@@ -474,6 +479,7 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
         await ctx.run(agent.close)
         if watcher is not None:
             await ctx.run(watcher.close)
+        await ctx.run(ctx.authz.stop)
         ctx.pool.shutdown()
         metrics.stop()
         # Shutdown is under way: a repeated SIGTERM/SIGINT must not kill the process between

@@ -10,7 +10,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 # Top-level packages of the product (docs/architecture.md, floors 1-5).
 PRODUCT = {"clock", "settings", "telemetry", "fileformat", "metadata", "objectstore", "planner",
-           "objects", "agent", "compactor", "spark", "costs", "cli"}
+           "objects", "agent", "compactor", "spark", "costs", "cli", "acl"}
 # Run from a checkout, never shipped.
 NOT_SHIPPED = {"bench", "faults", "harness", "reference", "tests"}
 
