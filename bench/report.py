@@ -46,6 +46,14 @@ WIRE_COLUMNS = [
     ("load_mib_s", "load MiB/s"), ("ack_ms_p50", "ack p50 ms"), ("ack_ms_p99", "ack p99 ms"),
     ("puts_per_s", "PUTs/s"), ("agent_cpu_s", "agent CPU s"),
 ]
+SCALE_COLUMNS = [
+    ("agents", "agents"), ("partitions_per_flush", "partitions per flush"),
+    ("placement", "placement"), ("commits_per_s", "commits/s"),
+    ("target_commits_per_s", "target commits/s"), ("commit_ms_p50", "commit p50 ms"),
+    ("commit_ms_p99", "commit p99 ms"), ("flush_md_ms_p99", "register+commit p99 ms"),
+    ("rows_per_commit", "rows per commit"), ("pg_cpu_ms_per_commit", "PostgreSQL CPU ms/commit"),
+    ("agent_cpu_ms_per_commit", "agent CPU ms/commit"), ("load_avg_1m", "load (1 min)"),
+]
 GROUPS_REBALANCE_COLUMNS = [
     ("measure", "run"), ("repeats", "repeats"), ("session_timeout_ms", "session.timeout.ms"),
     ("heartbeat_interval_ms", "heartbeat.interval.ms"), ("ms_median", "ms median"),
@@ -315,10 +323,29 @@ registry heartbeats (an agents row every 2 s) that ran meanwhile.
 """
 
 
+def _scale(report: dict[str, Any]) -> str:
+    return f"""\
+## The scale envelope of one metadata database (PostgreSQL)
+
+{_table(_rows(report, "scale"), SCALE_COLUMNS)}
+
+Each agent is a process committing an agent flush's metadata without the object PUT
+(`register_pending_file`, then `commit_produced` of one chunk per partition) every 250 ms;
+agents are doubled per partition count until commit p99 passes 100 ms or the commits fall
+below 90 % of the target. Placement `own`: each agent writes its own partitions (what
+leaderless placement gives); `shared`: every agent writes every partition of one topic.
+Rows per commit are PostgreSQL's tuple counters for the run's database; the CPU columns are
+the run's own PostgreSQL backends and agent processes, per commit. On this 2-core machine
+the agents' Python shares the cores with the database, so the knee is the machine's;
+docs/scaling.md extrapolates from the database's own CPU per commit.
+"""
+
+
 # The page's sections in order, by the suite (bench/run.py SUITES) that measures them.
 SECTIONS = {"ingest": _ingest, "compaction": _compaction, "planning": _planning,
             "consume": _consume,
-            "codecs": _codecs, "wire": _wire, "memory": _memory, "groups": _groups}
+            "codecs": _codecs, "wire": _wire, "memory": _memory, "groups": _groups,
+            "scale": _scale}
 
 
 def render(report: dict[str, Any]) -> str:

@@ -202,10 +202,21 @@ def run_groups_suite(quick: bool) -> list[dict[str, Any]]:
 # meanwhile (~2,000 requests/s here: the request rate, not the bytes, loads the agent).
 WIRE_LOAD_MIB_S = 2.0
 
+def run_scale_suite(quick: bool) -> list[dict[str, Any]]:
+    """The metadata database's scale envelope on PostgreSQL (bench/scale.py): agents x
+    partitions per flush at 4 flushes/s each, swept to the knee (commit p99 > 100 ms)."""
+    from .scale import sweep
+
+    with postgres_database() as probe:
+        if probe is None:
+            return []
+    return sweep(postgres_database, quick)
+
+
 SUITES = {"ingest": run_ingest_suite, "compaction": run_compaction_suite,
           "planning": run_planning_suite, "consume": run_consume_suite,
           "memory": run_memory_suite, "codecs": run_codecs_suite, "wire": run_wire_suite,
-          "groups": run_groups_suite}
+          "groups": run_groups_suite, "scale": run_scale_suite}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -143,3 +143,19 @@ def test_planning_suite_times_rounds_of_each_layout(tmp_path: Path) -> None:
     assert all(r["job_segments"] == r["live_segments"] for r in clean)  # every file
     page = render({"machine": machine(), "results": rows})
     assert "## Compaction planning" in page and "| sqlite | clean | 5000 |" in page
+
+
+def test_scale_counts_commits_rows_and_database_cpu(postgres_url: str) -> None:
+    from bench.report import SCALE_COLUMNS, render
+    from bench.run import machine
+    from bench.scale import ScaleParams, run_scale
+
+    row = run_scale(ScaleParams(agents=2, partitions=20, seconds=1.0), postgres_url)
+    assert row["commits"] >= 2 and row["commits_per_s"] <= row["target_commits_per_s"] + 1
+    # a commit writes at least a segment row and a partition row per partition
+    assert row["rows_per_commit"] >= 2 * 20
+    assert row["pg_cpu_ms_per_commit"] > 0 and row["agent_cpu_ms_per_commit"] > 0
+    assert 0 < row["commit_ms_p50"] <= row["commit_ms_p99"]
+    page = render({"machine": machine(), "results": [row]})
+    assert "## The scale envelope" in page
+    assert "| " + " | ".join(title for _, title in SCALE_COLUMNS) + " |" in page
