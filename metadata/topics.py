@@ -242,13 +242,16 @@ def partition_info(topic: str, row: Any) -> PartitionInfo:
                          row.clean_offset)
 
 
-def partitions(db: Database, topic: str) -> list[PartitionInfo]:
-    """The topic's partitions in order, with their log start and next offsets."""
+def partitions(db: Database, topic: str, topic_id: int | None = None) -> list[PartitionInfo]:
+    """The topic's partitions in order, with their log start and next offsets. With
+    `topic_id`, the topic must be that row (UnknownTopicError if `topic` was deleted and
+    created again since the caller resolved it: a Kafka topic id names one incarnation)."""
     t, p = s.topics.c, s.partitions.c
     with db.read() as conn:
-        topic_id = conn.execute(sa.select(t.id).where(t.name == topic)).scalar()
-        if topic_id is None:
+        found = conn.execute(sa.select(t.id).where(t.name == topic)).scalar()
+        if found is None or (topic_id is not None and found != topic_id):
             raise UnknownTopicError(f"unknown topic {topic!r}")
+        topic_id = found
         rows = conn.execute(
             sa.select(p.partition, p.log_start_offset, p.next_offset, p.clean_offset)
             .where(p.topic_id == topic_id).order_by(p.partition)

@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextvars
+import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 IO_THREADS = 16
+# A topic id not among the known ones relists the topics at most this often (a client
+# naming unknown ids must not turn every request into a listing of every topic).
+TOPIC_RELIST_S = 1.0
 
 # The client address of the connection whose request is being handled ("/host", as Kafka
 # shows it in DescribeGroups): set by the server in each connection's task.
@@ -101,6 +105,9 @@ class ServerContext:
     _commits: Wakeup = field(default_factory=Wakeup)
     _room: Wakeup = field(default_factory=Wakeup)
     _cluster_ns: uuid.UUID | None = None
+    # Topics by id: each id handed out (`topic_id`) and the last listing's (`topics_by_id`).
+    _by_id: dict[uuid.UUID, TopicInfo] = field(default_factory=dict)
+    _by_id_at: float = float("-inf")
 
     def __post_init__(self) -> None:
         self.groups = Coordinator(self.metadata, self.config, self.run, self._agent_id,
@@ -133,8 +140,28 @@ class ServerContext:
 
     def topic_id(self, topic: TopicInfo) -> uuid.UUID:
         """The topic's stable UUID: uuid5(cluster namespace, "<metadata topic id>/<name>"),
-        so it survives restarts and differs for a topic deleted and created again."""
+        so it survives restarts and differs for a topic deleted and created again. Kept for
+        `topics_by_id`: a client names the ids it was given."""
+        topic_id = self._uuid(topic)
+        self._by_id[topic_id] = topic
+        return topic_id
+
+    def _uuid(self, topic: TopicInfo) -> uuid.UUID:
         return uuid.uuid5(self.cluster_ns(), f"{topic.id}/{topic.name}")
+
+    def topics_by_id(self, ids: Collection[uuid.UUID]) -> dict[uuid.UUID, TopicInfo]:
+        """The topics (as they were when listed) that `ids` name, those found: from the ids
+        handed out or listed, relisting the topics for any other (at most every
+        TOPIC_RELIST_S: an id given by another agent may wait that long).
+        An id names one incarnation of a topic, so a known one never names another; whether
+        it still exists is the reader's check (`MetadataStore.partitions(name, row id)`).
+        Blocking (a metadata read): call through `run`."""
+        known = self._by_id
+        if any(i not in known for i in ids) and (
+                time.monotonic() - self._by_id_at >= TOPIC_RELIST_S):
+            self._by_id_at = time.monotonic()
+            known = self._by_id = {self._uuid(t): t for t in self.metadata.list_topics()}
+        return {i: known[i] for i in ids if i in known}
 
     # ----------------------------------------------------------------- threads and commits
 

@@ -84,6 +84,10 @@ def test_a_topic_created_again_is_a_new_topic(store: MetadataStore) -> None:
     assert again.id > first.id
     assert [(p.log_start_offset, p.next_offset) for p in store.partitions("t")] == [(0, 0)] * 3
     assert store.find_segments("t", 0, 0) == []
+    # Named with the row it was resolved to (a Kafka topic id), the old incarnation is gone.
+    assert len(store.partitions("t", again.id)) == 3
+    with pytest.raises(UnknownTopicError):
+        store.partitions("t", first.id)
 
 
 def leased_two_files(store: MetadataStore) -> Lease:

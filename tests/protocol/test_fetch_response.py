@@ -4,6 +4,7 @@ version the server advertises."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -11,10 +12,11 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
 from agent.protocol.apis import FETCH, TABLE
-from agent.protocol.apis.fetch import PartitionRead, response
+from agent.protocol.apis.fetch import PartitionRead, TopicRef, response
 from agent.protocol.codec import Builder, encode_response, frame
 
-Results = list[tuple[str, list[PartitionRead]]]
+Results = list[tuple[TopicRef, list[PartitionRead]]]
+TOPIC_IDS_FROM = 13  # v13+ name topics by id (KIP-516)
 
 
 def _records(*chunks: bytes) -> list[memoryview]:
@@ -25,6 +27,11 @@ def _read(index: int, *chunks: bytes, error: ErrorCode = ErrorCode.none, hw: int
           log_start: int = 0) -> PartitionRead:
     return PartitionRead(index, error, hw, log_start, _records(*chunks),
                          sum(len(c) for c in chunks))
+
+
+def _by_id(results: Results) -> Results:
+    """The same results with each topic named by an id, as v13+ answers."""
+    return [(uuid.uuid5(uuid.NAMESPACE_URL, str(t)), reads) for t, reads in results]
 
 
 def _cases() -> list[Results]:
@@ -44,7 +51,10 @@ def _kio_response(b: Builder, results: Results, aborted_null: bool) -> object:
     """The reference: kio's entity for the same response (what the handler used to build)."""
     return b("FetchResponse", throttle_time=timedelta(0), error_code=ErrorCode.none,
              session_id=i32(0), responses=tuple(
-                 b("FetchableTopicResponse", topic=topic, partitions=tuple(
+                 b("FetchableTopicResponse",
+                   topic=topic if isinstance(topic, str) else "",
+                   topic_id=topic if isinstance(topic, uuid.UUID) else uuid.UUID(int=0),
+                   partitions=tuple(
                      b("PartitionData", partition_index=i32(r.index), error_code=r.error,
                        high_watermark=i64(r.high_watermark),
                        last_stable_offset=i64(r.high_watermark),
@@ -63,6 +73,8 @@ def _kio_response(b: Builder, results: Results, aborted_null: bool) -> object:
 def test_fetch_response_bytes_equal_kio(version: int, case: int, aborted_null: bool) -> None:
     b = Builder(FETCH, version)
     results = _cases()[case]
+    if version >= TOPIC_IDS_FROM:
+        results = _by_id(results)
     assert frame(9, response(b, results, aborted_null)) == frame(
         9, _kio_response(b, results, aborted_null))
 

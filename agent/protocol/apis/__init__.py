@@ -77,7 +77,7 @@ DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
 
 TABLE: Mapping[int, Api] = {api.key: api for api in (
     Api(PRODUCE, 3, 11, produce.handle),
-    Api(FETCH, 4, 12, fetch.handle),
+    Api(FETCH, 4, 17, fetch.handle),
     Api(LIST_OFFSETS, 1, 7, list_offsets.handle),
     Api(METADATA, 1, 12, metadata.handle),
     Api(FIND_COORDINATOR, 0, 4, find_coordinator.handle),

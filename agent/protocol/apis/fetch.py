@@ -4,7 +4,7 @@ Per partition: the live segments from the fetch offset (one metadata query), eac
 whole through the segment cache (one ranged GET shared by every consumer), which keeps them
 as served: baseOffsets absolute, partitionLeaderEpoch -1 (patched once per segment read,
 per batch, never per record). A fetch sends views of those cached bytes — one per segment,
-not per batch — after the response fields it writes itself (FetchResponse v4-v12 in wire
+not per batch — after the response fields it writes itself (FetchResponse v4-v17 in wire
 bytes, checked equal to kio's encoding by tests/protocol/test_fetch_response.py), so past
 the cache a record byte is copied by no one but the kernel (agent/protocol/writev.py).
 Batches wholly below the fetch offset are skipped; compaction gaps need nothing (the
@@ -18,6 +18,9 @@ max_wait for the next data commit of any agent on the metadata store (an asyncio
 by this agent's flushes and by the metadata store's commit watcher, metadata/notify.py; not
 a sleep loop).
 
+From v13 topics are named by id (KIP-516: `ServerContext.topic_id`): an id that names no
+topic, or a topic deleted since, answers UNKNOWN_TOPIC_ID.
+
 A partition that cannot be read answers, as Kafka's fetch path does, with an error and no
 records, the others unaffected: UNKNOWN_TOPIC_OR_PARTITION when its topic was deleted
 meanwhile, KAFKA_STORAGE_ERROR when the object store fails (retriable: the client fetches
@@ -29,10 +32,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
+import uuid
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch import v4, v5, v6, v7, v8, v9, v10, v11, v12
+from kio.schema.fetch import v4, v5, v6, v7, v8, v9, v10, v11, v12, v13, v14, v15, v16, v17
 from kio.static.protocol import RequestHeader
 
 import telemetry
@@ -45,11 +49,21 @@ from ..context import ServerContext
 from ..errors import FETCH, error_code, failed
 
 Request = (v4.FetchRequest | v5.FetchRequest | v6.FetchRequest | v7.FetchRequest | v8.FetchRequest
-           | v9.FetchRequest | v10.FetchRequest | v11.FetchRequest | v12.FetchRequest)
-"""kio's FetchRequest of each version served (4-12)."""
+           | v9.FetchRequest | v10.FetchRequest | v11.FetchRequest | v12.FetchRequest
+           | v13.FetchRequest | v14.FetchRequest | v15.FetchRequest | v16.FetchRequest
+           | v17.FetchRequest)
+"""kio's FetchRequest of each version served (4-17)."""
 Partition = (v4.request.FetchPartition | v5.request.FetchPartition | v6.request.FetchPartition
              | v7.request.FetchPartition | v8.request.FetchPartition | v9.request.FetchPartition
-             | v10.request.FetchPartition | v11.request.FetchPartition | v12.request.FetchPartition)
+             | v10.request.FetchPartition | v11.request.FetchPartition | v12.request.FetchPartition
+             | v13.request.FetchPartition | v14.request.FetchPartition
+             | v15.request.FetchPartition | v16.request.FetchPartition
+             | v17.request.FetchPartition)
+# v13+ name topics by id (KIP-516), in requests and responses.
+ById = (v13.request.FetchTopic | v14.request.FetchTopic | v15.request.FetchTopic
+        | v16.request.FetchTopic | v17.request.FetchTopic)
+TopicRef = str | uuid.UUID
+"""A request's topic: its name (v4-v12) or its id (v13+)."""
 
 
 SEGMENTS_PER_QUERY = 32
@@ -142,16 +156,18 @@ def _read_partition(ctx: ServerContext, topic: str, p: Partition,
     return read
 
 
-def requested(request: Request) -> list[tuple[str, list[Partition]]]:
-    """The request's partitions by topic, each (topic, partition) once, as Kafka's
-    FetchRequest.fetchData collapses them (a LinkedHashMap: a repeated partition keeps its
-    first place and takes its last entry's offsets and limits), then grouped as
-    FetchResponse groups them: consecutive partitions of one topic in one topic entry."""
-    wanted: dict[tuple[str, int], Partition] = {}
+def requested(request: Request) -> list[tuple[TopicRef, list[Partition]]]:
+    """The request's partitions by topic (name, or id from v13), each (topic, partition)
+    once, as Kafka's FetchRequest.fetchData collapses them (a LinkedHashMap: a repeated
+    partition keeps its first place and takes its last entry's offsets and limits), then
+    grouped as FetchResponse groups them: consecutive partitions of one topic in one topic
+    entry."""
+    wanted: dict[tuple[TopicRef, int], Partition] = {}
     for t in request.topics:
+        ref = (t.topic_id or uuid.UUID(int=0)) if isinstance(t, ById) else t.topic
         for p in t.partitions:
-            wanted[(t.topic, int(p.partition))] = p
-    grouped: list[tuple[str, list[Partition]]] = []
+            wanted[(ref, int(p.partition))] = p
+    grouped: list[tuple[TopicRef, list[Partition]]] = []
     for (topic, _), p in wanted.items():
         if grouped and grouped[-1][0] == topic:
             grouped[-1][1].append(p)
@@ -160,21 +176,40 @@ def requested(request: Request) -> list[tuple[str, list[Partition]]]:
     return grouped
 
 
-def read_all(ctx: ServerContext, request: Request) -> list[tuple[str, list[PartitionRead]]]:
+def read_all(ctx: ServerContext, request: Request
+             ) -> list[tuple[TopicRef, str, list[PartitionRead]]]:
     """One pass over every requested partition within max_bytes, itself at most the
-    agent's fetch.max.bytes (runs in the pool)."""
+    agent's fetch.max.bytes (runs in the pool): (the request's topic, its name, reads).
+    A topic id that names no topic (none has it, or that topic was deleted) answers
+    UNKNOWN_TOPIC_ID for each of its partitions, as Kafka's fetch does."""
     budget = min(int(request.max_bytes), ctx.config.fetch_max_bytes)
-    results: list[tuple[str, list[PartitionRead]]] = []
+    results: list[tuple[TopicRef, str, list[PartitionRead]]] = []
     first = True
-    for topic, partitions in requested(request):
+    wanted = requested(request)
+    ids = {ref for ref, _ in wanted if isinstance(ref, uuid.UUID)}
+    by_id = ctx.topics_by_id(ids) if ids else {}
+    for ref, partitions in wanted:
+        unknown = ErrorCode.unknown_topic_or_partition
         try:
-            offsets = {pi.partition: pi for pi in ctx.metadata.partitions(topic)}
-        except (UnknownTopicError, UnknownPartitionError):
+            if isinstance(ref, uuid.UUID):
+                unknown = ErrorCode.unknown_topic_id
+                info = by_id.get(ref)
+                if info is None:
+                    raise UnknownTopicError(f"no topic has id {ref}")
+                topic, infos = info.name, ctx.metadata.partitions(info.name, info.id)
+            else:
+                topic, infos = ref, ctx.metadata.partitions(ref)
+            offsets = {pi.partition: pi for pi in infos}
+        except UnknownTopicError:
+            results.append((ref, "", [PartitionRead(int(p.partition), unknown)
+                                      for p in partitions]))
+            continue
+        except UnknownPartitionError:
             offsets = {}
         except Exception as exc:
-            code = failed(f"listing the partitions of {topic!r}", exc, FETCH)[0]
-            results.append((topic, [PartitionRead(int(p.partition), code)
-                                    for p in partitions]))
+            code = failed(f"listing the partitions of {ref!r}", exc, FETCH)[0]
+            results.append((ref, "", [PartitionRead(int(p.partition), code)
+                                      for p in partitions]))
             continue
         reads = []
         for p in partitions:
@@ -182,7 +217,7 @@ def read_all(ctx: ServerContext, request: Request) -> list[tuple[str, list[Parti
             budget -= read.size
             first = first and not read.size
             reads.append(read)
-        results.append((topic, reads))
+        results.append((ref, topic, reads))
     return results
 
 
@@ -194,27 +229,29 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
     while True:
         woken = ctx.committed()  # before reading: a commit during the read is not missed
         results = await ctx.run(read_all, ctx, request)
-        size = sum(r.size for _, reads in results for r in reads)
-        errors = any(r.error for _, reads in results for r in reads)
+        size = sum(r.size for _, _, reads in results for r in reads)
+        errors = any(r.error for _, _, reads in results for r in reads)
         remaining = deadline - loop.time()
         if size >= min_bytes or errors or remaining <= 0 or ctx.stopping:
             break
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(woken.wait(), remaining)
-    telemetry.fetched((topic, sum(r.size for r in reads)) for topic, reads in results)
-    return response(b, results, aborted_null=int(request.isolation_level) == READ_UNCOMMITTED)
+    telemetry.fetched((name, sum(r.size for r in reads)) for _, name, reads in results)
+    return response(b, [(ref, reads) for ref, _, reads in results],
+                    aborted_null=int(request.isolation_level) == READ_UNCOMMITTED)
 
 
-# FetchResponse v4-v12 in wire bytes, written here (the hot path) rather than through kio;
+# FetchResponse v4-v17 in wire bytes, written here (the hot path) rather than through kio;
 # tests/protocol/test_fetch_response.py checks it equals kio's encoding for every version.
 # throttle_time_ms; error_code and session_id (v7+, 0 and 0: no fetch sessions); per topic:
-# name; per partition: index, error_code, high_watermark, last_stable_offset (= the high
-# watermark: no transactions), log_start_offset (v5+), aborted_transactions (null under
-# read_uncommitted, as Kafka sends, else empty), preferred_read_replica (v11+, -1: none),
-# records (int32 length, or compact: length + 1, then the batches as they are). v12 is
-# flexible: compact arrays and strings and an empty tagged-field section closing each
-# struct (Kafka writes no tag whose value is its default: diverging_epoch, current_leader,
-# snapshot_id are never set here).
+# name (v13+: its id, 16 bytes); per partition: index, error_code, high_watermark,
+# last_stable_offset (= the high watermark: no transactions), log_start_offset (v5+),
+# aborted_transactions (null under read_uncommitted, as Kafka sends, else empty),
+# preferred_read_replica (v11+, -1: none), records (int32 length, or compact: length + 1,
+# then the batches as they are). v12+ is flexible: compact arrays and strings and an empty
+# tagged-field section closing each struct (Kafka writes no tag whose value is its default:
+# diverging_epoch, current_leader, snapshot_id are never set here, nor v16's
+# node_endpoints, sent only with a new leader).
 _TOP_V4 = struct.Struct(">i")  # throttle_time_ms
 _TOP_V7 = struct.Struct(">ihi")  # ... error_code, session_id
 _PARTITION_V4 = struct.Struct(">ihqq")  # index, error_code, high_watermark, last_stable
@@ -225,7 +262,7 @@ _NO_REPLICA = _INT32.pack(-1)
 FLEXIBLE_FROM = 12
 
 
-def response(b: Builder, results: list[tuple[str, list[PartitionRead]]],
+def response(b: Builder, results: list[tuple[TopicRef, list[PartitionRead]]],
              aborted_null: bool) -> Encoded:
     """The FetchResponse of `b.version` for `results`: its fields in small buffers, its
     records the cached views themselves."""
@@ -241,7 +278,11 @@ def response(b: Builder, results: list[tuple[str, list[PartitionRead]]],
     out = bytearray(_TOP_V7.pack(0, 0, 0) if version >= 7 else _TOP_V4.pack(0))
     write_array_length(out, len(results), flexible)
     for topic, reads in results:
-        write_topic_head(out, topic, len(reads), flexible)
+        if isinstance(topic, uuid.UUID):
+            out += topic.bytes
+            write_array_length(out, len(reads), flexible)
+        else:
+            write_topic_head(out, topic, len(reads), flexible)
         for r in reads:
             code = r.error.value
             out += (_PARTITION_V5.pack(r.index, code, r.high_watermark, r.high_watermark,
