@@ -3,13 +3,22 @@ writes one object. Declared once here; loaded by `settings.load`."""
 
 from __future__ import annotations
 
-import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
 from fileformat import WRITABLE_COMPRESSIONS, Compression
-from settings import Section, choice, integer, parse_host_port, setting, text
+from settings import Section, choice, integer, setting, text
 from telemetry import config as metrics
+
+from .listeners import (
+    DEFAULT_PROTOCOL_MAP,
+    Listener,
+    listener_names,
+    parse_advertised,
+    parse_listeners,
+    parse_protocol_map,
+)
 
 LINGER_MS = "linger.ms"
 FLUSH_BYTES = "flush.bytes"
@@ -20,6 +29,7 @@ TOPIC_REFRESH_MS = "topic.refresh.ms"
 # The Kafka wire-protocol server of `silt agent` (agent/protocol/).
 LISTENERS = "listeners"
 ADVERTISED_LISTENERS = "advertised.listeners"
+LISTENER_SECURITY_PROTOCOL_MAP = "listener.security.protocol.map"
 SOCKET_REQUEST_MAX_BYTES = "socket.request.max.bytes"
 FETCH_CACHE_BYTES = "fetch.cache.bytes"
 QUEUED_MAX_REQUEST_BYTES = "queued.max.request.bytes"
@@ -57,13 +67,15 @@ def _parse_bool(value: str) -> bool:
     return lowered == "true"
 
 
-def is_wildcard(host: str) -> bool:
-    """Whether `host` is the unspecified address (0.0.0.0, ::): one to listen on, never one
-    a client can connect to."""
-    try:
-        return ipaddress.ip_address(host).is_unspecified
-    except ValueError:  # a host name
-        return False
+def _parses(parse: Callable[[str], object]) -> Callable[[str], bool]:
+    """A setting check: whether `parse` accepts the value."""
+    def check(value: str) -> bool:
+        try:
+            parse(value)
+        except ValueError:
+            return False
+        return True
+    return check
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,13 +94,26 @@ class AgentConfig(Section):
     # partitions, altered configs) is seen within this time. The agent making the change,
     # and any agent whose commit finds a topic gone, forget them at once.
     topic_refresh_ms: int = integer(TOPIC_REFRESH_MS, 10_000, lo=0)
-    # `silt agent` only: where it listens, what Metadata tells clients to connect to ("" = the
-    # listen address), the largest request frame (Kafka's default, 100 MiB) and the bytes of
-    # segment reads the fetch path keeps (so N consumers of one hot partition cost one GET).
-    listeners: str = text(LISTENERS, "127.0.0.1:9092", allowed="HOST:PORT",
-                          check=lambda v: parse_host_port(v) is not None)
-    advertised_listeners: str = text(ADVERTISED_LISTENERS, "", allowed="HOST:PORT or empty",
-                                     check=lambda v: v == "" or parse_host_port(v) is not None)
+    # `silt agent` only: where it listens (Kafka's listener model, agent/listeners.py: named
+    # listeners, each with a security protocol; a bare HOST:PORT is the PLAINTEXT listener),
+    # what Metadata tells clients of each listener to connect to ("" = the listen address),
+    # the largest request frame (Kafka's default, 100 MiB) and the bytes of segment reads the
+    # fetch path keeps (so N consumers of one hot partition cost one GET).
+    listeners: str = text(
+        LISTENERS, "127.0.0.1:9092", allowed="NAME://HOST:PORT,... or HOST:PORT",
+        check=lambda v: _parses(listener_names)(v) and bool(listener_names(v)),
+        doc="where `silt agent` listens for Kafka clients: NAME://HOST:PORT per listener,"
+            " comma-separated (a bare HOST:PORT is PLAINTEXT)")
+    advertised_listeners: str = text(
+        ADVERTISED_LISTENERS, "", allowed="NAME://HOST:PORT,..., HOST:PORT or empty",
+        check=_parses(listener_names),
+        doc="the address Metadata gives the clients of each listener (a listener not named:"
+            " its listen address; never a wildcard)")
+    listener_security_protocol_map: str = text(
+        LISTENER_SECURITY_PROTOCOL_MAP, DEFAULT_PROTOCOL_MAP,
+        allowed="NAME:PROTOCOL,... (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)",
+        check=_parses(parse_protocol_map),
+        doc="the security protocol of each listener name")
     socket_request_max_bytes: int = integer(SOCKET_REQUEST_MAX_BYTES, 100 * 1024 * 1024, lo=8)
     fetch_cache_bytes: int = integer(FETCH_CACHE_BYTES, 64 * 1024 * 1024, lo=0)
     # Kafka's broker settings: whether a Metadata request that allows it creates unknown
@@ -189,9 +214,23 @@ class AgentConfig(Section):
                                f"an integer >= {FLUSH_BYTES} ({self.flush_bytes})")
         # What Metadata tells clients, and the agent's id in the registry: a wildcard would
         # be unreachable, and agents on different hosts would register as one broker.
-        advertised = parse_host_port(self.advertised_listeners or self.listeners)
-        if advertised is not None and is_wildcard(advertised[0]):
+        try:
+            listeners = self.listener_list()
+        except ValueError as exc:
+            raise self.invalid(LISTENERS, self.listeners, f"valid listeners ({exc})") from None
+        try:
+            parse_advertised(self.advertised_listeners, listeners)
+        except ValueError as exc:
             raise self.invalid(
                 ADVERTISED_LISTENERS, self.advertised_listeners,
-                "HOST:PORT clients can reach: not a wildcard address, and set when"
-                f" {LISTENERS} is one ({self.listeners})")
+                f"HOST:PORT clients can reach per listener: not a wildcard address, and"
+                f" set when {LISTENERS} is one ({exc})") from None
+
+    def listener_list(self) -> tuple[Listener, ...]:
+        """The listeners, parsed (checked when the section was built)."""
+        return parse_listeners(self.listeners, self.listener_security_protocol_map)
+
+    def advertised(self) -> dict[str, tuple[str, int]]:
+        """Listener name -> the address Metadata gives its clients."""
+        return parse_advertised(self.advertised_listeners, self.listener_list())
+

@@ -9,8 +9,9 @@ while the set of live agents is the same. No I/O: the server and tests call it a
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from metadata import AgentInfo
 
@@ -33,3 +34,15 @@ def coordinator(group_id: str, live: Sequence[AgentInfo]) -> AgentInfo:
     group's lease when the group's first request reaches it): spread by a stable hash of
     the group id, as partitions are. ValueError if no agent is live."""
     return leader(group_id, 0, live)
+
+
+def on_listener(agents: Iterable[AgentInfo], listener: str) -> list[AgentInfo]:
+    """The agents a client of `listener` can reach, each with `host`/`port` its endpoint on
+    that listener: Kafka's Metadata lists only the brokers having the listener the request
+    came in on (its MetadataCache.getAliveBrokerNodes(listenerName))."""
+    out = []
+    for agent in agents:
+        endpoint = agent.endpoint(listener)
+        if endpoint is not None:
+            out.append(dataclasses.replace(agent, host=endpoint[0], port=endpoint[1]))
+    return out

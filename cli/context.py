@@ -90,9 +90,12 @@ class Context:
     _metadata: MetadataStore | None = None
 
     def load(self, flags: Mapping[str, object | None]) -> Settings:
-        """The settings with a command's flags on top (None: the flag was not given)."""
+        """The settings with a command's flags on top (None: the flag was not given); from
+        then on `settings` too (the agent section's cross-checks need the command's flags:
+        an advertised listener the environment names exists only in its --listen)."""
         given = {k: v for k, v in {**self.flags, **flags}.items() if v is not None}
-        return load_settings(self.config_path, os.environ, given)
+        self._settings = load_settings(self.config_path, os.environ, given)
+        return self._settings
 
     @property
     def settings(self) -> Settings:

@@ -84,13 +84,14 @@ def compactor(ctx: Context, poll_interval: float | None, log_format: str) -> Non
 
 
 @click.command("agent")
-@click.option("--listen", default=None, metavar="HOST:PORT",
+@click.option("--listen", default=None, metavar="LISTENERS",
               show_default=setting_default(AgentConfig, LISTENERS),
-              help="Where to accept Kafka clients (agent.listeners).")
-@click.option("--advertise", default=None, metavar="HOST:PORT",
-              help="Where Metadata tells clients to connect (agent.advertised.listeners;"
-                   " default: the listen address, which must then not be a wildcard such"
-                   " as 0.0.0.0).")
+              help="Where to accept Kafka clients (agent.listeners: NAME://HOST:PORT,..."
+                   " or HOST:PORT for one PLAINTEXT listener).")
+@click.option("--advertise", default=None, metavar="LISTENERS",
+              help="Where Metadata tells each listener's clients to connect"
+                   " (agent.advertised.listeners; default: each listen address, which must"
+                   " then not be a wildcard such as 0.0.0.0).")
 @log_format_option
 @pass_ctx
 @one_line_errors
@@ -146,16 +147,14 @@ def up(ctx: Context, listen: str | None, advertise: str | None, log_format: str)
     SIGTERM stops both cleanly (a second one kills them); exits 0 when both stopped cleanly,
     1 if either exited on its own.
     """
-    from agent.config import is_wildcard
-    from settings import parse_host_port
+    from agent.listeners import endpoints_text, is_wildcard
 
     from .up import listening, run_up
 
     settings = ctx.load({f"agent.{LISTENERS}": listen,
                          f"agent.{ADVERTISED_LISTENERS}": advertise})  # bad: one line, exit 1
-    listen_at = parse_host_port(settings.agent.listeners)
-    assert listen_at is not None  # checked by the settings
-    host, port = listen_at
+    first = settings.agent.listener_list()[0]  # what `silt up` waits for
+    host, port = first.host, first.port
     endpoint = ("127.0.0.1" if is_wildcard(host) else host, port)
     if listening(*endpoint):  # else the compactor would start beside another's agent
         raise ValueError(f"cannot serve on {settings.agent.listeners}: something listens"
@@ -166,7 +165,7 @@ def up(ctx: Context, listen: str | None, advertise: str | None, log_format: str)
     agent_args = [*ctx.global_args(), "agent", "--log-format", log_format]
     agent_args += ["--listen", listen] if listen is not None else []
     agent_args += ["--advertise", advertise] if advertise is not None else []
-    advertised = settings.agent.advertised_listeners or settings.agent.listeners
+    advertised = endpoints_text(settings.agent.advertised())
     ready = (f"silt up: Kafka endpoint {advertised} with compaction running; store"
              f" {settings.store.url}, metadata"
              f" {hide_password(settings.metadata.url)}; Ctrl-C stops both")

@@ -52,6 +52,31 @@ class AgentProcess:
     entry: list[str] = field(default_factory=lambda: ["-m", "cli"])
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
+    # Listeners beside the PLAINTEXT one on `port`: name -> security protocol, each on a
+    # free port of its own (`ports`, chosen at the first start).
+    listeners: dict[str, str] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+
+    def address(self, listener: str) -> str:
+        """HOST:PORT of one of the extra `listeners`."""
+        return f"127.0.0.1:{self.ports[listener]}"
+
+    def reserve_ports(self) -> None:
+        """Choose the extra listeners' ports now (to advertise them before `start`)."""
+        for name in self.listeners:
+            if name not in self.ports:
+                self.ports[name] = free_port()
+
+    def _listen(self) -> tuple[str, dict[str, str]]:
+        """The --listen value and the environment naming the listeners' protocols."""
+        if not self.listeners:
+            return self.bootstrap, {}
+        self.reserve_ports()
+        listen = ",".join([f"PLAINTEXT://{self.bootstrap}",
+                           *(f"{n}://{self.address(n)}" for n in self.listeners)])
+        protocols = ",".join(f"{n}:{p}" for n, p in {"PLAINTEXT": "PLAINTEXT",
+                                                      **self.listeners}.items())
+        return listen, {"SILT_AGENT_LISTENER_SECURITY_PROTOCOL_MAP": protocols}
 
     @property
     def bootstrap(self) -> str:
@@ -63,12 +88,14 @@ class AgentProcess:
         on its last one (`same_port`: a restart keeps its agent id, the advertised address)."""
         if not (same_port and self.port):
             self.port = free_port()
-        env = {**os.environ, **self.DEFAULT_ENV, **self.extra_env, "PYTHONPATH": str(REPO)}
+        listen, protocols = self._listen()
+        env = {**os.environ, **self.DEFAULT_ENV, **protocols, **self.extra_env,
+               "PYTHONPATH": str(REPO)}
         logged = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, *self.entry, "--store", self.store_url, "--metadata",
-                 self.metadata_url, "agent", "--listen", self.bootstrap],
+                 self.metadata_url, "agent", "--listen", listen],
                 env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + STARTUP_S
         listening = False

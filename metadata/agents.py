@@ -9,6 +9,8 @@ stops being listed once its session times out. A clean shutdown deregisters at o
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,15 +20,24 @@ from .engine import Database
 from .errors import UnknownAgentError
 from .models import AgentInfo
 
+Endpoints = tuple[tuple[str, str, int], ...]
 
-def _info(row: Any) -> AgentInfo:
+
+def agent_info(row: Any) -> AgentInfo:
+    """An `agents` row as an AgentInfo (its endpoints decoded)."""
+    endpoints: Endpoints = ()
+    if row.endpoints:
+        endpoints = tuple((str(n), str(h), int(p)) for n, h, p in json.loads(row.endpoints))
     return AgentInfo(node_id=int(row.node_id), agent_id=row.agent_id, host=row.host,
                      port=int(row.port), registered_at_ms=int(row.registered_at_ms),
-                     heartbeat_at_ms=int(row.heartbeat_at_ms))
+                     heartbeat_at_ms=int(row.heartbeat_at_ms), endpoints=endpoints)
 
 
-def register_agent(db: Database, agent_id: str, host: str, port: int) -> AgentInfo:
+def register_agent(db: Database, agent_id: str, host: str, port: int,
+                   endpoints: Mapping[str, tuple[str, int]] | None = None) -> AgentInfo:
     """Register (or re-register) `agent_id` at host:port, live from now; returns its row.
+    `endpoints`: listener name -> advertised (host, port) (None: host:port for every
+    listener).
 
     An agent id keeps its node id (Kafka broker id) across re-registrations, so restarting
     an agent under the same id keeps partition leadership stable. Concurrent first
@@ -37,7 +48,9 @@ def register_agent(db: Database, agent_id: str, host: str, port: int) -> AgentIn
         raise ValueError("agent_id must not be empty")
     a = s.agents.c
     now = db.clock.now_ms()
-    values = {"host": host, "port": port, "heartbeat_at_ms": now, "stopped": False}
+    listed: Endpoints = tuple((n, h, p) for n, (h, p) in (endpoints or {}).items())
+    values = {"host": host, "port": port, "heartbeat_at_ms": now, "stopped": False,
+              "endpoints": json.dumps(listed) if listed else None}
     for _ in range(2):
         with db.write() as conn:
             row = conn.execute(sa.select(s.agents).where(a.agent_id == agent_id)
@@ -45,7 +58,7 @@ def register_agent(db: Database, agent_id: str, host: str, port: int) -> AgentIn
             if row is not None:
                 conn.execute(s.agents.update().where(a.agent_id == agent_id).values(
                     registered_at_ms=now, **values))
-                return AgentInfo(int(row.node_id), agent_id, host, port, now, now)
+                return AgentInfo(int(row.node_id), agent_id, host, port, now, now, listed)
             try:
                 with conn.begin_nested():
                     node_id = conn.execute(s.agents.insert().values(
@@ -53,7 +66,7 @@ def register_agent(db: Database, agent_id: str, host: str, port: int) -> AgentIn
                     ).returning(a.node_id)).scalar_one()
             except sa.exc.IntegrityError:
                 continue  # registered concurrently: update it on the next pass
-            return AgentInfo(int(node_id), agent_id, host, port, now, now)
+            return AgentInfo(int(node_id), agent_id, host, port, now, now, listed)
     raise AssertionError(f"agent {agent_id!r} could be neither inserted nor found")
 
 
@@ -67,7 +80,7 @@ def heartbeat_agent(db: Database, agent_id: str) -> AgentInfo:
             .values(heartbeat_at_ms=now).returning(*s.agents.c)).first()
     if row is None:
         raise UnknownAgentError(f"agent {agent_id!r} is not registered")
-    return _info(row)
+    return agent_info(row)
 
 
 def deregister_agent(db: Database, agent_id: str) -> None:
@@ -86,4 +99,4 @@ def live_brokers(db: Database) -> list[AgentInfo]:
     with db.read() as conn:
         rows = conn.execute(sa.select(s.agents).where(
             a.stopped == sa.false(), a.heartbeat_at_ms > since).order_by(a.node_id)).all()
-    return [_info(r) for r in rows]
+    return [agent_info(r) for r in rows]

@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from . import schema as s
+from .agents import agent_info
 from .engine import Database
 from .errors import (
     GroupCoordinatedElsewhereError,
@@ -72,9 +73,7 @@ def group_coordinator(db: Database, group_id: str) -> AgentInfo | None:
             .where(gc.group_id == group_id, a.agent_id.in_(_live_agents(db)))).first()
     if row is None:
         return None
-    return AgentInfo(node_id=int(row.node_id), agent_id=row.agent_id, host=row.host,
-                     port=int(row.port), registered_at_ms=int(row.registered_at_ms),
-                     heartbeat_at_ms=int(row.heartbeat_at_ms))
+    return agent_info(row)
 
 
 def acquire_group(db: Database, group_id: str, agent_id: str) -> GroupLease:

@@ -287,6 +287,19 @@ class AgentInfo:
     port: int
     registered_at_ms: int
     heartbeat_at_ms: int
+    # (listener name, host, port) per listener; empty: registered before listeners had
+    # names (schema v9), host:port serves every listener.
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def endpoint(self, listener: str) -> tuple[str, int] | None:
+        """Where clients of `listener` reach this agent, or None if it has no such listener
+        (Kafka then leaves the broker out of that listener's Metadata)."""
+        if not self.endpoints:
+            return self.host, self.port
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return None
 
 
 SEQUENCE_WRAP = 2**31  # producer sequences run 0 .. 2**31 - 1, then 0 again

@@ -85,6 +85,13 @@ Version 8 (authorization):
   ACL writers serialize on its row): agents compare it to the version their cache holds and
   reload the bindings only when it moved.
 
+Version 9 (listeners):
+
+- `agents.endpoints`: JSON `[[listener name, host, port], ...]`, the address the agent
+  advertises on each of its listeners (Metadata answers a client with the endpoints of the
+  listener it came in on); NULL for a row registered before v9 (`host`/`port` then serve
+  every listener). `host`/`port` stay the first listener's.
+
 A migration is a function of a connection inside the transaction that also records its
 version; `MIGRATIONS[i]` brings the schema from version i to i + 1. Migrations are frozen once
 released: a later change to a table is a new migration, and `_v1` then gets its own copy of
@@ -304,19 +311,31 @@ def _v1(conn: sa.Connection, now_ms: int) -> None:
     conn.execute(tables[0].insert().values(id=1, secret=os.urandom(32), created_at_ms=now_ms))
 
 
-agents = sa.Table(
-    "agents",
-    md,
-    sa.Column("node_id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("agent_id", sa.String(255), nullable=False, unique=True),
-    sa.Column("host", sa.String(255), nullable=False),
-    sa.Column("port", sa.Integer, nullable=False),
-    sa.Column("registered_at_ms", sa.BigInteger, nullable=False),
-    sa.Column("heartbeat_at_ms", sa.BigInteger, nullable=False),
-    sa.Column("stopped", sa.Boolean, nullable=False),
-    sa.CheckConstraint("port BETWEEN 0 AND 65535", name="agents_port"),
-    sqlite_autoincrement=True,  # a node id is never handed out twice
-)
+def _agents_table(metadata: sa.MetaData, *extra: sa.Column[Any]) -> sa.Table:
+    """The agent registry with `extra` columns (v2 has none; v9 adds the endpoints)."""
+    return sa.Table(
+        "agents",
+        metadata,
+        sa.Column("node_id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("agent_id", sa.String(255), nullable=False, unique=True),
+        sa.Column("host", sa.String(255), nullable=False),
+        sa.Column("port", sa.Integer, nullable=False),
+        sa.Column("registered_at_ms", sa.BigInteger, nullable=False),
+        sa.Column("heartbeat_at_ms", sa.BigInteger, nullable=False),
+        sa.Column("stopped", sa.Boolean, nullable=False),
+        *extra,
+        sa.CheckConstraint("port BETWEEN 0 AND 65535", name="agents_port"),
+        sqlite_autoincrement=True,  # a node id is never handed out twice
+    )
+
+
+def _endpoints_column() -> sa.Column[str]:
+    # v9: the advertised endpoint of each listener, JSON [[name, host, port], ...]; NULL for
+    # an agent registered before v9 (host:port serves every listener).
+    return sa.Column("endpoints", sa.Text, nullable=True)
+
+
+agents = _agents_table(md, _endpoints_column())
 
 def _sequence(name: str) -> sa.Table:
     """A sequence as a one-row table (`id` = 1, `next_id`): portable across SQLite and
@@ -361,7 +380,7 @@ FIRST_PRODUCER_ID = 1
 def _v2(conn: sa.Connection, now_ms: int) -> None:
     """The agent registry and idempotent producers' state."""
     v2 = sa.MetaData()
-    tables = [t.to_metadata(v2) for t in (agents, producer_ids, producer_state)]
+    tables = [_agents_table(v2), *(t.to_metadata(v2) for t in (producer_ids, producer_state))]
     # producer_state's foreign key needs `partitions` in the same MetaData to resolve.
     partitions.to_metadata(v2)
     v2.create_all(conn, tables=tables)
@@ -481,7 +500,13 @@ def _v8(conn: sa.Connection, now_ms: int) -> None:
     v8.create_all(conn, tables=tables)
     conn.execute(tables[1].insert().values(id=1, next_id=1))
 
+def _v9(conn: sa.Connection, now_ms: int) -> None:
+    """agents.endpoints: each agent's advertised endpoint per listener."""
+    column = _endpoints_column()
+    kind = column.type.compile(dialect=conn.dialect)
+    conn.exec_driver_sql(f"ALTER TABLE agents ADD COLUMN {column.name} {kind}")
+
 
 Migration = Callable[[sa.Connection, int], None]
-MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
+MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]
 LATEST_VERSION = len(MIGRATIONS)

@@ -35,9 +35,6 @@ PENDING_DOCS: Mapping[str, str] = {
                               " `Agent.produce`)",
     "agent.topic.refresh.ms": "how long an agent trusts its cached topics before reading them"
                               " again",
-    "agent.listeners": "where `silt agent` listens for Kafka clients",
-    "agent.advertised.listeners": "the address Metadata gives clients (empty: the listen"
-                                  " address; never a wildcard)",
     "agent.socket.request.max.bytes": "the largest request frame; a bigger one closes the"
                                       " connection",
     "agent.fetch.cache.bytes": "bytes of segment reads the fetch path keeps, shared by"

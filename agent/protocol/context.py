@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent.config import AgentConfig
 from agent.groups.coordinator import Coordinator
+from agent.placement import on_listener
 from agent.producer import Agent
 from metadata import AgentInfo, MetadataStore, TopicInfo
 from objectstore import ObjectStore
@@ -89,7 +90,7 @@ class ServerContext:
     agent: Agent
     metadata: MetadataStore
     store: ObjectStore
-    advertised: tuple[str, int]
+    advertised: Mapping[str, tuple[str, int]]  # listener name -> its advertised endpoint
     cache: SegmentCache
     apis: Mapping[int, Api] = field(default_factory=dict)
     pool: ThreadPoolExecutor = field(
@@ -120,11 +121,14 @@ class ServerContext:
 
     # ----------------------------------------------------------------- brokers
 
-    def live_brokers(self) -> list[AgentInfo]:
-        """The brokers Metadata lists: the registry's live agents, this one included (empty
-        only before it registered). Blocking (a metadata read): call through `run`.
-        Partition leaders among them: `agent.placement.leader`."""
-        return [] if self.registration is None else self.registration.live_brokers()
+    def live_brokers(self, listener: str | None = None) -> list[AgentInfo]:
+        """The registry's live agents, this one included (empty only before it registered);
+        with `listener`, the brokers Metadata lists to a client of that listener: those
+        having it, at their endpoint there (`agent.placement.on_listener`). Blocking (a
+        metadata read): call through `run`. Partition leaders among them:
+        `agent.placement.leader`."""
+        live = [] if self.registration is None else self.registration.live_brokers()
+        return live if listener is None else on_listener(live, listener)
 
     # ----------------------------------------------------------------- identities
 

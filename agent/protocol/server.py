@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import resource
@@ -49,11 +50,12 @@ from kio.schema.errors import ErrorCode
 
 import telemetry
 from agent.config import AgentConfig
+from agent.listeners import Listener, endpoints_text
 from agent.producer import Agent
 from metadata import MetadataStore
 from metadata.notify import CommitWatcher
 from objectstore import ObjectStore
-from settings import parse_host_port
+from settings import SettingError
 
 from .apis import API_VERSIONS, TABLE, api_versions
 from .bounds import walker
@@ -107,15 +109,16 @@ class _Connection:
 
 
 class Server:
-    """Serves the Kafka protocol on one listener for the agent in `ctx`."""
+    """Serves the Kafka protocol on `listeners` for the agent in `ctx` (the limits are the
+    agent's, across all of them)."""
 
-    def __init__(self, ctx: ServerContext, host: str, port: int) -> None:
+    def __init__(self, ctx: ServerContext, listeners: Sequence[Listener]) -> None:
         ctx.apis = TABLE
         ctx.agent.set_room_listener(ctx.notify_room_threadsafe)
         self.ctx = ctx
-        self.host, self.port = host, port
+        self.listeners = list(listeners)  # ports resolved by `start`
         self.config: AgentConfig = ctx.config  # the limits
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._conns: dict[asyncio.Task[None], _Connection] = {}
         self._per_ip: dict[str, int] = {}
         self._queued = 0  # bytes of requests read and not yet answered, all connections
@@ -124,23 +127,40 @@ class Server:
         self._stopping = False
         self.refusals = Refusals()
 
+    @property
+    def host(self) -> str:
+        """The first listener's host."""
+        return self.listeners[0].host
+
+    @property
+    def port(self) -> int:
+        """The first listener's port (bound: known after `start`)."""
+        return self.listeners[0].port
+
     async def start(self) -> None:
-        """Bind and start accepting (port 0 picks a free port: read `self.port` after)."""
+        """Bind every listener and start accepting (port 0 picks a free port, advertised
+        as bound: read `self.listeners` after)."""
         self.ctx.loop = asyncio.get_running_loop()
         for key, api in TABLE.items():  # every walker compiled before the first request
             for version in range(api.min_version, api.max_version + 1):
                 walker(key, version)
-        self._server = await asyncio.start_server(self._serve, self.host, self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
+        advertised = dict(self.ctx.advertised)
+        for i, listener in enumerate(self.listeners):
+            server = await asyncio.start_server(
+                functools.partial(self._serve, listener), listener.host, listener.port)
+            self._servers.append(server)
+            port = server.sockets[0].getsockname()[1]
+            self.listeners[i] = dataclasses.replace(listener, port=port)
+            host, advertised_port = advertised.get(listener.name, (listener.host, port))
+            advertised[listener.name] = (host, advertised_port or port)
+        self.ctx.advertised = advertised
         self._sweep = asyncio.create_task(self._sweeper())
-        if self.ctx.advertised[1] == 0:
-            self.ctx.advertised = (self.ctx.advertised[0], self.port)
 
     async def stop(self) -> None:
         """Stop accepting and reading, flush, answer what was read, close connections."""
         self._stopping = self.ctx.stopping = True
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         if self._sweep is not None:
             self._sweep.cancel()
         self._room.notify()  # readers waiting for room read their frame and end
@@ -157,12 +177,13 @@ class Server:
                 task.cancel()
             if late:  # its finally closes the writer (an unreaped one leaks its socket)
                 await asyncio.wait(late, timeout=SHUTDOWN_GRACE_S)
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
 
     # ------------------------------------------------------------------ connections
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, listener: Listener, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         peer = writer.get_extra_info("peername")
@@ -177,7 +198,8 @@ class Server:
         replies: asyncio.Queue[tuple[int, int, Any] | None] = asyncio.Queue(MAX_IN_FLIGHT)
         sender = asyncio.create_task(self._send(replies, conn))
         PEER.set(f"/{ip}" if ip else "")
-        SESSION.set(Session(host=ip))  # its principal: User:ANONYMOUS (no authentication)
+        SESSION.set(Session(host=ip, listener=listener.name,
+                            security_protocol=listener.protocol))
         max_bytes = self.config.socket_request_max_bytes
         try:
             # A connection whose replies can no longer be written (the sender aborted it)
@@ -426,14 +448,16 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
     """Run `silt agent` until SIGTERM or SIGINT, then shut down cleanly. `settings`: the
     effective settings `config` came from, loaded by the entry point (BROKER resources of
     DescribeConfigs)."""
-    listen = parse_host_port(config.listeners)
-    advertised = parse_host_port(config.advertised_listeners or config.listeners)
-    assert listen is not None and advertised is not None  # checked by the settings
+    listeners = config.listener_list()
+    unserved = [lst.name for lst in listeners if lst.protocol != "PLAINTEXT"]
+    if unserved:
+        raise SettingError(f"listeners {', '.join(unserved)}: only PLAINTEXT is served")
     agent = Agent(store, metadata, config)
-    ctx = ServerContext(agent=agent, metadata=metadata, store=store, advertised=advertised,
+    ctx = ServerContext(agent=agent, metadata=metadata, store=store,
+                        advertised=config.advertised(),
                         cache=SegmentCache(store, config.fetch_cache_bytes), config=config,
                         settings=tuple(settings))
-    server = Server(ctx, *listen)
+    server = Server(ctx, listeners)
     _descriptors_for(config.max_connections)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -454,12 +478,14 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
                                 ctx.authz.changed if ctx.authz.enabled else None)
         expiry.start()
         offsets.start()
-        registration = ctx.registration = Registration(metadata, *ctx.advertised)
+        registration = ctx.registration = Registration(metadata, ctx.advertised)
         info = await ctx.run(registration.start)
         ctx.groups.adopt_soon()  # the groups this agent's id still leases load now
         leases = asyncio.create_task(_check_group_leases(ctx))
-        log.warning("silt agent %s (node %d) listening on %s:%d, advertised as %s:%d",
-                    info.agent_id, info.node_id, server.host, server.port, *ctx.advertised)
+        log.warning("silt agent %s (node %d) listening on %s, advertised as %s",
+                    info.agent_id, info.node_id,
+                    endpoints_text({lst.name: (lst.host, lst.port) for lst in server.listeners}),
+                    endpoints_text(ctx.advertised))
         await stop.wait()
         log.warning("silt agent stopping: deregistering, flushing, answering in-flight"
                     " requests")

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from agent.placement import leader
+from agent.placement import leader, on_listener
 from clock import ManualClock
 from metadata import AgentInfo, MetadataStore
 from metadata.config import MetadataConfig
@@ -39,6 +39,26 @@ def test_register_heartbeat_expire_deregister(md: MetadataStore, clock: ManualCl
     assert [x.agent_id for x in md.live_brokers()] == ["agent-a"]
     c = md.register_agent("agent-c", "h", 1)
     assert c.node_id not in (a.node_id, b.node_id)
+
+
+def test_endpoints_per_listener(md: MetadataStore) -> None:
+    """Each agent's advertised endpoint per listener is stored (schema v9) and read back; a
+    client of a listener sees only the agents having it, at their endpoint there."""
+    a = md.register_agent("a", "10.0.0.1", 9092, {"INTERNAL": ("10.0.0.1", 9092),
+                                                   "EXTERNAL": ("kafka-a.example", 9093)})
+    md.register_agent("b", "10.0.0.2", 9092, {"INTERNAL": ("10.0.0.2", 9092)})
+    assert a.endpoint("EXTERNAL") == ("kafka-a.example", 9093)
+    live = md.live_brokers()
+    assert [x.endpoints for x in live] == [
+        (("INTERNAL", "10.0.0.1", 9092), ("EXTERNAL", "kafka-a.example", 9093)),
+        (("INTERNAL", "10.0.0.2", 9092),)]
+    assert [(x.agent_id, x.host, x.port) for x in on_listener(live, "EXTERNAL")] == [
+        ("a", "kafka-a.example", 9093)]
+    assert [x.host for x in on_listener(live, "INTERNAL")] == ["10.0.0.1", "10.0.0.2"]
+    assert on_listener(live, "SSL") == []
+    # A row from before listeners had names (no endpoints): host:port on every listener.
+    legacy = md.register_agent("c", "h", 1)
+    assert legacy.endpoints == () and legacy.endpoint("ANY") == ("h", 1)
 
 
 def test_session_timeout_setting() -> None:

@@ -18,6 +18,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
+from agent.listeners import PLAINTEXT, Listener
 from agent.protocol.context import ServerContext
 from agent.protocol.server import Server
 from harness import agent_process
@@ -65,7 +66,7 @@ def serve_in_process(ctx: ServerContext) -> Iterator[Server]:
     on its own thread; at exit stopped (it flushes ctx's agent), every task left reaped, the
     loop and ctx's thread pool closed. Closing the agent and the metadata store is the
     caller's."""
-    server = Server(ctx, "127.0.0.1", 0)
+    server = Server(ctx, [Listener(PLAINTEXT, PLAINTEXT, "127.0.0.1", 0)])
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="test-server-loop", daemon=True)
     thread.start()

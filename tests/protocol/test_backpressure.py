@@ -75,7 +75,8 @@ def gated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InProcess
             raise
 
     monkeypatch.setattr(agent, "produce_batches", counting)
-    ctx = ServerContext(agent=agent, metadata=md, store=store, advertised=("127.0.0.1", 0),
+    ctx = ServerContext(agent=agent, metadata=md, store=store,
+                        advertised={"PLAINTEXT": ("127.0.0.1", 0)},
                         cache=SegmentCache(store, 1 << 20))
     try:
         with serve_in_process(ctx) as server:

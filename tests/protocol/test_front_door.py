@@ -201,7 +201,8 @@ def gated_server(tmp_path: Path) -> Iterator[tuple[Server, GatedStore]]:
     config = AgentConfig(linger_ms=0, queued_max_request_bytes=5 * frame,
                          queued_max_request_bytes_per_connection=3 * frame)
     agent = Agent(store, md, config)
-    ctx = ServerContext(agent=agent, metadata=md, store=store, advertised=("127.0.0.1", 0),
+    ctx = ServerContext(agent=agent, metadata=md, store=store,
+                        advertised={"PLAINTEXT": ("127.0.0.1", 0)},
                         cache=SegmentCache(store, 1 << 20), config=config)
     try:
         with serve_in_process(ctx) as server:

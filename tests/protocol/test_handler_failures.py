@@ -85,7 +85,8 @@ def served(tmp_path: Path) -> Iterator[Served]:
     store = FailingStore(open_backend(f"file://{tmp_path}/objects"))
     md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True)
     agent = Agent(store, md, AgentConfig(linger_ms=0))
-    ctx = ServerContext(agent=agent, metadata=md, store=store, advertised=("127.0.0.1", 0),
+    ctx = ServerContext(agent=agent, metadata=md, store=store,
+                        advertised={"PLAINTEXT": ("127.0.0.1", 0)},
                         cache=SegmentCache(store, 1 << 20))
     try:
         with serve_in_process(ctx) as server:

@@ -1,4 +1,5 @@
-"""DescribeCluster (key 60): the live agents as brokers, as Metadata lists them."""
+"""DescribeCluster (key 60): the live agents as brokers, as Metadata lists them (those having
+the request's listener, at their endpoint there)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from kio.static.protocol import Entity, RequestHeader
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
+from ..session import SESSION
 
 Request = (v0.DescribeClusterRequest | v1.DescribeClusterRequest)
 """kio's DescribeClusterRequest of each version served (0-1)."""
@@ -29,7 +31,7 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  endpoint_type=i8(endpoint), cluster_id=ctx.cluster_id(),
                  controller_id=i32(-1), brokers=(),
                  cluster_authorized_operations=i32(UNKNOWN_OPERATIONS))
-    brokers = await ctx.run(ctx.live_brokers)
+    brokers = await ctx.run(ctx.live_brokers, SESSION.get().listener)
     return b("DescribeClusterResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
              error_message=None, endpoint_type=i8(BROKERS), cluster_id=ctx.cluster_id(),
              controller_id=i32(brokers[0].node_id if brokers else -1),

@@ -1,6 +1,8 @@
 """FindCoordinator (key 10): a group's coordinator is the live agent holding its lease
 (metadata/groups.py), or, if none does, the agent `agent.placement.coordinator` picks from
-the live set, which takes the lease at the group's first request. Keys are batched from v4.
+the live set, which takes the lease at the group's first request; the client is given that
+agent's endpoint on the listener it came in on (COORDINATOR_NOT_AVAILABLE if the agent has
+no such listener, as Kafka answers). Keys are batched from v4.
 Transactions are not served: a transaction key answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 which transactional producers report at once (as InitProducerId does) instead of retrying
 forever."""
@@ -14,11 +16,12 @@ from kio.schema.find_coordinator import v0, v1, v2, v3, v4
 from kio.static.primitive import i32
 from kio.static.protocol import Entity, RequestHeader
 
-from agent.placement import coordinator
+from agent.placement import coordinator, on_listener
 from metadata import AgentInfo
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
+from ..session import SESSION
 
 Request = (v0.FindCoordinatorRequest | v1.FindCoordinatorRequest | v2.FindCoordinatorRequest
            | v3.FindCoordinatorRequest | v4.FindCoordinatorRequest)
@@ -32,8 +35,8 @@ TRANSACTION = 1  # key_type of a transactional id (0: group)
 Found = tuple[ErrorCode, str | None, AgentInfo | None]
 
 
-def locate(ctx: ServerContext, keys: Sequence[str]) -> list[Found]:
-    """Each group's coordinator (blocking: metadata reads)."""
+def locate(ctx: ServerContext, keys: Sequence[str], listener: str) -> list[Found]:
+    """Each group's coordinator, at its endpoint on `listener` (blocking: metadata reads)."""
     live: list[AgentInfo] | None = None
     out: list[Found] = []
     for key in keys:
@@ -47,7 +50,12 @@ def locate(ctx: ServerContext, keys: Sequence[str]) -> list[Found]:
                 out.append((ErrorCode.coordinator_not_available, "no live agent", None))
                 continue
             holder = coordinator(key, live)
-        out.append((ErrorCode.none, None, holder))
+        reachable = on_listener([holder], listener)
+        if not reachable:
+            out.append((ErrorCode.coordinator_not_available,
+                        f"the coordinator has no listener {listener}", None))
+            continue
+        out.append((ErrorCode.none, None, reachable[0]))
     return out
 
 
@@ -60,7 +68,7 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
         found: list[Found] = [(ErrorCode.transactional_id_authorization_failed,
                                TRANSACTION_MESSAGE, None)] * len(keys)
     else:
-        found = await ctx.run(locate, ctx, keys)
+        found = await ctx.run(locate, ctx, keys, SESSION.get().listener)
 
     def fields(error: ErrorCode, message: str | None, at: AgentInfo | None) -> dict[str, object]:
         return {"error_code": error, "error_message": message,

@@ -1,7 +1,9 @@
 """Metadata (key 3): the live agents as brokers, topics with partitions and leaders.
 
-Brokers are the agent registry's live agents (`ServerContext.live_brokers`); each partition's
-leader is `agent.placement.leader` of them, so every agent names the same leaders. Any agent
+Brokers are the agent registry's live agents having the listener the request came in on, at
+their endpoint there (`ServerContext.live_brokers(listener)`, as Kafka lists a listener's
+brokers); each partition's leader is `agent.placement.leader` of them, so every agent names
+the same leaders to the clients of one listener. Any agent
 serves any partition, so a client sending to another agent is served all the same.
 
 Leader epoch is -1 everywhere (clients then never need OffsetForLeaderEpoch); every broker
@@ -41,6 +43,7 @@ from metadata.topics import validate_topic_name
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 from ..errors import LOOKUP, failed, log_failure
+from ..session import SESSION
 
 Request = (v1.MetadataRequest | v2.MetadataRequest | v3.MetadataRequest | v4.MetadataRequest
            | v5.MetadataRequest | v6.MetadataRequest | v7.MetadataRequest | v8.MetadataRequest
@@ -93,7 +96,7 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
     topics = await ctx.run(_topics, ctx.metadata, names,
                            ctx.config.num_partitions if auto else None)
     try:
-        brokers = await ctx.run(ctx.live_brokers)
+        brokers = await ctx.run(ctx.live_brokers, SESSION.get().listener)
     except Exception as exc:
         log_failure("listing the live agents", exc)
         brokers = []
