@@ -46,6 +46,9 @@ GROUP_MIN_SESSION_TIMEOUT_MS = "group.min.session.timeout.ms"
 GROUP_MAX_SESSION_TIMEOUT_MS = "group.max.session.timeout.ms"
 GROUP_INITIAL_REBALANCE_DELAY_MS = "group.initial.rebalance.delay.ms"
 OFFSET_METADATA_MAX_BYTES = "offset.metadata.max.bytes"
+# The transaction coordinator (agent/transactions/), with Kafka's broker setting names.
+TRANSACTION_MAX_TIMEOUT_MS = "transaction.max.timeout.ms"
+TRANSACTION_ABORT_INTERVAL_MS = "transaction.abort.timed.out.transaction.cleanup.interval.ms"
 # Limits on the work one request may ask of an agent.
 MAX_PARTITIONS_PER_REQUEST = "max.partitions.per.request"
 FETCH_MAX_BYTES = "fetch.max.bytes"
@@ -132,6 +135,16 @@ class AgentConfig(Section):
     group_initial_rebalance_delay_ms: int = integer(GROUP_INITIAL_REBALANCE_DELAY_MS, 3_000,
                                                     lo=0)
     offset_metadata_max_bytes: int = integer(OFFSET_METADATA_MAX_BYTES, 4096, lo=0)
+    # Kafka's transaction coordinator settings: the longest transaction.timeout.ms an
+    # InitProducerId may ask for (else INVALID_TRANSACTION_TIMEOUT), and how often each
+    # agent aborts the transactions past their timeout and finishes those whose coordinator
+    # died (markers still to write).
+    transaction_max_timeout_ms: int = integer(
+        TRANSACTION_MAX_TIMEOUT_MS, 900_000, lo=1,
+        doc="the longest transaction.timeout.ms a transactional producer may ask for")
+    transaction_abort_interval_ms: int = integer(
+        TRANSACTION_ABORT_INTERVAL_MS, 10_000, lo=1,
+        doc="how often timed-out transactions are aborted and orphaned ones finished")
     # `silt agent`'s metrics port (telemetry/: /metrics, /healthz, /readyz; "" = none), and
     # how often it computes the lag of the consumer groups it coordinates.
     metrics_listeners: str = metrics.listeners()

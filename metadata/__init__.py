@@ -32,6 +32,8 @@ from .models import (
     Snapshot,
     StoreStats,
     TopicInfo,
+    TransactionRecord,
+    TxnLease,
 )
 from .store import DEFAULT_URL, MetadataStore
 from .topicconfig import TopicConfig
@@ -70,4 +72,6 @@ __all__ = [
     "StoreStats",
     "TopicConfig",
     "TopicInfo",
+    "TransactionRecord",
+    "TxnLease",
 ]

@@ -161,6 +161,42 @@ class UnknownGroupError(MetadataError):
     """No group by this id has any state or committed offset (Kafka's GROUP_ID_NOT_FOUND)."""
 
 
+class TransactionCoordinatedElsewhereError(MetadataError):
+    """Another live agent holds the transactional id's coordinator lease (Kafka's
+    NOT_COORDINATOR: ask FindCoordinator again); `holder` is that agent's id."""
+
+    def __init__(self, message: str, holder: str) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+class TransactionLeaseLostError(MetadataError):
+    """The transactional id's coordinator lease was taken over (its epoch moved): this agent
+    no longer coordinates it and wrote nothing (Kafka's NOT_COORDINATOR)."""
+
+
+class InvalidProducerIdMappingError(MetadataError):
+    """No transaction of this transactional id has this producer id (Kafka's
+    INVALID_PRODUCER_ID_MAPPING)."""
+
+
+class ProducerFencedError(MetadataError):
+    """A newer producer of the transactional id bumped its epoch: this one is a zombie
+    (Kafka's PRODUCER_FENCED; INVALID_PRODUCER_EPOCH to clients of older versions)."""
+
+
+class InvalidTxnStateError(MetadataError):
+    """The transaction is not in a state that allows this (Kafka's INVALID_TXN_STATE: a
+    transactional write to a partition or group never added to the transaction)."""
+
+
+class ConcurrentTransactionsError(MetadataError):
+    """The transactional id's previous transaction is still completing (Kafka's
+    CONCURRENT_TRANSACTIONS: the client retries)."""
+
+    retriable = True
+
+
 class MetadataNotFoundError(MetadataError):
     """No siltstream metadata at this URL (no SQLite file, or a database without the
     schema) and the caller did not ask to create it: `silt init` creates it."""

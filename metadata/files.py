@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, cast
 
@@ -57,6 +57,11 @@ Bases = dict[tuple[str, int], int]
 Outcomes = dict[tuple[str, int], "int | RejectedChunk"]
 # Per chunk (topic, partition): its idempotent batches, in offset order.
 ProducerBatches = Mapping[tuple[str, int], Sequence[ProducerBatch]]
+# Extra statements an agent commit runs in its transaction, after the chunks are inserted,
+# given the connection and the chunks' outcomes (a transaction coordinator completing the
+# transactions whose markers the file holds: transactions.complete_in). A hook must not
+# raise for a state that moved on: its exception rolls the whole commit back.
+CommitHook = Callable[[sa.Connection, "Outcomes"], object]
 
 
 # The `files` columns a FileInfo holds besides its layout (not the snapshot's change marker).
@@ -191,7 +196,7 @@ def commit_file(db: Database, file_id: int, layout: FileLayout) -> dict[tuple[st
 
 
 def commit_produced(db: Database, file_id: int, layout: FileLayout, *,
-                    batches: ProducerBatches) -> Outcomes:
+                    batches: ProducerBatches, hooks: Sequence[CommitHook] = ()) -> Outcomes:
     """`commit_file` for an agent's object (its idempotent producers' batches per chunk,
     possibly none), committing chunk by chunk: in the same transaction, after the partition
     locks, every chunk's `batches` are checked in order against their producers' state
@@ -207,12 +212,14 @@ def commit_produced(db: Database, file_id: int, layout: FileLayout, *,
     one client's bad batch never fails the others'). Other chunks commit normally. If no
     chunk is inserted the file goes pending → abandoned (GC deletes it) instead of live.
 
-    Crash before COMMIT: the file stays pending, no state changed. After: the chunks and the
-    producers' states are visible together. A failed COMMIT is read back through the file's
-    state: pending (retried), live or abandoned (applied; chunks without a segment are
-    reported rejected with a retriable BatchRejectedError, since their exact verdicts are
-    not stored — a retry of a duplicate is then answered with its original offset, one of a
-    deleted topic with UNKNOWN_TOPIC_OR_PARTITION).
+    `hooks` run last in the same transaction, with the outcomes (CommitHook).
+
+    Crash before COMMIT: the file stays pending, no state changed. After: the chunks, the
+    producers' states and what the hooks wrote are visible together. A failed COMMIT is
+    read back through the file's state: pending (retried), live or abandoned (applied;
+    chunks without a segment are reported rejected with a retriable BatchRejectedError,
+    since their exact verdicts are not stored — a retry of a duplicate is then answered with
+    its original offset, one of a deleted topic with UNKNOWN_TOPIC_OR_PARTITION).
     """
     commit = _file_commit(file_id, layout)
     spans = {(c.topic, c.partition): c.offset_span for c in commit[2]}
@@ -225,7 +232,7 @@ def commit_produced(db: Database, file_id: int, layout: FileLayout, *,
         except InvalidCommitError as exc:  # this chunk only: the others commit
             refused[tp] = RejectedChunk((exc,) * len(bs), exc)
     return _commit(db, f"commit of file {file_id}", [commit], batches, produced=True,
-                   refused=refused)[0]
+                   refused=refused, hooks=hooks)[0]
 
 
 def commit_files(db: Database, files: Sequence[tuple[int, FileLayout]]
@@ -241,8 +248,8 @@ def commit_files(db: Database, files: Sequence[tuple[int, FileLayout]]
 
 def _commit(db: Database, what: str, files: Sequence[FileCommit],
             batches: ProducerBatches | None = None, *, produced: bool = False,
-            refused: Mapping[tuple[str, int], RejectedChunk] | None = None
-            ) -> list[Outcomes]:
+            refused: Mapping[tuple[str, int], RejectedChunk] | None = None,
+            hooks: Sequence[CommitHook] = ()) -> list[Outcomes]:
     """Commit `files` at once; `produced` (one agent's file): chunk by chunk (see
     `commit_produced`; `refused` chunks are not inserted), else all or nothing."""
     for _, _, chunks in files:
@@ -274,9 +281,13 @@ def _commit(db: Database, what: str, files: Sequence[FileCommit],
                     found[file_id][tp] = RejectedChunk((retry,) * n, retry)
         return [found[i] for i in ids]
 
-    return db.commit(what, lambda conn: _commit_body(db, conn, files, batches, produced,
-                                                     refused or {}),
-                     read_back, kind="files")
+    def body(conn: sa.Connection) -> list[Outcomes]:
+        results = _commit_body(db, conn, files, batches, produced, refused or {})
+        for hook in hooks:
+            hook(conn, results[0])
+        return results
+
+    return db.commit(what, body, read_back, kind="files")
 
 
 def _commit_body(db: Database, conn: sa.Connection, files: Sequence[FileCommit],

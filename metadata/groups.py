@@ -27,8 +27,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
+from . import leases
 from . import schema as s
-from .agents import agent_info
 from .engine import Database
 from .errors import (
     GroupCoordinatedElsewhereError,
@@ -57,66 +57,27 @@ OFFSET_KEY = ("group_id", "topic", "partition")
 # ------------------------------------------------------------------ leases
 
 
-def _live_agents(db: Database) -> sa.Select[Any]:
-    """The agent ids of live agents (as agents.live_brokers decides)."""
-    a = s.agents.c
-    since = db.clock.now_ms() - db.config.broker_session_timeout_ms
-    return sa.select(a.agent_id).where(a.stopped == sa.false(), a.heartbeat_at_ms > since)
+GROUP_LEASES = leases.LeaseKind(s.group_coordinators, "group_id", "group",
+                                GroupCoordinatedElsewhereError, GroupLeaseLostError)
+_live_agents = leases.live_agents
 
 
 def group_coordinator(db: Database, group_id: str) -> AgentInfo | None:
     """The live agent coordinating `group_id`, or None (nobody, or its holder is not live)."""
-    a, gc = s.agents.c, s.group_coordinators.c
-    with db.read() as conn:
-        row = conn.execute(
-            sa.select(s.agents).join(s.group_coordinators, gc.agent_id == a.agent_id)
-            .where(gc.group_id == group_id, a.agent_id.in_(_live_agents(db)))).first()
-    if row is None:
-        return None
-    return agent_info(row)
+    return leases.holder(db, GROUP_LEASES, group_id)
 
 
 def acquire_group(db: Database, group_id: str, agent_id: str) -> GroupLease:
     """Make `agent_id` the coordinator of `group_id` with a new epoch (fencing any earlier
-    holder, this agent's own earlier incarnations included).
-
-    GroupCoordinatedElsewhereError if another agent holds it and is live. Concurrent
-    acquirers of a free group: one inserts; the other's insert fails on the primary key
-    and it looks again (finding the winner live).
-    """
-    gc = s.group_coordinators.c
-    for _ in range(2):
-        now = db.clock.now_ms()
-        with db.write() as conn:
-            row = conn.execute(sa.select(s.group_coordinators).where(gc.group_id == group_id)
-                               .with_for_update()).first()
-            if row is None:
-                try:
-                    with conn.begin_nested():
-                        conn.execute(s.group_coordinators.insert().values(
-                            group_id=group_id, agent_id=agent_id, epoch=1,
-                            acquired_at_ms=now))
-                except sa.exc.IntegrityError:
-                    continue
-                return GroupLease(group_id, agent_id, 1)
-            if row.agent_id != agent_id and conn.execute(
-                    _live_agents(db).where(s.agents.c.agent_id == row.agent_id)).first():
-                raise GroupCoordinatedElsewhereError(
-                    f"group {group_id!r} is coordinated by agent {row.agent_id}", row.agent_id)
-            epoch = int(row.epoch) + 1
-            conn.execute(s.group_coordinators.update().where(gc.group_id == group_id)
-                         .values(agent_id=agent_id, epoch=epoch, acquired_at_ms=now))
-            return GroupLease(group_id, agent_id, epoch)
-    raise AssertionError(f"group {group_id!r}: its lease could be neither inserted nor found")
+    holder, this agent's own earlier incarnations included); GroupCoordinatedElsewhereError
+    if another agent holds it and is live (leases.acquire)."""
+    return GroupLease(group_id, agent_id, leases.acquire(db, GROUP_LEASES, group_id, agent_id))
 
 
 def held_groups(db: Database, agent_id: str) -> dict[str, int]:
     """The groups whose lease `agent_id` holds, with their epochs (an agent drops the groups
     it has loaded that are no longer among them)."""
-    gc = s.group_coordinators.c
-    with db.read() as conn:
-        rows = conn.execute(sa.select(gc.group_id, gc.epoch).where(gc.agent_id == agent_id))
-        return {r.group_id: int(r.epoch) for r in rows}
+    return leases.held(db, GROUP_LEASES, agent_id)
 
 
 def _exists(group_id: Any) -> sa.ColumnElement[bool]:
@@ -165,16 +126,8 @@ def adopt_groups(db: Database, agent_id: str, group_ids: Sequence[str]
 
 
 def _fence(conn: sa.Connection, lease: GroupLease) -> None:
-    """Raise GroupLeaseLostError unless `lease` is still the group's lease; the row stays
-    locked (shared) to the end of the transaction, so a takeover waits for this write."""
-    gc = s.group_coordinators.c
-    row = conn.execute(sa.select(gc.agent_id, gc.epoch).where(gc.group_id == lease.group_id)
-                       .with_for_update(read=True)).first()
-    if row is None or row.agent_id != lease.agent_id or int(row.epoch) != lease.epoch:
-        holder = "nobody" if row is None else f"agent {row.agent_id} (epoch {row.epoch})"
-        raise GroupLeaseLostError(
-            f"group {lease.group_id!r}: lease epoch {lease.epoch} of agent {lease.agent_id}"
-            f" was taken over; now {holder}")
+    """Raise GroupLeaseLostError unless `lease` is still the group's lease (leases.fence)."""
+    leases.fence(conn, GROUP_LEASES, lease.group_id, lease.agent_id, lease.epoch)
 
 
 # ------------------------------------------------------------------ stored groups

@@ -436,3 +436,47 @@ class PartitionLag:
     committed_offset: int | None
     log_end_offset: int | None
     lag: int | None
+
+
+# Transaction states, with Kafka's names (TransactionState in the TransactionCoordinator).
+TXN_EMPTY = "Empty"
+TXN_ONGOING = "Ongoing"
+TXN_PREPARE_COMMIT = "PrepareCommit"
+TXN_PREPARE_ABORT = "PrepareAbort"
+TXN_COMPLETE_COMMIT = "CompleteCommit"
+TXN_COMPLETE_ABORT = "CompleteAbort"
+TXN_DEAD = "Dead"
+TXN_STATES = (TXN_EMPTY, TXN_ONGOING, TXN_PREPARE_COMMIT, TXN_PREPARE_ABORT,
+              TXN_COMPLETE_COMMIT, TXN_COMPLETE_ABORT, TXN_DEAD)
+NO_PRODUCER_EPOCH = -1  # Kafka's RecordBatch.NO_PRODUCER_EPOCH (and NO_PRODUCER_ID is -1)
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionRecord:
+    """A transactional id's state as its coordinator stores it (Kafka's TransactionMetadata):
+    its producer id and epoch, the previous ones (a retried InitProducerId is recognised by
+    them), the state, the partitions and groups of the ongoing transaction (in Prepare*:
+    the partitions still waiting for their marker), its timeout, when it started (-1: no
+    transaction yet) and when it last changed."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    last_producer_id: int
+    last_producer_epoch: int
+    state: str
+    partitions: tuple[tuple[str, int], ...]
+    groups: tuple[str, ...]
+    timeout_ms: int
+    start_ms: int
+    updated_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnLease:
+    """The right of agent `agent_id` to coordinate a transactional id; `epoch` fences its
+    writes (a takeover bumps it) and is the coordinator epoch its markers carry."""
+
+    transactional_id: str
+    agent_id: str
+    epoch: int

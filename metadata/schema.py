@@ -92,6 +92,20 @@ Version 9 (listeners):
   listener it came in on); NULL for a row registered before v9 (`host`/`port` then serve
   every listener). `host`/`port` stay the first listener's.
 
+Version 10 (transactions):
+
+- `transaction_coordinators(transactional_id PK, agent_id, epoch, acquired_at_ms)`: which
+  agent coordinates a transactional id, a lease exactly like `group_coordinators`' (leases.py).
+- `transactions(transactional_id PK, producer_id, producer_epoch, last_producer_id,
+  last_producer_epoch, state, partitions JSON text, groups JSON text, timeout_ms,
+  start_ms, updated_ms)`: Kafka's TransactionMetadata as its coordinator last stored it
+  (txnstate.py); in PrepareCommit/PrepareAbort `partitions` are those still waiting for
+  their marker.
+- `transaction_offsets(transactional_id, group_id, topic, partition, committed_offset,
+  leader_epoch, metadata, committed_at_ms)`, PK (transactional_id, group_id, topic,
+  partition): TxnOffsetCommit's offsets, moved into `group_offsets` by the commit that
+  completes the transaction, deleted by an abort.
+
 A migration is a function of a connection inside the transaction that also records its
 version; `MIGRATIONS[i]` brings the schema from version i to i + 1. Migrations are frozen once
 released: a later change to a table is a new migration, and `_v1` then gets its own copy of
@@ -500,6 +514,7 @@ def _v8(conn: sa.Connection, now_ms: int) -> None:
     v8.create_all(conn, tables=tables)
     conn.execute(tables[1].insert().values(id=1, next_id=1))
 
+
 def _v9(conn: sa.Connection, now_ms: int) -> None:
     """agents.endpoints: each agent's advertised endpoint per listener."""
     column = _endpoints_column()
@@ -507,6 +522,55 @@ def _v9(conn: sa.Connection, now_ms: int) -> None:
     conn.exec_driver_sql(f"ALTER TABLE agents ADD COLUMN {column.name} {kind}")
 
 
+transaction_coordinators = sa.Table(
+    "transaction_coordinators",
+    md,
+    sa.Column("transactional_id", sa.String(255), primary_key=True),
+    sa.Column("agent_id", sa.String(255), nullable=False),
+    sa.Column("epoch", sa.BigInteger, nullable=False),
+    sa.Column("acquired_at_ms", sa.BigInteger, nullable=False),
+    sa.Index("transaction_coordinators_agent", "agent_id"),
+)
+
+transactions = sa.Table(
+    "transactions",
+    md,
+    sa.Column("transactional_id", sa.String(255), primary_key=True),
+    sa.Column("producer_id", sa.BigInteger, nullable=False),
+    sa.Column("producer_epoch", sa.Integer, nullable=False),
+    sa.Column("last_producer_id", sa.BigInteger, nullable=False),
+    sa.Column("last_producer_epoch", sa.Integer, nullable=False),
+    sa.Column("state", sa.String(32), nullable=False),
+    sa.Column("partitions", sa.Text, nullable=False),  # JSON [[topic, partition], ...]
+    sa.Column("groups", sa.Text, nullable=False),  # JSON [group id, ...]
+    sa.Column("timeout_ms", sa.Integer, nullable=False),
+    sa.Column("start_ms", sa.BigInteger, nullable=False),
+    sa.Column("updated_ms", sa.BigInteger, nullable=False),
+    sa.Index("transactions_producer", "producer_id"),
+    sa.Index("transactions_state", "state"),
+)
+
+transaction_offsets = sa.Table(
+    "transaction_offsets",
+    md,
+    sa.Column("transactional_id", sa.String(255), primary_key=True),
+    sa.Column("group_id", sa.String(255), primary_key=True),
+    sa.Column("topic", sa.String(255), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("committed_offset", sa.BigInteger, nullable=False),
+    sa.Column("leader_epoch", sa.Integer, nullable=False),
+    sa.Column("metadata", sa.Text, nullable=True),
+    sa.Column("committed_at_ms", sa.BigInteger, nullable=False),
+)
+
+
+def _v10(conn: sa.Connection, now_ms: int) -> None:
+    """Transactions: coordinator leases, the transactions' state, their pending offsets."""
+    v10 = sa.MetaData()
+    v10.create_all(conn, tables=[t.to_metadata(v10) for t in (
+        transaction_coordinators, transactions, transaction_offsets)])
+
+
 Migration = Callable[[sa.Connection, int], None]
-MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]
+MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10]
 LATEST_VERSION = len(MIGRATIONS)

@@ -3,8 +3,8 @@ concern modules — topics.py, files.py (agent commits, GC), history.py (pruning
 jobs' and deleted files' rows), retention.py, reads.py (segments, snapshots, stats),
 jobs.py (compaction leases and commits), agents.py (the agent registry), producers.py
 (idempotent producers), groups.py (consumer groups: coordinator leases, stored groups,
-committed offsets), acls.py (ACL bindings), notify.py (commit notifications across
-processes) — on the shared
+committed offsets), acls.py (ACL bindings), txnstate.py (transaction coordinators'
+leases and state), notify.py (commit notifications across processes) — on the shared
 `Database` of engine.py (engine, migrations, transactions, the commit helper and its
 failure model), identity.py (the cluster id and its bound store) and audit.py (`silt
 doctor`'s reads). The methods are those modules' functions, so each is documented where it
@@ -27,6 +27,7 @@ from . import (
     reads,
     retention,
     topics,
+    txnstate,
 )
 from .engine import DEFAULT_URL, Database
 
@@ -104,6 +105,17 @@ class MetadataStore(Database):
     reset_offsets = groups.reset_offsets
     delete_group = groups.delete_group
     expire_offsets = groups.expire_offsets
+    # transactions (coordinator leases, state, pending offsets)
+    transaction_coordinator = txnstate.transaction_coordinator
+    acquire_transaction = txnstate.acquire_transaction
+    held_transactions = txnstate.held_transactions
+    load_transaction = txnstate.load_transaction
+    store_transaction = txnstate.store_transaction
+    list_transactions = txnstate.list_transactions
+    unfinished_transactions = txnstate.unfinished
+    add_transaction_offsets = txnstate.add_offsets
+    pending_transaction_offsets = txnstate.pending_offsets
+    complete_transaction = txnstate.complete_transaction
     # the cluster's identity (the object store's marker holds the same id)
     cluster_identity = identity.cluster_identity
     bind_store = identity.bind_store

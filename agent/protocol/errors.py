@@ -38,6 +38,7 @@ from fileformat.errors import (
 )
 from metadata.errors import (
     BatchRejectedError,
+    ConcurrentTransactionsError,
     GroupCoordinatedElsewhereError,
     GroupLeaseLostError,
     GroupNotEmptyError,
@@ -45,12 +46,17 @@ from metadata.errors import (
     InvalidPartitionsError,
     InvalidProducerBatchError,
     InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
     InvalidTopicError,
+    InvalidTxnStateError,
     MetadataError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     PolicyViolationError,
+    ProducerFencedError,
     TopicExistsError,
+    TransactionCoordinatedElsewhereError,
+    TransactionLeaseLostError,
     UnknownGroupError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -110,6 +116,13 @@ CODES: Final[tuple[tuple[type[BaseException], ErrorCode], ...]] = (
     (CoordinatorNotRegisteredError, E.coordinator_not_available),
     (GroupNotEmptyError, E.non_empty_group),
     (UnknownGroupError, E.group_id_not_found),
+    # Transactions (the coordinator's lease, TxnOffsetCommit's checks).
+    (TransactionLeaseLostError, E.not_coordinator),
+    (TransactionCoordinatedElsewhereError, E.not_coordinator),
+    (InvalidProducerIdMappingError, E.invalid_producer_id_mapping),
+    (ProducerFencedError, E.producer_fenced),
+    (InvalidTxnStateError, E.invalid_txn_state),
+    (ConcurrentTransactionsError, E.concurrent_transactions),
 )
 """(exception class, Kafka error code), most specific first: an exception gets the code of
 the first row whose class it is an instance of."""
