@@ -11,13 +11,17 @@ TEST_STAMP := $(VENV)/.installed-test-$(SUM)
 # In CI (CI=true) a test that needs PostgreSQL or the S3 server must not skip.
 export SILT_REQUIRE_SERVERS ?= $(CI)
 
-.PHONY: demo test lint bench chaos clean tools
+.PHONY: demo test lint bench chaos clean tools compat compat-build
 
-# kcat (librdkafka's CLI) is one of the Kafka clients the protocol tests drive; CI installs it.
+# kcat (librdkafka's CLI) is one of the Kafka clients the protocol tests drive; librdkafka's
+# own test-runner (`make compat`) is built from source with these Debian packages. CI
+# installs them (as root).
+DEBS := kcat build-essential libssl-dev libsasl2-dev libzstd-dev liblz4-dev zlib1g-dev \
+  rapidjson-dev
 tools:
-	@command -v kcat >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq \
-	  && apt-get install -y -qq kcat >/dev/null; } \
-	  || echo "kcat not installed: its test skips (fails with CI=true); apt-get install kcat"
+	@dpkg -s $(DEBS) >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq \
+	  && apt-get install -y -qq $(DEBS) >/dev/null; } \
+	  || echo "not installed: $(DEBS): their tests skip (fail with CI=true); apt-get install them"
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -48,8 +52,18 @@ lint: $(TEST_STAMP) $(NATIVE)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# librdkafka's test-runner, built once into build/compat/ (about 3.5 minutes on two cores;
+# reused after).
+compat-build: $(TEST_STAMP) $(NATIVE) tools
+	$(BIN)/python -m harness.compat.build
+
 test: lint tools
 	$(BIN)/python -m pytest -q
+
+# librdkafka's own regression suite against silt agents, one test at a time; results in
+# docs/compatibility.md.
+compat: compat-build
+	$(BIN)/python -m harness.compat --write docs/compatibility.md
 
 bench: $(TEST_STAMP) $(NATIVE)
 	$(BIN)/python -m bench.run --write docs/benchmarks.md

@@ -1,0 +1,143 @@
+"""Which of librdkafka's tests need a broker, which scenario each runs in, and what we say about
+the ones not run: read from the `tests[]` table of librdkafka's tests/test.c (the runner's own
+list, so a new librdkafka release brings its new tests without an edit here).
+
+A test entry (`0045_subscribe_update_topic_remove`) belongs to a test number (`0045`); the
+runner selects by number, so one run of a number runs all its entries of that scenario.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# The Kafka version siltstream answers as (issue 26: Kafka 4.0's API surface); the runner's
+# `-V` (TEST_KAFKA_VERSION): tests needing a later broker (share groups, 4.2) are skipped by
+# the runner as "not applicable for broker version", and version-dependent checks expect
+# 4.0's answers.
+KAFKA_VERSION = "4.0.0"
+
+# librdkafka's scenarios (tests/scenarios/*.json) as agent settings: topic auto-creation on
+# or off, 4 partitions for topics created without a count. `low-linger` is ours: the default
+# scenario with a 1 ms flush, for 0055's latency bounds (see NOT_APPLICABLE).
+SCENARIOS: dict[str, dict[str, str]] = {
+    "default": {"SILT_AGENT_AUTO_CREATE_TOPICS_ENABLE": "true",
+                "SILT_AGENT_NUM_PARTITIONS": "4"},
+    "noautocreate": {"SILT_AGENT_AUTO_CREATE_TOPICS_ENABLE": "false",
+                     "SILT_AGENT_NUM_PARTITIONS": "4"},
+    "low-linger": {"SILT_AGENT_AUTO_CREATE_TOPICS_ENABLE": "true",
+                   "SILT_AGENT_NUM_PARTITIONS": "4", "SILT_AGENT_LINGER_MS": "1"},
+}
+# Tests run in a scenario of ours rather than librdkafka's (the runner still gets `-s default`).
+SCENARIO_OF: dict[str, str] = {"0055": "low-linger"}
+
+# Tests not run, and why: a reviewer should accept each reason.
+NOT_APPLICABLE: dict[str, str] = {
+    "0028": "librdkafka marks it a known issue of its own (librdkafka#529); its runner skips it",
+    "0047": "librdkafka marks it a known issue of its own; its runner skips it",
+    "0101": "fetch-from-follower needs 3 brokers in racks with a replica selector; a leaderless"
+            " cluster has no followers: every agent serves every partition",
+}
+# Tests waiting for a feature another issue brings; switched on as it lands.
+PENDING: dict[str, str] = {
+    "0097": "issue 25 (TLS listeners)",
+    "0098": "issue 24 (transactions)",
+    "0103": "issue 24 (transactions)",
+    "0129": "issue 24 (transactions)",
+    "0115": "issue 25 (ACLs; the test runs kafka-acls.sh)",
+    "0119": "issue 25 (ACLs; the test runs kafka-acls.sh)",
+    "0126": "issue 25 (SASL/OAUTHBEARER)",
+    "0135": "issue 25 (SASL)",
+    "0142": "issue 25 (SASL re-authentication)",
+}
+# Tests run whose failure is a design difference, not a bug: a failure is reported as n/a
+# with the runner's reason (the figure it measured) and this note.
+BY_DESIGN: dict[str, str] = {
+    "0055": "not applicable by design: an ack waits until the batch is durable, in an object"
+            " written and committed to the metadata store (one per flush), where Kafka's"
+            " leader acks from its page cache; the test's bounds are a few ms above linger.ms."
+            " Run at agent.linger.ms=1 (the default flush is 250 ms) the ack still includes"
+            " that write and commit (fsync'd file and SQLite here), which is what the runner"
+            " measured; its transactions sub-test waits for issue 24",
+}
+# Tests run in a time limit of their own (seconds), whatever --timeout says.
+TIME_LIMIT_S: dict[str, float] = {"0113": 1200.0}
+# What we know about a result (shown beside it in docs/compatibility.md).
+NOTES: dict[str, str] = {
+    **BY_DESIGN,
+    "0016": "the clients' software name and version are sent; the test's check of them in the"
+            " broker's JMX metrics needs Kafka's JMX (it warns and skips that check)",
+}
+
+_VERSION = re.compile(r"TEST_BRKVER\((\d+),\s*(\d+),\s*(\d+),\s*(\d+)\)")
+_SCENARIO = re.compile(r'\.scenario\s*=\s*"([^"]*)"')
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry of test.c's `tests[]`."""
+
+    name: str  # 0045_subscribe_update_topic_remove
+    flags: frozenset[str]  # TEST_F_LOCAL, TEST_F_MANUAL, TEST_F_KNOWN_ISSUE, TEST_F_SOCKEM...
+    min_version: tuple[int, ...]
+    scenarios: tuple[str, ...]  # librdkafka's (default, noautocreate, ak23)
+
+    @property
+    def number(self) -> str:
+        return self.name.split("_", 1)[0]
+
+    @property
+    def needs_broker(self) -> bool:
+        return not self.flags & {"TEST_F_LOCAL", "TEST_F_MANUAL"}
+
+    def applies_to(self, version: str) -> bool:
+        """Whether the runner would run it against a broker of `version` (its minimum)."""
+        given = [int(p) for p in version.split(".")]
+        return self.min_version <= tuple(given + [0] * (4 - len(given)))
+
+    @property
+    def scenario(self) -> str:
+        """The scenario of ours it runs in."""
+        if self.number in SCENARIO_OF:
+            return SCENARIO_OF[self.number]
+        return "default" if "default" in self.scenarios else self.scenarios[0]
+
+
+def _split_entries(table: str) -> list[str]:
+    """The argument lists of the `_TEST(...)` calls in `table`, parentheses balanced."""
+    out: list[str] = []
+    at = 0
+    while (start := table.find("_TEST(", at)) >= 0:
+        depth, i = 0, start + len("_TEST")
+        while True:
+            depth += {"(": 1, ")": -1}.get(table[i], 0)
+            i += 1
+            if depth == 0:
+                break
+        out.append(table[start + len("_TEST("):i - 1])
+        at = i
+    return out
+
+
+def parse_tests(test_c: str) -> list[Entry]:
+    """Every entry of test.c's `tests[]` table, in its order."""
+    start = test_c.index("struct test tests[] = {")
+    table = re.sub(r"/\*.*?\*/", "", test_c[start:test_c.index("{NULL}}", start)], flags=re.S)
+    entries = []
+    for args in _split_entries(table):
+        name, _, rest = args.partition(",")
+        flags_text = rest.split(",", 1)[0]
+        version = _VERSION.search(rest)
+        scenario = _SCENARIO.search(rest)
+        entries.append(Entry(
+            name=name.strip(),
+            flags=frozenset(re.findall(r"TEST_F_\w+", flags_text)),
+            min_version=tuple(int(g) for g in version.groups()) if version else (0,),
+            scenarios=tuple(scenario.group(1).split(",")) if scenario else ("default",)))
+    return entries
+
+
+def broker_tests(test_c: str, version: str = KAFKA_VERSION) -> list[Entry]:
+    """The entries that need a broker and apply to `version`: what `make compat` accounts
+    for, one row each."""
+    return [e for e in parse_tests(test_c) if e.needs_broker and e.applies_to(version)]

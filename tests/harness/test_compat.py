@@ -1,0 +1,134 @@
+"""harness.compat's pure parts: reading librdkafka's test table, a runner's output and
+report, and docs/compatibility.md's rows (a partial run keeps the other rows)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.compat import report, suite
+from harness.compat.run import Result, parse_run, plan
+
+TEST_C = """
+struct test tests[] = {
+    /* Special MAIN test */
+    {.name = "<MAIN>", .flags = TEST_F_LOCAL},
+    _TEST(0000_unittests, TEST_F_LOCAL, _THRES(.ucpu = 100.0, .rss = 900.0)),
+    _TEST(0001_multiobj, 0),
+    _TEST(0028_long_topicnames,
+          TEST_F_KNOWN_ISSUE,
+          TEST_BRKVER(0, 9, 0, 0),
+          .extra = "https://github.com/confluentinc/librdkafka/issues/529"),
+    _TEST(0045_subscribe_update, 0, TEST_BRKVER(0, 9, 0, 0)),
+    _TEST(0045_subscribe_update_topic_remove,
+          0,
+          TEST_BRKVER(0, 9, 0, 0),
+          .scenario = "noautocreate"),
+#if WITH_SOCKEM
+    _TEST(0049_consume_conn_close, TEST_F_SOCKEM, TEST_BRKVER(0, 9, 0, 0)),
+#endif
+    _TEST(0055_producer_latency, TEST_F_KNOWN_ISSUE_WIN32),
+    _TEST(0097_ssl_verify, 0),
+    _TEST(0103_transactions, 0, TEST_BRKVER(0, 11, 0, 0), .scenario = "default,ak23"),
+    _TEST(0107_topic_recreate, 0, TEST_BRKVER_TOPIC_ADMINAPI, .scenario = "noautocreate"),
+    _TEST(0170_share_consumer_subscription, 0, TEST_BRKVER(4, 2, 0, 0)),
+    _TEST(8000_idle, TEST_F_MANUAL),
+    {NULL}};
+"""
+
+
+def test_the_table_is_read_with_flags_versions_and_scenarios() -> None:
+    entries = {e.name: e for e in suite.parse_tests(TEST_C)}
+    assert len(entries) == 12
+    assert entries["0000_unittests"].flags == {"TEST_F_LOCAL"}
+    assert entries["0028_long_topicnames"].flags == {"TEST_F_KNOWN_ISSUE"}
+    assert entries["0028_long_topicnames"].min_version == (0, 9, 0, 0)
+    assert entries["0045_subscribe_update_topic_remove"].scenario == "noautocreate"
+    assert entries["0103_transactions"].scenarios == ("default", "ak23")
+    assert entries["0103_transactions"].scenario == "default"
+    assert entries["0055_producer_latency"].scenario == "low-linger"  # ours
+    assert entries["0055_producer_latency"].flags == {"TEST_F_KNOWN_ISSUE_WIN32"}
+
+
+def test_broker_tests_are_those_needing_a_broker_at_our_version() -> None:
+    names = [e.name for e in suite.broker_tests(TEST_C, "4.0.0")]
+    assert names == ["0001_multiobj", "0028_long_topicnames", "0045_subscribe_update",
+                     "0045_subscribe_update_topic_remove", "0049_consume_conn_close",
+                     "0055_producer_latency", "0097_ssl_verify", "0103_transactions",
+                     "0107_topic_recreate"]
+    assert "0170_share_consumer_subscription" in [
+        e.name for e in suite.broker_tests(TEST_C, "4.2.0")]
+
+
+def test_a_number_runs_once_per_scenario_and_not_run_ones_are_left_out() -> None:
+    runs = plan(suite.broker_tests(TEST_C), None)
+    assert [(number, scenario, [e.name for e in group]) for number, scenario, group in runs] == [
+        ("0001", "default", ["0001_multiobj"]),
+        ("0045", "default", ["0045_subscribe_update"]),
+        ("0045", "noautocreate", ["0045_subscribe_update_topic_remove"]),
+        ("0049", "default", ["0049_consume_conn_close"]),
+        ("0055", "low-linger", ["0055_producer_latency"]),
+        ("0107", "noautocreate", ["0107_topic_recreate"]),
+    ]  # 0028 n/a; 0097, 0103 pending
+    assert [n for n, _, _ in plan(suite.broker_tests(TEST_C), {"0045", "0097"})] == [
+        "0045", "0045"]
+
+
+OUTPUT = (
+    "\x1b[36m[0045_subscribe_update / 1.0s] TEST FAILURE\n"
+    '\x1b[31m### Test "0045_subscribe_update (do_test_regex:220)" failed at test.c:5257:'
+    "test_kafka_topics() at Fri Nov 27 09:13:09 2026: ###\n"
+    "expected 4 partitions, got 2\n"
+    '\x1b[31m### Test "0045_subscribe_update (later:300)" failed at x.c:1:f() at now: ###\n'
+    "a second failure\n"
+    "TEST 20261127 (bare, scenario default) SUMMARY\n"
+    "|\x1b[32m 0001_multiobj                            |     PASSED |   2.500s \x1b[0m|\n"
+    "|\x1b[31m 0045_subscribe_update                    |     FAILED |   1.000s \x1b[0m|"
+    "\x1b[31m expected 4 partitions, got 2\x1b[0m\n"
+    "|\x1b[36m 0016_client_swname                       |    SKIPPED |   0.100s \x1b[0m|"
+    "\x1b[36m Env var BROKER_ADDRESS_2 missing\x1b[0m\n"
+)
+
+
+def _report(tmp_path: Path, states: dict[str, str]) -> Path:
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps({"tests": {
+        name: {"name": name, "state": state, "duration": 1.5} for name, state in states.items()
+    }}))
+    return path
+
+
+def test_a_run_is_read_from_the_report_with_the_first_failure_and_skip_reasons(
+        tmp_path: Path) -> None:
+    entries = {e.name: e for e in suite.parse_tests(TEST_C)}
+    entries["0016_client_swname"] = suite.Entry("0016_client_swname", frozenset(), (0,),
+                                                ("default",))
+    path = _report(tmp_path, {"0001_multiobj": "PASSED", "0045_subscribe_update": "FAILED",
+                              "0016_client_swname": "SKIPPED",
+                              "0045_subscribe_update_topic_remove": "SKIPPED"})
+    got = parse_run(OUTPUT, path, [entries[n] for n in (
+        "0001_multiobj", "0045_subscribe_update", "0016_client_swname",
+        "0045_subscribe_update_topic_remove", "0097_ssl_verify")])
+    assert got["0001_multiobj"] == Result("0001_multiobj", "pass", 1.5, "")
+    assert got["0045_subscribe_update"] == Result(
+        "0045_subscribe_update", "fail", 1.5,
+        "do_test_regex:220: expected 4 partitions, got 2 (test.c:5257:test_kafka_topics())")
+    assert got["0016_client_swname"].status == "skipped"
+    assert got["0016_client_swname"].detail == "Env var BROKER_ADDRESS_2 missing"
+    # skipped without a reason (not selected by the runner) and not in the report: missing
+    assert set(got) == {"0001_multiobj", "0045_subscribe_update", "0016_client_swname"}
+    assert parse_run(OUTPUT, tmp_path / "absent.json", list(entries.values())) == {}
+
+
+def test_the_page_keeps_rows_not_rerun_and_counts_them_all() -> None:
+    first = [Result("0001_multiobj", "pass", 2.5), Result("0045_x", "fail", 1.0, "a | b"),
+             Result("0097_ssl_verify", "pending", None, "issue 25"),
+             Result("0055_producer_latency", "n/a", 40.0, "latency 34.9ms")]
+    page = report.render(first, None, 0.0, "abc1234")
+    assert report.rows(page) == {r.name: r for r in first}
+    assert "**1 passed, 1 failed, 0 skipped by the runner, of 2 run**; 1 not applicable" in page
+    assert suite.NOTES["0055"] in page
+    again = report.render([Result("0045_x", "pass", 3.0)], page, 0.0, "def5678")
+    assert report.rows(again)["0045_x"] == Result("0045_x", "pass", 3.0, "")
+    assert report.rows(again)["0001_multiobj"] == first[0]
+    assert "**2 passed, 0 failed" in again and "def5678 (these rows" in again
