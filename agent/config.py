@@ -19,6 +19,7 @@ from .listeners import (
     parse_listeners,
     parse_protocol_map,
 )
+from .principals import PrincipalMapper
 
 LINGER_MS = "linger.ms"
 FLUSH_BYTES = "flush.bytes"
@@ -30,6 +31,13 @@ TOPIC_REFRESH_MS = "topic.refresh.ms"
 LISTENERS = "listeners"
 ADVERTISED_LISTENERS = "advertised.listeners"
 LISTENER_SECURITY_PROTOCOL_MAP = "listener.security.protocol.map"
+# TLS of the SSL and SASL_SSL listeners (agent/protocol/tls.py): PEM files, librdkafka's names.
+SSL_CERTIFICATE_LOCATION = "ssl.certificate.location"
+SSL_KEY_LOCATION = "ssl.key.location"
+SSL_CA_LOCATION = "ssl.ca.location"
+SSL_CLIENT_AUTH = "ssl.client.auth"
+SSL_PRINCIPAL_MAPPING_RULES = "ssl.principal.mapping.rules"
+SSL_RELOAD_INTERVAL_MS = "ssl.reload.interval.ms"
 SOCKET_REQUEST_MAX_BYTES = "socket.request.max.bytes"
 FETCH_CACHE_BYTES = "fetch.cache.bytes"
 QUEUED_MAX_REQUEST_BYTES = "queued.max.request.bytes"
@@ -117,6 +125,31 @@ class AgentConfig(Section):
         allowed="NAME:PROTOCOL,... (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)",
         check=_parses(parse_protocol_map),
         doc="the security protocol of each listener name")
+    # TLS (the SSL and SASL_SSL listeners; TLS 1.2 and up): the certificate chain (PEM; it
+    # may hold the key), the unencrypted private key (PEM; "" = in the certificate file),
+    # the CAs client certificates must chain to, Kafka's ssl.client.auth, the mapping of a
+    # client certificate's subject to its principal (Kafka's rules), and how often the files
+    # are checked for a renewed certificate (also on SIGHUP).
+    ssl_certificate_location: str = text(
+        SSL_CERTIFICATE_LOCATION, "", allowed="a PEM file path or empty", check=lambda v: True,
+        doc="the TLS listeners' certificate chain (PEM; may also hold the key)")
+    ssl_key_location: str = text(
+        SSL_KEY_LOCATION, "", allowed="a PEM file path or empty", check=lambda v: True,
+        doc="the TLS listeners' private key (PEM, unencrypted; empty: in the certificate file)")
+    ssl_ca_location: str = text(
+        SSL_CA_LOCATION, "", allowed="a PEM file path or empty", check=lambda v: True,
+        doc="the CAs client certificates must chain to (PEM; needed by ssl.client.auth)")
+    ssl_client_auth: str = choice(
+        SSL_CLIENT_AUTH, "none", {name: name for name in ("none", "requested", "required")},
+        doc="whether TLS clients are asked for a certificate (requested) or must give one")
+    ssl_principal_mapping_rules: str = text(
+        SSL_PRINCIPAL_MAPPING_RULES, "DEFAULT",
+        allowed="Kafka's rules: DEFAULT or RULE:pattern/replacement/[LU], comma-separated",
+        check=_parses(PrincipalMapper),
+        doc="a client certificate's subject to its principal name (Kafka's rules)")
+    ssl_reload_interval_ms: int = integer(
+        SSL_RELOAD_INTERVAL_MS, 60_000, lo=100,
+        doc="how often the TLS files are checked for a renewed certificate (and on SIGHUP)")
     socket_request_max_bytes: int = integer(SOCKET_REQUEST_MAX_BYTES, 100 * 1024 * 1024, lo=8)
     fetch_cache_bytes: int = integer(FETCH_CACHE_BYTES, 64 * 1024 * 1024, lo=0)
     # Kafka's broker settings: whether a Metadata request that allows it creates unknown
@@ -238,6 +271,14 @@ class AgentConfig(Section):
                 ADVERTISED_LISTENERS, self.advertised_listeners,
                 f"HOST:PORT clients can reach per listener: not a wildcard address, and"
                 f" set when {LISTENERS} is one ({exc})") from None
+
+        tls = [lst.name for lst in listeners if lst.tls]
+        if tls and not self.ssl_certificate_location:
+            raise self.invalid(SSL_CERTIFICATE_LOCATION, "",
+                               f"a certificate file: listeners {', '.join(tls)} use TLS")
+        if self.ssl_client_auth != "none" and not self.ssl_ca_location:
+            raise self.invalid(SSL_CA_LOCATION, "", f"the CAs of client certificates when"
+                               f" {SSL_CLIENT_AUTH} is {self.ssl_client_auth}")
 
     def listener_list(self) -> tuple[Listener, ...]:
         """The listeners, parsed (checked when the section was built)."""

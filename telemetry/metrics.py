@@ -139,7 +139,8 @@ LIVE_SEGMENTS = LatestGauges("silt_live_segments", "Live segments by level.", ("
 # Why the agent refuses or closes a client connection (silt_connections_refused).
 REFUSAL_REASONS: Final = ("malformed_request", "frame_too_large", "unsupported_version",
                           "max_connections", "max_connections_per_ip", "read_timeout", "idle",
-                          "handler_error", "reply_failed")
+                          "handler_error", "reply_failed", "tls_handshake",
+                          "ssl_principal")
 
 # The file states whose objects GC deletes (metadata.schema: FILE_RETIRED, ...).
 GC_STATES: Final = ("retired", "abandoned", "deleting")

@@ -51,6 +51,7 @@ from kio.schema.errors import ErrorCode
 import telemetry
 from agent.config import AgentConfig
 from agent.listeners import Listener, endpoints_text
+from agent.principals import NoMatchingRule
 from agent.producer import Agent
 from metadata import MetadataStore
 from metadata.notify import CommitWatcher
@@ -68,6 +69,7 @@ from .refusals import Refusals
 from .registry import Registration
 from .session import SESSION, Session
 from .timers import offsets_expiry, producer_expiry
+from .tls import Tls, certificate_principal
 from .writev import send_buffers
 
 log = logging.getLogger(__name__)
@@ -126,6 +128,11 @@ class Server:
         self._sweep: asyncio.Task[None] | None = None
         self._stopping = False
         self.refusals = Refusals()
+        # The TLS listeners' context (files read now: a bad one stops start-up), reloaded
+        # by `_reload_tls` every ssl.reload.interval.ms and on `reload_tls` (SIGHUP).
+        self.tls = Tls(ctx.config) if any(lst.tls for lst in listeners) else None
+        self._reloader: asyncio.Task[None] | None = None
+        self._reload_now = asyncio.Event()
 
     @property
     def host(self) -> str:
@@ -155,6 +162,20 @@ class Server:
             advertised[listener.name] = (host, advertised_port or port)
         self.ctx.advertised = advertised
         self._sweep = asyncio.create_task(self._sweeper())
+        if self.tls is not None:
+            self._reloader = asyncio.create_task(self._reload_tls(self.tls))
+
+    def reload_tls(self) -> None:
+        """Check the TLS files now (SIGHUP), not at the next interval."""
+        self._reload_now.set()
+
+    async def _reload_tls(self, tls: Tls) -> None:
+        interval_s = self.config.ssl_reload_interval_ms / 1000
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._reload_now.wait(), interval_s)
+            self._reload_now.clear()
+            await self.ctx.run(tls.reload_if_changed)
 
     async def stop(self) -> None:
         """Stop accepting and reading, flush, answer what was read, close connections."""
@@ -163,6 +184,8 @@ class Server:
             server.close()
         if self._sweep is not None:
             self._sweep.cancel()
+        if self._reloader is not None:
+            self._reloader.cancel()
         self._room.notify()  # readers waiting for room read their frame and end
         self.ctx.notify_commit()  # long-polling fetches answer now
         self.ctx.notify_room()  # produces waiting for buffer.memory give up
@@ -202,6 +225,8 @@ class Server:
                             security_protocol=listener.protocol))
         max_bytes = self.config.socket_request_max_bytes
         try:
+            if listener.tls:
+                await self._handshake(conn, listener)
             # A connection whose replies can no longer be written (the sender aborted it)
             # reads no further: what it already received is not dispatched.
             while not self._stopping and not writer.transport.is_closing():
@@ -261,6 +286,29 @@ class Server:
                 self._forget(task, conn)
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    async def _handshake(self, conn: _Connection, listener: Listener) -> None:
+        """TLS on a new connection of a TLS listener, with the context current now, within
+        request.read.timeout.ms (the sweep's frame deadline); on an SSL listener the client
+        certificate's principal becomes the session's. ProtocolError: the connection is
+        refused (a failed handshake, a subject no mapping rule takes)."""
+        assert self.tls is not None
+        conn.idle, conn.started = False, time.monotonic()
+        try:
+            await conn.writer.start_tls(self.tls.context)
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            why = "not finished within request.read.timeout.ms" if conn.reason else exc
+            raise ProtocolError(f"TLS handshake failed ({why})", "tls_handshake") from None
+        conn.idle, conn.started, conn.active = True, None, time.monotonic()
+        if not listener.sasl:
+            try:
+                principal = certificate_principal(
+                    conn.writer.get_extra_info("ssl_object"), self.tls.mapper)
+            except NoMatchingRule as exc:
+                raise ProtocolError(str(exc), "ssl_principal") from None
+            SESSION.set(dataclasses.replace(SESSION.get(), principal=principal))
+            self.refusals.say("authenticated", logging.DEBUG, "connection %s: TLS, principal"
+                              " %s", conn.writer.get_extra_info("peername"), principal)
 
     def _admit(self, ip: str, peer: object) -> bool:
         """Whether a new connection is within max.connections and max.connections.per.ip
@@ -449,9 +497,9 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
     effective settings `config` came from, loaded by the entry point (BROKER resources of
     DescribeConfigs)."""
     listeners = config.listener_list()
-    unserved = [lst.name for lst in listeners if lst.protocol != "PLAINTEXT"]
+    unserved = [lst.name for lst in listeners if lst.sasl]
     if unserved:
-        raise SettingError(f"listeners {', '.join(unserved)}: only PLAINTEXT is served")
+        raise SettingError(f"listeners {', '.join(unserved)}: SASL is not served yet")
     agent = Agent(store, metadata, config)
     ctx = ServerContext(agent=agent, metadata=metadata, store=store,
                         advertised=config.advertised(),
@@ -463,6 +511,7 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, server.reload_tls)  # renewed certificates
     watcher: CommitWatcher | None = None
     expiry = producer_expiry(metadata)
     offsets = offsets_expiry(metadata)
@@ -510,6 +559,7 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
         metrics.stop()
         # Shutdown is under way: a repeated SIGTERM/SIGINT must not kill the process between
         # the loop's end and its exit (the default action once asyncio drops its handlers).
+        loop.remove_signal_handler(signal.SIGHUP)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
             signal.signal(sig, signal.SIG_IGN)

@@ -8,8 +8,10 @@ the kernel from where it lies, up to IOV_MAX buffers per system call; when the s
 full the sender waits for it to become writable (the event loop's writer callback), and
 other connections go on meanwhile.
 
-The transport stays in charge of reading and closing; it never holds written data because
-every reply of a connection is written here, by its one sender task, in order. The loop
+A TLS connection's bytes are encrypted by its transport: its replies go through the
+transport's `writelines`. The transport stays in charge of reading and closing; it never
+holds written data because every reply of a connection is written here, by its one sender
+task, in order. The loop
 refuses a writer callback on a transport's descriptor, so the wait registers a duplicate of
 it (same socket, another descriptor number), closed as soon as the reply is out.
 """
@@ -28,7 +30,8 @@ IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 async def send_buffers(writer: asyncio.StreamWriter, buffers: Sequence[Buffer]) -> None:
     """Write `buffers` in order to `writer`'s socket; ConnectionError if the peer is gone."""
     sock = writer.get_extra_info("socket")
-    if sock is None or writer.transport.get_write_buffer_size():  # not a plain socket
+    if (sock is None or writer.transport.get_write_buffer_size()  # not a plain socket,
+            or writer.get_extra_info("ssl_object") is not None):  # or TLS: the transport's
         writer.writelines(buffers)
         await writer.drain()
         return
