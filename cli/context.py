@@ -20,6 +20,7 @@ from typing import NoReturn, ParamSpec, TypeVar
 import click
 import sqlalchemy.exc as sa_exc
 
+from acl import AclError
 from agent import AgentError
 from fileformat.errors import FormatError
 from metadata import MetadataStore
@@ -37,6 +38,7 @@ MIB = 1024 * 1024
 
 KNOWN_ERRORS: tuple[type[BaseException], ...] = (
     CommandFailed,
+    AclError,
     AgentError,
     MetadataError,
     ObjectStoreError,

@@ -50,7 +50,8 @@ class Authorization:
         self.enabled = bool(config.authorizer_class_name)
         self._snapshot = Authorizer((), parse_super_users(config.super_users),
                                     config.allow_everyone_if_no_acl_found)
-        self._version: int | None = None
+        self._version = -1
+        self._lock = threading.Lock()
         self._wanted = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -97,14 +98,20 @@ class Authorization:
     # ------------------------------------------------------------------ upkeep
 
     def load(self, metadata: MetadataStore) -> None:
-        """Read the bindings now (blocking); a no-op without an authorizer."""
+        """Read the bindings now (blocking; after this agent changed them, so that its next
+        request sees the change); a no-op without an authorizer."""
         if self.enabled:
             version, acls = metadata.list_acls()
             self._swap(version, acls)
 
     def _swap(self, version: int, acls: list[Acl]) -> None:
-        self._snapshot = self._snapshot.with_acls(acls)
-        self._version = version
+        """Decide from `acls` from now on, unless a newer version is already in place
+        (a handler's own reload and the refresh thread may race)."""
+        with self._lock:
+            if version <= self._version:
+                return
+            self._snapshot = self._snapshot.with_acls(acls)
+            self._version = version
         log.info("authorizer: %d ACLs (version %d)", len(acls), version)
 
     def start(self, metadata: MetadataStore) -> None:

@@ -18,6 +18,7 @@ from typing import Final
 import sqlalchemy as sa
 from kio.schema.errors import ErrorCode
 
+from acl import InvalidAclError
 from agent.errors import (
     AgentClosedError,
     BufferFullError,
@@ -123,6 +124,8 @@ CODES: Final[tuple[tuple[type[BaseException], ErrorCode], ...]] = (
     (ProducerFencedError, E.producer_fenced),
     (InvalidTxnStateError, E.invalid_txn_state),
     (ConcurrentTransactionsError, E.concurrent_transactions),
+    # ACLs.
+    (InvalidAclError, E.invalid_request),
 )
 """(exception class, Kafka error code), most specific first: an exception gets the code of
 the first row whose class it is an instance of."""

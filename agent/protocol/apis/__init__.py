@@ -21,11 +21,14 @@ from ..codec import Builder, Reply
 from ..context import ServerContext
 from . import (
     api_versions,
+    create_acls,
     create_partitions,
     create_topics,
+    delete_acls,
     delete_groups,
     delete_records,
     delete_topics,
+    describe_acls,
     describe_cluster,
     describe_configs,
     describe_groups,
@@ -74,6 +77,7 @@ CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, INIT_PRODUCER_ID = 19, 20, 21, 22
 DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 32, 37, 44, 60
 OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
+DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 
 TABLE: Mapping[int, Api] = {api.key: api for api in (
     Api(PRODUCE, 3, 11, produce.handle),
@@ -100,4 +104,7 @@ TABLE: Mapping[int, Api] = {api.key: api for api in (
     Api(LIST_GROUPS, 0, 5, list_groups.handle),
     Api(DELETE_GROUPS, 0, 2, delete_groups.handle),
     Api(OFFSET_DELETE, 0, 0, offset_delete.handle),
+    Api(DESCRIBE_ACLS, 1, 3, describe_acls.handle),
+    Api(CREATE_ACLS, 1, 3, create_acls.handle),
+    Api(DELETE_ACLS, 1, 3, delete_acls.handle),
 )}
