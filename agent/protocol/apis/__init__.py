@@ -80,12 +80,12 @@ DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 
 TABLE: Mapping[int, Api] = {api.key: api for api in (
-    Api(PRODUCE, 3, 11, produce.handle),
+    Api(PRODUCE, 3, 12, produce.handle),
     Api(FETCH, 4, 17, fetch.handle),
-    Api(LIST_OFFSETS, 1, 7, list_offsets.handle),
-    Api(METADATA, 1, 12, metadata.handle),
-    Api(FIND_COORDINATOR, 0, 4, find_coordinator.handle),
-    Api(API_VERSIONS, 0, 3, api_versions.handle),
+    Api(LIST_OFFSETS, 1, 10, list_offsets.handle),
+    Api(METADATA, 1, 13, metadata.handle),
+    Api(FIND_COORDINATOR, 0, 6, find_coordinator.handle),
+    Api(API_VERSIONS, 0, 4, api_versions.handle),
     Api(CREATE_TOPICS, 2, 7, create_topics.handle),
     Api(DELETE_TOPICS, 1, 6, delete_topics.handle),
     Api(DELETE_RECORDS, 0, 2, delete_records.handle),
@@ -100,7 +100,7 @@ TABLE: Mapping[int, Api] = {api.key: api for api in (
     Api(HEARTBEAT, 0, 4, heartbeat.handle),
     Api(LEAVE_GROUP, 0, 5, leave_group.handle),
     Api(SYNC_GROUP, 0, 5, sync_group.handle),
-    Api(DESCRIBE_GROUPS, 0, 5, describe_groups.handle),
+    Api(DESCRIBE_GROUPS, 0, 6, describe_groups.handle),
     Api(LIST_GROUPS, 0, 5, list_groups.handle),
     Api(DELETE_GROUPS, 0, 2, delete_groups.handle),
     Api(OFFSET_DELETE, 0, 0, offset_delete.handle),

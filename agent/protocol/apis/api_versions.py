@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kio.schema.api_versions import v0, v1, v2, v3
+from kio.schema.api_versions import v0, v1, v2, v3, v4
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16
 from kio.static.protocol import Entity, RequestHeader
@@ -11,8 +11,8 @@ from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 
 Request = (v0.ApiVersionsRequest | v1.ApiVersionsRequest | v2.ApiVersionsRequest
-           | v3.ApiVersionsRequest)
-"""kio's ApiVersionsRequest of each version served (0-3)."""
+           | v3.ApiVersionsRequest | v4.ApiVersionsRequest)
+"""kio's ApiVersionsRequest of each version served (0-4: v4 as v3, KAFKA-17011)."""
 
 
 def response(ctx: ServerContext, b: Builder, error: ErrorCode = ErrorCode.none) -> Entity:

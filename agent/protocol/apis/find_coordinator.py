@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kio.schema.errors import ErrorCode
-from kio.schema.find_coordinator import v0, v1, v2, v3, v4
+from kio.schema.find_coordinator import v0, v1, v2, v3, v4, v5, v6
 from kio.static.primitive import i32
 from kio.static.protocol import Entity, RequestHeader
 
@@ -24,12 +24,17 @@ from ..context import ServerContext
 from ..session import SESSION
 
 Request = (v0.FindCoordinatorRequest | v1.FindCoordinatorRequest | v2.FindCoordinatorRequest
-           | v3.FindCoordinatorRequest | v4.FindCoordinatorRequest)
-"""kio's FindCoordinatorRequest of each version served (0-4)."""
+           | v3.FindCoordinatorRequest | v4.FindCoordinatorRequest | v5.FindCoordinatorRequest
+           | v6.FindCoordinatorRequest)
+"""kio's FindCoordinatorRequest of each version served (0-6)."""
+Batched = v4.FindCoordinatorRequest | v5.FindCoordinatorRequest | v6.FindCoordinatorRequest
 
 
 TRANSACTION_MESSAGE = "siltstream does not serve transactions"
-TRANSACTION = 1  # key_type of a transactional id (0: group)
+GROUP, TRANSACTION = 0, 1  # key types: a group id, a transactional id
+# Any other (v6's share key, 2) is INVALID_REQUEST, as KafkaApis answers one without a
+# share coordinator (share groups are not served) or of an unknown type.
+OTHER_MESSAGE = "siltstream serves group and transaction coordinators only"
 
 # (error, message, the coordinator) of one key.
 Found = tuple[ErrorCode, str | None, AgentInfo | None]
@@ -61,12 +66,15 @@ def locate(ctx: ServerContext, keys: Sequence[str], listener: str) -> list[Found
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
-    batched = isinstance(request, v4.FindCoordinatorRequest)  # several keys at once
+    batched = isinstance(request, Batched)  # several keys at once
     keys: list[str] = list(request.coordinator_keys) \
-        if isinstance(request, v4.FindCoordinatorRequest) else [request.key]
-    if not isinstance(request, v0.FindCoordinatorRequest) and request.key_type == TRANSACTION:
+        if isinstance(request, Batched) else [request.key]
+    key_type = GROUP if isinstance(request, v0.FindCoordinatorRequest) else int(request.key_type)
+    if key_type == TRANSACTION:
         found: list[Found] = [(ErrorCode.transactional_id_authorization_failed,
                                TRANSACTION_MESSAGE, None)] * len(keys)
+    elif key_type != GROUP:
+        found = [(ErrorCode.invalid_request, OTHER_MESSAGE, None)] * len(keys)
     else:
         found = await ctx.run(locate, ctx, keys, SESSION.get().listener)
 

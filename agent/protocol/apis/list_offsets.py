@@ -1,4 +1,6 @@
-"""ListOffsets (key 2): earliest (-2), latest (-1), max timestamp (-3), or by timestamp.
+"""ListOffsets (key 2): earliest (-2), latest (-1), max timestamp (-3), earliest local (-4,
+the log start: nothing is tiered), latest tiered (-5: none, offset -1), or by timestamp.
+v10's timeout_ms bounds a remote lookup Kafka may make; every lookup here is the same.
 
 Earliest is the log start, latest the high watermark (next offset). By timestamp: the first
 record with timestamp >= T, found from the segments' recorded max timestamps and the batch
@@ -9,7 +11,7 @@ record with the largest timestamp (the first such), found the same way. Leader e
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
-from kio.schema.list_offsets import v1, v2, v3, v4, v5, v6, v7
+from kio.schema.list_offsets import v1, v2, v3, v4, v5, v6, v7, v8, v9, v10
 from kio.static.primitive import i32, i64
 from kio.static.protocol import Entity, RequestHeader
 
@@ -24,11 +26,15 @@ from ..context import ServerContext
 
 Request = (v1.ListOffsetsRequest | v2.ListOffsetsRequest | v3.ListOffsetsRequest
            | v4.ListOffsetsRequest | v5.ListOffsetsRequest | v6.ListOffsetsRequest
-           | v7.ListOffsetsRequest)
-"""kio's ListOffsetsRequest of each version served (1-7)."""
+           | v7.ListOffsetsRequest | v8.ListOffsetsRequest | v9.ListOffsetsRequest
+           | v10.ListOffsetsRequest)
+"""kio's ListOffsetsRequest of each version served (1-10)."""
 
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+# KIP-405's earliest local offset (v8+) and KIP-1005's latest tiered offset (v9+): with no
+# tiering (the object store is the only storage) Kafka answers the log start, and -1.
+EARLIEST_LOCAL, LATEST_TIERED = -4, -5
 SEGMENTS_PER_QUERY = 256
 Looked = tuple[int, ErrorCode, int, int]  # partition, error, timestamp, offset
 
@@ -76,8 +82,10 @@ def lookup(ctx: ServerContext, topic: str, partition: int, timestamp: int,
     if partition not in offsets:
         return ErrorCode.unknown_topic_or_partition, -1, -1
     start, end = offsets[partition]
-    if timestamp == EARLIEST:
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return ErrorCode.none, -1, start
+    if timestamp == LATEST_TIERED:
+        return ErrorCode.none, -1, -1
     if timestamp == LATEST:
         return ErrorCode.none, -1, end
     if timestamp == MAX_TIMESTAMP:

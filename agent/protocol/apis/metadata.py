@@ -31,7 +31,7 @@ import contextlib
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
-from kio.schema.metadata import v1, v2, v3, v4, v5, v6, v7, v8, v9, v10, v11, v12
+from kio.schema.metadata import v1, v2, v3, v4, v5, v6, v7, v8, v9, v10, v11, v12, v13
 from kio.static.primitive import i32
 from kio.static.protocol import Entity, RequestHeader
 
@@ -47,8 +47,9 @@ from ..session import SESSION
 
 Request = (v1.MetadataRequest | v2.MetadataRequest | v3.MetadataRequest | v4.MetadataRequest
            | v5.MetadataRequest | v6.MetadataRequest | v7.MetadataRequest | v8.MetadataRequest
-           | v9.MetadataRequest | v10.MetadataRequest | v11.MetadataRequest | v12.MetadataRequest)
-"""kio's MetadataRequest of each version served (1-12)."""
+           | v9.MetadataRequest | v10.MetadataRequest | v11.MetadataRequest | v12.MetadataRequest
+           | v13.MetadataRequest)
+"""kio's MetadataRequest of each version served (1-13)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,7 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
         brokers=tuple(b("MetadataResponseBroker", node_id=i32(br.node_id), host=br.host,
                         port=i32(br.port), rack=None) for br in brokers),
         topics=tuple(_topic(ctx, b, t, brokers, ids) for t in topics),
+        error_code=ErrorCode.none,  # v13+ (KIP-1102): a top-level error, none here
     )
 
 

@@ -44,7 +44,7 @@ import threading
 from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
-from kio.schema.produce import v3, v4, v5, v6, v7, v8, v9, v10, v11
+from kio.schema.produce import v3, v4, v5, v6, v7, v8, v9, v10, v11, v12
 from kio.static.protocol import RequestHeader
 
 from agent.errors import BufferFullError
@@ -68,13 +68,13 @@ from ..errors import PRODUCE, error_code
 
 Request = (v3.ProduceRequest | v4.ProduceRequest | v5.ProduceRequest | v6.ProduceRequest
            | v7.ProduceRequest | v8.ProduceRequest | v9.ProduceRequest | v10.ProduceRequest
-           | v11.ProduceRequest)
-"""kio's ProduceRequest of each version served (3-11)."""
+           | v11.ProduceRequest | v12.ProduceRequest)
+"""kio's ProduceRequest of each version served (3-12)."""
 Partition = (v3.request.PartitionProduceData | v4.request.PartitionProduceData
              | v5.request.PartitionProduceData | v6.request.PartitionProduceData
              | v7.request.PartitionProduceData | v8.request.PartitionProduceData
              | v9.request.PartitionProduceData | v10.request.PartitionProduceData
-             | v11.request.PartitionProduceData)
+             | v11.request.PartitionProduceData | v12.request.PartitionProduceData)
 
 
 # `_admit`'s answer when buffer.memory has no room now: try again when room is freed.
@@ -269,7 +269,7 @@ async def _complete(b: Builder, admitted: Admitted, flushed: asyncio.Future[None
                          for topic, parts in admitted])
 
 
-# ProduceResponse v3-v11 in wire bytes, written here (the hot path) rather than through kio;
+# ProduceResponse v3-v12 in wire bytes, written here (the hot path) rather than through kio;
 # tests/protocol/test_produce_response.py checks it equals kio's encoding for every version.
 # Per topic: name; per partition: index, error_code, base_offset, log_append_time_ms (-1:
 # CreateTime), log_start_offset (v5+, -1: not reported), record_errors and error_message
