@@ -5,9 +5,9 @@ A flush happens when `linger_ms` has passed since the first buffered record or w
 record's offset only after both the object PUT and the metadata commit succeeded.
 
 Buffering a produce changes nothing outside the process. A record or batch refused (bad
-framing or CRC, no records, a control batch, a topic rule) raises before it takes
-buffer.memory room or adds a chunk to the buffer; of one call's batches for a partition,
-none is buffered if one is refused (`produce_batches`).
+framing or CRC, no records, a control batch not from the coordinator, a topic rule) raises
+before it takes buffer.memory room or adds a chunk to the buffer; of one call's batches for
+a partition, none is buffered if one is refused (`produce_batches`).
 
 A flush writes each object through `objects.ObjectUpload` (objects/upload.py: what a
 crash at each step leaves behind): register pending, stream the chunks, finish, then
@@ -41,11 +41,13 @@ from clock import SYSTEM_CLOCK, Clock
 from fileformat import ChunkBuilder, KeyHasher
 from fileformat.batch import TIMESTAMP_TYPE_MASK, read_header, stamp_log_append_time
 from fileformat.compression import MAX_DECOMPRESSED
+from fileformat.control import read_marker
+from fileformat.errors import ProducerFieldsError
 from fileformat.objectfile import MAX_OFFSET_SPAN
 from fileformat.validate import CheckedBatch, check_client_batch
 from metadata import MetadataStore, ProducerBatch, RejectedChunk, TopicInfo
 from metadata.errors import CommitUnknownError, UnknownPartitionError, UnknownTopicError
-from metadata.models import SEQUENCE_WRAP
+from metadata.models import NO_SEQUENCE, SEQUENCE_WRAP, BatchKind
 from metadata.producers import Duplicate
 from objects import ObjectUpload, abandoning
 from objects.keys import data_key
@@ -58,7 +60,6 @@ from .errors import (
     FlushError,
     FlushOutcomeUnknownError,
     RecordTooLargeError,
-    TransactionalBatchError,
 )
 from .idempotence import Admit, InFlight, ProducerTracker
 from .rules import check_partition, check_record, record_size
@@ -146,7 +147,7 @@ class ProduceFuture:
 class _PartitionBuffer:
     builder: ChunkBuilder
     compacted: bool
-    batches: list[ProducerBatch] = field(default_factory=list)  # idempotent, in offset order
+    batches: list[ProducerBatch] = field(default_factory=list)  # producers', in offset order
 
 
 @dataclass(slots=True)
@@ -324,7 +325,8 @@ class Agent:
         self._rules[topic] = rules
         return rules
 
-    def produce_batch(self, topic: str, partition: int, raw_batch: bytes) -> ProduceFuture:
+    def produce_batch(self, topic: str, partition: int, raw_batch: bytes, *,
+                      coordinator: bool = False) -> ProduceFuture:
         """Buffer a ready-made Kafka RecordBatch v2 (stored byte for byte).
 
         The future resolves to the batch's first offset. A batch of an idempotent producer
@@ -333,17 +335,28 @@ class Agent:
         resolves at once to its original offset, and a sequence gap or an old epoch fails
         the future with OutOfOrderSequenceError / InvalidProducerEpochError (metadata
         errors) without buffering anything. The commit checks again (module docstring).
+        A transactional batch is checked the same way; the commit also opens its producer's
+        transaction on the partition (metadata/transactions.py); an idempotent batch while
+        its producer's transaction is open there fails with InvalidTxnStateError.
+        A control batch (a COMMIT/ABORT marker, `fileformat.control.build_marker`) is taken
+        only with `coordinator` (Kafka's AppendOrigin.COORDINATOR: the transaction
+        coordinator's append; the wire never passes it): it carries no sequence, is never
+        a duplicate, and at commit ends its producer's open transaction on the partition
+        (an older epoch fails it with InvalidProducerEpochError).
         Raised at once, nothing buffered and no buffer.memory kept: RecordTooLargeError,
-        PartitionOutOfRangeError (after one reload of the topic), TransactionalBatchError
-        (transactions are not supported), FormatError: every check of
-        `fileformat.validate.check_client_batch` (Kafka's produce validation: CRC, framing of
-        every record, counts and offset deltas, producer fields, codecs, a bounded
-        decompression; NullKeyRecordsError lists a compacted topic's null-key records).
+        PartitionOutOfRangeError (after one reload of the topic), FormatError: every check
+        of `fileformat.validate.check_client_batch` (Kafka's produce validation: CRC,
+        framing of every record, counts and offset deltas, producer fields, codecs, a
+        bounded decompression; NullKeyRecordsError lists a compacted topic's null-key
+        records; ControlBatchError for a control batch without `coordinator`, a
+        CorruptDataError for one that is not a well-formed marker).
         """
-        return self.produce_batches(topic, partition, [raw_batch])[0]
+        return self.produce_batches(topic, partition, [raw_batch],
+                                    coordinator=coordinator)[0]
 
     def produce_batches(self, topic: str, partition: int, raw_batches: Sequence[bytes], *,
-                        block_s: float | None = None) -> list[ProduceFuture]:
+                        block_s: float | None = None,
+                        coordinator: bool = False) -> list[ProduceFuture]:
         """`produce_batch` for each batch, all checked before any is buffered, so a bad one
         stores none of them (what a Produce request's partition needs).
 
@@ -353,7 +366,7 @@ class Agent:
         (`set_room_listener`), so that no thread blocks on a full buffer.
         """
         info = self.partition_topic(topic, partition)
-        checked = [self._check_batch(info, raw) for raw in raw_batches]
+        checked = [self._check_batch(info, raw, coordinator) for raw in raw_batches]
         if info.config.log_append_time:
             raw_batches, checked = _stamped(raw_batches, checked, self._clock.now_ms())
         hold = _Hold(sum(len(raw) for raw in raw_batches))
@@ -380,11 +393,13 @@ class Agent:
         """Bytes of buffer.memory in use: buffered, being flushed, or held for an append."""
         return self._in_flight_bytes
 
-    def _check_batch(self, info: TopicInfo, raw_batch: bytes) -> CheckedBatch:
+    def _check_batch(self, info: TopicInfo, raw_batch: bytes,
+                     coordinator: bool = False) -> CheckedBatch:
         """The batch checked (for the chunk builder to take without checking again) once it
         passes the topic's rules (see `produce_batch`) and Kafka's produce validation
         (`check_client_batch`), so that appending it cannot fail. A compacted topic's batch
-        is decoded here (the builder reuses the records for the key hashes)."""
+        is decoded here (the builder reuses the records for the key hashes). Control
+        batches only from the `coordinator`, and only well-formed markers."""
         max_bytes = info.config.max_message_bytes
         if len(raw_batch) > max_bytes:
             raise RecordTooLargeError(
@@ -393,9 +408,14 @@ class Agent:
             )
         compacted = info.config.compacted
         limit = min(MAX_DECOMPRESSED, max(DECOMPRESSED_FLOOR, DECOMPRESSION_RATIO * max_bytes))
-        checked = check_client_batch(raw_batch, compacted, null_keys=compacted, limit=limit)
-        if checked[0].is_transactional:
-            raise TransactionalBatchError("transactional batches are not supported")
+        checked = check_client_batch(raw_batch, compacted, null_keys=compacted, limit=limit,
+                                     control=coordinator)
+        header = checked[0]
+        if header.is_control:  # the coordinator's marker: one of a producer's transaction
+            if header.producer_id < 0 or not header.is_transactional:
+                raise ProducerFieldsError("a control batch must be transactional and carry"
+                                          " a producer id")
+            read_marker(raw_batch, header)  # CorruptDataError unless a COMMIT/ABORT marker
         return checked
 
     def _produce_checked(self, info: TopicInfo, partition: int, raw_batch: bytes,
@@ -405,10 +425,19 @@ class Agent:
         if header.producer_id < 0:
             with self._cond:
                 return self._append_batch(info, partition, raw_batch, checked, None, hold)
+        key = (header.producer_id, topic, partition)
+        if header.is_control:  # no sequence to check here: the commit checks its epoch
+            kind = BatchKind.COMMIT if read_marker(raw_batch, header).commit else BatchKind.ABORT
+            marker = ProducerBatch(header.producer_id, header.producer_epoch, NO_SEQUENCE,
+                                   NO_SEQUENCE, 0, kind)
+            with self._cond:
+                return self._append_batch(info, partition, raw_batch, checked, (key, marker),
+                                          hold)
         batch = ProducerBatch(header.producer_id, header.producer_epoch, header.base_sequence,
                               (header.base_sequence + header.last_offset_delta)
-                              % SEQUENCE_WRAP, 0)
-        key = (header.producer_id, topic, partition)
+                              % SEQUENCE_WRAP, 0,
+                              BatchKind.TRANSACTIONAL if header.is_transactional
+                              else BatchKind.IDEMPOTENT)
         tp = (topic, partition)
         reloaded = False
         while True:
@@ -455,7 +484,8 @@ class Agent:
             key, batch = idempotent
             placed = replace(batch, offset_delta=first)
             pb.batches.append(placed)
-            self._producers.add(key, placed, (done, first))
+            if not placed.is_marker:  # a marker is never a resend: nothing to answer
+                self._producers.add(key, placed, (done, first))
         self._account(len(raw_batch), held=True)
         appended = ProduceFuture(done, (info.name, partition), first)
         header = checked[0]

@@ -144,7 +144,7 @@ _I64 = 1 << 63
 
 
 def check_client_batch(raw: Any, decode: bool, *, null_keys: bool = False,
-                       limit: int | None = None,
+                       limit: int | None = None, control: bool = False,
                        walk: RecordsValidation = _validate_records_native) -> CheckedBatch:
     """Every check a producer's batch gets before it is buffered, as Kafka's produce path
     makes them (ProduceRequest.validateRecords, UnifiedLog, LogValidator, DefaultRecordBatch
@@ -155,9 +155,11 @@ def check_client_batch(raw: Any, decode: bool, *, null_keys: bool = False,
       for compressed records that do not decompress or exceed `limit` bytes.
     - UnsupportedError: codec ids 5-7.
     - InvalidBatchError subclasses [InvalidRecordException]: OldMagicError (0 or 1),
-      ControlBatchError, RecordCountError (count < 1, lastOffsetDelta != count - 1, records
-      missing or extra), ProducerFieldsError (producerId >= 0 with a negative baseSequence or
-      epoch), RecordFramingError and OffsetDeltaError from the records walk
+      ControlBatchError (unless `control`: the transaction coordinator's append, Kafka's
+      AppendOrigin.COORDINATOR, whose markers carry no sequence), RecordCountError (count
+      < 1, lastOffsetDelta != count - 1, records missing or extra), ProducerFieldsError
+      (producerId >= 0 with a negative epoch, or baseSequence unless a control batch),
+      RecordFramingError and OffsetDeltaError from the records walk
       (`_native.validate_records`, every record of the decompressed section: one C pass,
       nothing decoded into objects).
     - RecordErrorsError subclasses, per record (KIP-467): LogAppendTimeError
@@ -180,14 +182,15 @@ def check_client_batch(raw: Any, decode: bool, *, null_keys: bool = False,
         raise
     if header.length != len(view):
         raise CorruptDataError(f"batch declares {header.length} bytes, got {len(view)}")
-    if header.is_control:
+    if header.is_control and not control:
         raise ControlBatchError("clients may not write control batches")
     count = header.record_count
     if count < 1 or header.last_offset_delta != count - 1:
         raise RecordCountError(f"recordCount {count} with lastOffsetDelta "
                                f"{header.last_offset_delta}: need count >= 1 and "
                                "lastOffsetDelta = count - 1")
-    if header.producer_id >= 0 and (header.base_sequence < 0 or header.producer_epoch < 0):
+    if header.producer_id >= 0 and (header.producer_epoch < 0 or (
+            header.base_sequence < 0 and not header.is_control)):
         raise ProducerFieldsError(f"producerId {header.producer_id} with baseSequence "
                                   f"{header.base_sequence} and epoch {header.producer_epoch}")
     plain = uncompressed_view(view, header, limit)

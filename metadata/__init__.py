@@ -2,8 +2,10 @@
 on SQLite (embedded default) or PostgreSQL, behind one API (`MetadataStore`)."""
 
 from .models import (
+    AbortedTxn,
     AgentInfo,
     AuditSnapshot,
+    BatchKind,
     BatchRecord,
     ChunkMeta,
     CommittedOffset,
@@ -40,8 +42,10 @@ from .topicconfig import TopicConfig
 
 __all__ = [
     "DEFAULT_URL",
+    "AbortedTxn",
     "AgentInfo",
     "AuditSnapshot",
+    "BatchKind",
     "BatchRecord",
     "ChunkMeta",
     "CommittedOffset",

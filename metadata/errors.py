@@ -187,7 +187,8 @@ class ProducerFencedError(MetadataError):
 
 class InvalidTxnStateError(MetadataError):
     """The transaction is not in a state that allows this (Kafka's INVALID_TXN_STATE: a
-    transactional write to a partition or group never added to the transaction)."""
+    transactional write to a partition or group never added to the transaction, or a
+    producer's non-transactional batch while its transaction is open on the partition)."""
 
 
 class ConcurrentTransactionsError(MetadataError):

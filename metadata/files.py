@@ -8,7 +8,9 @@ for a topic being deleted waits, then finds it gone), then the partition rows in
 partition and cannot deadlock. Idempotent producers' state (producers.py) is checked and
 updated in the same transaction, after the partition locks: a chunk holding a duplicate or
 out-of-order batch, or of a topic or partition deleted since the agent buffered it, is not
-inserted (`commit_produced`); the rest of the agent's object commits.
+inserted (`commit_produced`); the rest of the agent's object commits. The partitions' open
+transactions and aborted-transaction index (txnlog.py) change with the batches that
+open and end them, in the same transaction.
 
 Failure model of a commit: `Database.commit` (engine.py), read back through the files'
 states (a file id is its commit's stable identity).
@@ -26,7 +28,7 @@ import sqlalchemy as sa
 
 from fileformat import FileLayout, ObjectLayout
 
-from . import notify, producers
+from . import notify, producers, txnlog
 from . import schema as s
 from .engine import Database, Unknown
 from .errors import (
@@ -39,7 +41,14 @@ from .errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from .models import ChunkMeta, FileInfo, ProducerBatch, ProducerState, RejectedChunk
+from .models import (
+    AbortedTxn,
+    ChunkMeta,
+    FileInfo,
+    ProducerBatch,
+    ProducerState,
+    RejectedChunk,
+)
 from .segments import check_segment, chunk_meta, insert_segments, segment_row
 
 # A written object's layout as its file row records it: the fields of
@@ -197,10 +206,11 @@ def commit_file(db: Database, file_id: int, layout: FileLayout) -> dict[tuple[st
 
 def commit_produced(db: Database, file_id: int, layout: FileLayout, *,
                     batches: ProducerBatches, hooks: Sequence[CommitHook] = ()) -> Outcomes:
-    """`commit_file` for an agent's object (its idempotent producers' batches per chunk,
-    possibly none), committing chunk by chunk: in the same transaction, after the partition
-    locks, every chunk's `batches` are checked in order against their producers' state
-    (producers.py) and the state advanced.
+    """`commit_file` for an agent's object (its idempotent and transactional producers'
+    batches and markers per chunk, possibly none), committing chunk by chunk: in the same
+    transaction, after the partition locks, every chunk's `batches` are checked in order
+    against their producers' state and open transactions (producers.py `check_chunk`), the
+    state advanced, transactions opened and ended (an ABORT indexed: txnlog.py).
 
     A chunk that cannot be stored is not inserted (its bytes are dead space in the object,
     dropped by the next compaction of the file) and does not consume offsets; its outcome
@@ -344,6 +354,15 @@ def _commit_body(db: Database, conn: sa.Connection, files: Sequence[FileCommit],
                 (b.producer_id, ids[tp[0]], tp[1]) for tp, bs in batches.items()
                 if tp not in gone for b in bs)).items():
             states.setdefault((k[0], k[1]), {})[pid] = st
+    # ... and their open transactions there (txnlog.py).
+    open_before = txnlog.load_open(db, conn, (
+        (b.producer_id, ids[tp[0]], tp[1]) for tp, bs in (batches or {}).items()
+        if tp not in gone for b in bs))
+    open_by_partition: dict[tuple[int, int], dict[int, int]] = {}
+    for (pid, *k), first in open_before.items():
+        open_by_partition.setdefault((k[0], k[1]), {})[pid] = first
+    open_after = dict(open_before)
+    aborted: list[tuple[tuple[int, int], AbortedTxn]] = []
     changed: dict[producers.StateKey, ProducerState] = {}
     expiration = db.config.producer_id_expiration_ms
     # 5. check each chunk's batches, assign offsets and insert segments, file after file.
@@ -360,13 +379,19 @@ def _commit_body(db: Database, conn: sa.Connection, files: Sequence[FileCommit],
             key = (ids[c.topic], c.partition)
             base = next_offset[key]
             if batches and tp in batches:
+                was_open = open_by_partition.get(key, {})
                 verdict = producers.check_chunk(states.get(key, {}), batches[tp], base, now,
-                                                expiration)
+                                                expiration, was_open)
                 if isinstance(verdict, RejectedChunk):
                     outcomes[tp] = verdict  # no segment, no offsets consumed
                     continue
-                for pid, st in verdict.items():
+                for pid, st in verdict.states.items():
                     changed[(pid, *key)] = st
+                for pid in was_open:
+                    open_after.pop((pid, *key), None)
+                for pid, first in verdict.open_txns.items():
+                    open_after[(pid, *key)] = first
+                aborted += [(key, a) for a in verdict.aborted]
             next_offset[key] = base + c.offset_span
             outcomes[tp] = base
             inserted += 1
@@ -379,6 +404,7 @@ def _commit_body(db: Database, conn: sa.Connection, files: Sequence[FileCommit],
     insert_segments(conn, db.pg, rows)
     _set_next_offsets(db, conn, sorted(next_offset.items()))
     producers.save_states(db, conn, changed)
+    txnlog.save_changes(conn, open_before, open_after, aborted)
     if rows:
         notify.announce(db, conn)  # long-polling fetches of every agent re-read
     return results

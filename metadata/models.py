@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from enum import IntEnum
 from typing import Any
 
 from fileformat import FileLayout, ObjectLayout
@@ -32,6 +33,17 @@ class PartitionInfo:
     log_start_offset: int
     next_offset: int
     clean_offset: int = 0  # Kafka's cleaner checkpoint: records below it are already clean
+    # The first offset of the partition's oldest open transaction (None: none is open).
+    first_unstable: int | None = None
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's last stable offset: read_committed consumers read below it. The first
+        offset of the oldest open transaction (never below the log start), else the high
+        watermark."""
+        if self.first_unstable is None:
+            return self.next_offset
+        return max(self.log_start_offset, min(self.first_unstable, self.next_offset))
 
 
 # The one definition of a segment's recorded fields. Field metadata: "sql" is the column type
@@ -306,21 +318,62 @@ SEQUENCE_WRAP = 2**31  # producer sequences run 0 .. 2**31 - 1, then 0 again
 MAX_EPOCH = 2**15 - 1  # a producer epoch is an int16
 
 
+class BatchKind(IntEnum):
+    """What a producer's batch is to the commit: data, idempotent only or inside a
+    transaction, or a transaction marker (a control batch, Kafka's COMMIT or ABORT)."""
+
+    IDEMPOTENT = 0
+    TRANSACTIONAL = 1
+    COMMIT = 2
+    ABORT = 3
+
+
+NO_SEQUENCE = -1  # a marker's sequences (Kafka's RecordBatch.NO_SEQUENCE)
+
+
 @dataclass(frozen=True, slots=True)
 class ProducerBatch:
-    """One idempotent batch of a chunk handed to an agent commit: who wrote it, its
-    sequence range (inclusive; wraps after 2**31 - 1) and where it starts in the chunk."""
+    """One batch of an idempotent or transactional producer handed to an agent commit: who
+    wrote it, its sequence range (inclusive; wraps after 2**31 - 1; NO_SEQUENCE for a
+    marker, which covers one offset), where it starts in the chunk, and its kind."""
 
     producer_id: int
     epoch: int
     first_seq: int
     last_seq: int
     offset_delta: int  # the batch's first offset relative to the chunk's base
+    kind: BatchKind = BatchKind.IDEMPOTENT
 
     @property
     def seq_span(self) -> int:
         """How many offsets the batch covers (its last offset delta + 1)."""
         return (self.last_seq - self.first_seq) % SEQUENCE_WRAP + 1
+
+    @property
+    def is_marker(self) -> bool:
+        """A COMMIT or ABORT marker (no sequence; ends the producer's transaction)."""
+        return self.kind >= BatchKind.COMMIT
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """An aborted transaction of one partition, as Kafka's transaction index keeps it: the
+    producer, its first offset and its ABORT marker's offset (`last_offset`)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkChanges:
+    """What an accepted chunk's producer batches change on its partition: the producers'
+    new states, the open transactions after it (producer id -> first offset) and the
+    transactions it aborted."""
+
+    states: dict[int, ProducerState]
+    open_txns: dict[int, int]
+    aborted: tuple[AbortedTxn, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,7 +389,7 @@ class BatchRecord:
 @dataclass(frozen=True, slots=True)
 class ProducerState:
     """An idempotent producer's state on one partition: its epoch and its last (up to five)
-    batches, oldest first."""
+    batches of that epoch, oldest first (none after a marker that moved the epoch)."""
 
     producer_id: int
     epoch: int

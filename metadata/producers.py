@@ -12,7 +12,17 @@ Per (producer id, partition) the store keeps the producer's epoch and its last f
 - with a newer epoch: accepted only at sequence 0 (the producer bumped its epoch and
   restarted its sequences), else OUT_OF_ORDER_SEQUENCE_NUMBER;
 - with the current epoch: accepted if its first sequence follows the last batch's last
-  sequence (2**31 - 1 is followed by 0), else OUT_OF_ORDER_SEQUENCE_NUMBER.
+  sequence (2**31 - 1 is followed by 0; 0 when a marker cleared the batches), else
+  OUT_OF_ORDER_SEQUENCE_NUMBER.
+
+Transactions (ProducerAppendInfo): a transactional batch is checked as above and opens the
+producer's transaction on the partition if none is open (at its first offset); an
+idempotent (non-transactional) batch while one is open is INVALID_TXN_STATE. A marker
+(COMMIT/ABORT control batch) carries no sequence: only its epoch is checked (older:
+INVALID_PRODUCER_EPOCH); it takes the producer to its epoch (a new epoch clears the kept
+batches, as `ProducerStateEntry.maybeUpdateProducerEpoch`), keeps the sequences otherwise,
+and ends the open transaction (an ABORT leaves an aborted-transaction row); a marker with
+no open transaction changes nothing else (Kafka writes no index entry for it).
 
 The check and the state update run in the transaction that commits the chunk holding the
 batch (files.py, after the partition row locks, so committers of one partition serialize);
@@ -34,14 +44,19 @@ from .errors import (
     BatchRejectedError,
     InvalidProducerBatchError,
     InvalidProducerEpochError,
+    InvalidTxnStateError,
     MetadataError,
     OutOfOrderSequenceError,
     UnknownTopicError,
 )
 from .models import (
     MAX_EPOCH,
+    NO_SEQUENCE,
     SEQUENCE_WRAP,
+    AbortedTxn,
+    BatchKind,
     BatchRecord,
+    ChunkChanges,
     ProducerBatch,
     ProducerState,
     RejectedChunk,
@@ -86,11 +101,17 @@ def check_batch(state: ProducerState | None, batch: ProducerBatch) -> Verdict:
     (None: unknown producer; pass it through `current` first)."""
     if state is None:
         return None
+    if batch.is_marker:  # no sequence: the epoch only (checkProducerEpoch)
+        if batch.epoch < state.epoch:
+            return InvalidProducerEpochError(
+                f"producer {batch.producer_id}: marker epoch {batch.epoch} is older than the"
+                f" current {state.epoch}")
+        return None
     if batch.epoch == state.epoch:
         for b in state.batches:
             if b.first_seq == batch.first_seq and b.last_seq == batch.last_seq:
                 return Duplicate(b.base_offset)
-        last = state.batches[-1].last_seq
+        last = state.batches[-1].last_seq if state.batches else NO_SEQUENCE
         if not in_sequence(last, batch.first_seq):
             return OutOfOrderSequenceError(
                 f"producer {batch.producer_id} epoch {batch.epoch}: sequence"
@@ -109,35 +130,60 @@ def check_batch(state: ProducerState | None, batch: ProducerBatch) -> Verdict:
 
 def advance(state: ProducerState | None, batch: ProducerBatch, base_offset: int,
             now_ms: int) -> ProducerState:
-    """The state after `batch` (accepted by `check_batch`) was stored at `base_offset`."""
+    """The state after `batch` (accepted by `check_batch`) was stored at `base_offset`: a
+    data batch joins the kept batches, a marker keeps them (its epoch unchanged) or clears
+    them (a new epoch)."""
+    kept = state.batches if state is not None and state.epoch == batch.epoch else ()
+    if batch.is_marker:
+        return ProducerState(batch.producer_id, batch.epoch, kept, now_ms)
     record = BatchRecord(batch.first_seq, batch.last_seq, base_offset,
                          base_offset + batch.seq_span - 1)
-    kept = state.batches if state is not None and state.epoch == batch.epoch else ()
     return ProducerState(batch.producer_id, batch.epoch,
                          (*kept, record)[-BATCHES_KEPT:], now_ms)
 
 
+def check_txn(open_first: int | None, batch: ProducerBatch) -> InvalidTxnStateError | None:
+    """Kafka's transaction check of an accepted data batch, given the first offset of its
+    producer's open transaction on the partition (None: none open)."""
+    if open_first is not None and batch.kind == BatchKind.IDEMPOTENT:
+        return InvalidTxnStateError(
+            f"producer {batch.producer_id}: a non-transactional batch while its transaction"
+            f" begun at offset {open_first} is open")
+    return None
+
+
 def check_chunk(states: Mapping[int, ProducerState | None], batches: Sequence[ProducerBatch],
-                chunk_base: int, now_ms: int,
-                expiration_ms: int) -> RejectedChunk | dict[int, ProducerState]:
-    """All of a chunk's idempotent batches, in order, against their producers' `states` on
-    the chunk's partition (by producer id; missing: unknown) if the chunk is stored at
-    `chunk_base`: the new states if every batch is accepted, else the chunk's rejection
-    (duplicates answered with their original offsets, errors, and a retriable rejection for
-    the rest)."""
+                chunk_base: int, now_ms: int, expiration_ms: int,
+                open_txns: Mapping[int, int] | None = None) -> RejectedChunk | ChunkChanges:
+    """All of a chunk's producer batches, in order, against their producers' `states` and
+    open transactions (`open_txns`: producer id -> first offset) on the chunk's partition
+    (missing: unknown, none open) if the chunk is stored at `chunk_base`: the changes if
+    every batch is accepted, else the chunk's rejection (duplicates answered with their
+    original offsets, errors, and a retriable rejection for the rest)."""
     work: dict[int, ProducerState] = {}
+    txns = dict(open_txns or {})
+    aborted: list[AbortedTxn] = []
     answers: list[int | Exception | None] = []
     for b in batches:
         pid = b.producer_id
         state = work[pid] if pid in work else current(states.get(pid), now_ms, expiration_ms)
-        verdict = check_batch(state, b)
-        if verdict is None:
-            work[pid] = advance(state, b, chunk_base + b.offset_delta, now_ms)
-            answers.append(None)
-        else:
+        verdict: Verdict = check_batch(state, b)
+        if verdict is None and not b.is_marker:
+            verdict = check_txn(txns.get(pid), b)
+        if verdict is not None:
             answers.append(verdict.base_offset if isinstance(verdict, Duplicate) else verdict)
+            continue
+        offset = chunk_base + b.offset_delta
+        work[pid] = advance(state, b, offset, now_ms)
+        answers.append(None)
+        if b.is_marker:
+            first = txns.pop(pid, None)
+            if first is not None and b.kind == BatchKind.ABORT:
+                aborted.append(AbortedTxn(pid, first, offset))
+        elif b.kind == BatchKind.TRANSACTIONAL:
+            txns.setdefault(pid, offset)
     if all(a is None for a in answers):
-        return work
+        return ChunkChanges(work, txns, tuple(aborted))
     other = BatchRejectedError(
         "another batch of this chunk was a duplicate or out of order; nothing was stored")
     return RejectedChunk(tuple(other if a is None else a for a in answers), other)
@@ -150,7 +196,10 @@ def validate_batches(span: int, batches: Sequence[ProducerBatch], where: str) ->
     for b in batches:
         if b.producer_id < 0 or not 0 <= b.epoch <= MAX_EPOCH:
             raise InvalidProducerBatchError(f"{where}: bad producer id or epoch in {b}")
-        if not (0 <= b.first_seq < SEQUENCE_WRAP and 0 <= b.last_seq < SEQUENCE_WRAP):
+        if b.is_marker:
+            if b.first_seq != NO_SEQUENCE or b.last_seq != NO_SEQUENCE:
+                raise InvalidProducerBatchError(f"{where}: a marker with sequences in {b}")
+        elif not (0 <= b.first_seq < SEQUENCE_WRAP and 0 <= b.last_seq < SEQUENCE_WRAP):
             raise InvalidProducerBatchError(f"{where}: sequence out of range in {b}")
         if b.offset_delta < end or b.offset_delta + b.seq_span > span:
             raise InvalidProducerBatchError(f"{where}: batch {b} overlaps or leaves the chunk")

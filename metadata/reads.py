@@ -10,6 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from . import schema as s
+from . import txnlog
 from .engine import Database
 from .errors import OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError
 from .files import file_info, held_jobs
@@ -136,6 +137,7 @@ def snapshot(db: Database) -> Snapshot:
         names = {r.id: r.name for r in topic_rows}
         part_rows = conn.execute(sa.select(s.partitions).order_by(
             s.partitions.c.topic_id, s.partitions.c.partition)).all()
+        unstable = txnlog.first_unstable(conn)
         file_rows = conn.execute(
             sa.select(f).where(f.c.state == s.FILE_LIVE).order_by(f.c.id)).all()
         held = held_jobs(conn, [r.job_id for r in file_rows if r.job_id is not None], now)
@@ -161,7 +163,9 @@ def snapshot(db: Database) -> Snapshot:
     return Snapshot(
         taken_at_ms=now,
         topics=tuple(topic_info(r) for r in topic_rows),
-        partitions=tuple(partition_info(names[r.topic_id], r) for r in part_rows),
+        partitions=tuple(partition_info(names[r.topic_id], r,
+                                        unstable.get((r.topic_id, r.partition)))
+                         for r in part_rows),
         files=tuple(file_info(r, leased=r.job_id in held) for r in file_rows),
         file_segments=segments,
         leased_file_ids=frozenset(int(r.id) for r in file_rows if r.job_id in held),

@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from . import notify
+from . import notify, txnlog
 from . import schema as s
 from .engine import Database
 from .errors import (
@@ -109,6 +109,7 @@ def advance_log_start(db: Database, conn: sa.Connection, starts: Mapping[tuple[i
         conn.execute(s.partitions.update().where(
             pc.topic_id == tid, pc.partition == part, pc.clean_offset < start,
         ).values(clean_offset=start))
+    txnlog.drop_below(conn, starts)
     return retire_segments(conn, dead, now)
 
 

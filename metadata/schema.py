@@ -106,6 +106,18 @@ Version 10 (transactions):
   partition): TxnOffsetCommit's offsets, moved into `group_offsets` by the commit that
   completes the transaction, deleted by an abort.
 
+Version 11 (transactions on the partitions' side):
+
+- `open_txns(topic_id, partition, producer_id, first_offset)`, PK (topic_id, partition,
+  producer_id): each producer's open transaction on a partition, from its first
+  transactional batch's offset until its marker; the smallest first offset is the
+  partition's last stable offset (else the high watermark).
+- `aborted_txns(topic_id, partition, last_offset, producer_id, first_offset)`, PK
+  (topic_id, partition, last_offset): Kafka's transaction index, one row per aborted
+  transaction (`last_offset` is its ABORT marker's offset), for read_committed fetches and
+  the compactor; rows wholly below the log start go with retention.
+  Both are written by the agent commit that stores the batches (files.py, producers.py).
+
 A migration is a function of a connection inside the transaction that also records its
 version; `MIGRATIONS[i]` brings the schema from version i to i + 1. Migrations are frozen once
 released: a later change to a table is a new migration, and `_v1` then gets its own copy of
@@ -571,6 +583,41 @@ def _v10(conn: sa.Connection, now_ms: int) -> None:
         transaction_coordinators, transactions, transaction_offsets)])
 
 
+open_txns = sa.Table(
+    "open_txns",
+    md,
+    sa.Column("topic_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("producer_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("first_offset", sa.BigInteger, nullable=False),
+    sa.ForeignKeyConstraint(
+        ["topic_id", "partition"], ["partitions.topic_id", "partitions.partition"]
+    ),
+)
+
+aborted_txns = sa.Table(
+    "aborted_txns",
+    md,
+    sa.Column("topic_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("last_offset", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("producer_id", sa.BigInteger, nullable=False),
+    sa.Column("first_offset", sa.BigInteger, nullable=False),
+    sa.ForeignKeyConstraint(
+        ["topic_id", "partition"], ["partitions.topic_id", "partitions.partition"]
+    ),
+    sa.CheckConstraint("first_offset <= last_offset", name="aborted_txns_offsets"),
+)
+
+
+def _v11(conn: sa.Connection, now_ms: int) -> None:
+    """Open transactions and the aborted-transaction index, per partition."""
+    v11 = sa.MetaData()
+    tables = [t.to_metadata(v11) for t in (open_txns, aborted_txns)]
+    partitions.to_metadata(v11)  # for the foreign keys to resolve
+    v11.create_all(conn, tables=tables)
+
+
 Migration = Callable[[sa.Connection, int], None]
-MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10]
+MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10, _v11]
 LATEST_VERSION = len(MIGRATIONS)

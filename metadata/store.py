@@ -2,7 +2,8 @@
 concern modules — topics.py, files.py (agent commits, GC), history.py (pruning finished
 jobs' and deleted files' rows), retention.py, reads.py (segments, snapshots, stats),
 jobs.py (compaction leases and commits), agents.py (the agent registry), producers.py
-(idempotent producers), groups.py (consumer groups: coordinator leases, stored groups,
+(idempotent producers), txnlog.py (open transactions, the aborted-transaction
+index), groups.py (consumer groups: coordinator leases, stored groups,
 committed offsets), acls.py (ACL bindings), txnstate.py (transaction coordinators'
 leases and state), notify.py (commit notifications across processes) — on the shared
 `Database` of engine.py (engine, migrations, transactions, the commit helper and its
@@ -27,6 +28,7 @@ from . import (
     reads,
     retention,
     topics,
+    txnlog,
     txnstate,
 )
 from .engine import DEFAULT_URL, Database
@@ -84,6 +86,8 @@ class MetadataStore(Database):
     heartbeat_agent = agents.heartbeat_agent
     deregister_agent = agents.deregister_agent
     live_brokers = agents.live_brokers
+    # transactions on the partitions' side (last stable offsets: `partitions`, `snapshot`)
+    aborted_transactions = txnlog.aborted_transactions
     # idempotent producers
     allocate_producer_id = producers.allocate_producer_id
     producer_state = producers.producer_state

@@ -27,7 +27,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from . import notify
+from . import notify, txnlog
 from . import schema as s
 from .config import MAX_PARTITIONS
 from .engine import Database, Unknown
@@ -236,16 +236,19 @@ def list_topics(db: Database) -> list[TopicInfo]:
     return [topic_info(r) for r in rows]
 
 
-def partition_info(topic: str, row: Any) -> PartitionInfo:
-    """A PartitionInfo from a `partitions` row (or one with its offset columns) of `topic`."""
+def partition_info(topic: str, row: Any, first_unstable: int | None = None) -> PartitionInfo:
+    """A PartitionInfo from a `partitions` row (or one with its offset columns) of `topic`,
+    with the first offset of its oldest open transaction, if any."""
     return PartitionInfo(topic, row.partition, row.log_start_offset, row.next_offset,
-                         row.clean_offset)
+                         row.clean_offset, first_unstable)
 
 
 def partitions(db: Database, topic: str, topic_id: int | None = None) -> list[PartitionInfo]:
-    """The topic's partitions in order, with their log start and next offsets. With
-    `topic_id`, the topic must be that row (UnknownTopicError if `topic` was deleted and
-    created again since the caller resolved it: a Kafka topic id names one incarnation)."""
+    """The topic's partitions in order, with their log start, next and last stable offsets
+    (each partition's oldest open transaction: one grouped read of `open_txns` for all).
+    With `topic_id`, the topic must be that row (UnknownTopicError if `topic` was deleted
+    and created again since the caller resolved it: a Kafka topic id names one
+    incarnation)."""
     t, p = s.topics.c, s.partitions.c
     with db.read() as conn:
         found = conn.execute(sa.select(t.id).where(t.name == topic)).scalar()
@@ -256,7 +259,8 @@ def partitions(db: Database, topic: str, topic_id: int | None = None) -> list[Pa
             sa.select(p.partition, p.log_start_offset, p.next_offset, p.clean_offset)
             .where(p.topic_id == topic_id).order_by(p.partition)
         ).all()
-    return [partition_info(topic, r) for r in rows]
+        unstable = txnlog.first_unstable(conn, topic_id)
+    return [partition_info(topic, r, unstable.get((topic_id, r.partition))) for r in rows]
 
 
 def partition_summaries(db: Database, topic: str) -> list[tuple[PartitionInfo, int, int, int]]:
@@ -347,7 +351,8 @@ def _finish_delete(db: Database, topic_id: int) -> None:
         last = conn.execute(
             sa.select(part).where(s.partitions.c.topic_id == topic_id).order_by(part)
             .offset(BATCH_PARTITIONS - 1).limit(1)).scalar()
-        for table in (s.segments, s.producer_state, s.partitions):
+        for table in (s.segments, s.producer_state, s.open_txns, s.aborted_txns,
+                      s.partitions):
             chosen = table.c.topic_id == topic_id
             if last is not None:
                 chosen = sa.and_(chosen, table.c.partition <= last)

@@ -1,0 +1,132 @@
+"""Transactions on the partitions' side: each partition's open transactions (its last stable
+offset) and its aborted-transaction index (Kafka's .txnindex), kept by the agent commit that
+stores the batches (files.py; the rules are producers.py's `check_chunk`) and read by Fetch,
+ListOffsets and the compactor.
+
+Kafka's ProducerStateManager keeps the open transactions per partition in memory (their
+first offsets give the first unstable offset, hence the last stable offset) and appends an
+aborted transaction to the segment's transaction index when its ABORT marker is written.
+Here both are rows (schema v8): `open_txns` (topic_id, partition, producer_id,
+first_offset) and `aborted_txns` (topic_id, partition, last_offset = the marker's offset,
+producer_id, first_offset), changed in the transaction that commits the batches, so a crash
+leaves both exactly as the committed log says. Retention and DeleteRecords drop the aborted
+rows wholly below the new log start (`drop_below`); a topic's deletion drops its rows with
+its partitions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+
+import sqlalchemy as sa
+
+from . import schema as s
+from .engine import Database
+from .models import AbortedTxn
+
+# (producer_id, topic_id, partition): the key of an open_txns row (as producers.StateKey).
+TxnKey = tuple[int, int, int]
+# (topic_id, partition)
+PartitionKey = tuple[int, int]
+
+
+def load_open(db: Database, conn: sa.Connection,
+              keys: Iterable[TxnKey]) -> dict[TxnKey, int]:
+    """The open transactions' first offsets of these (producer_id, topic_id, partition)
+    keys, in one statement driven by the keys (as `producers.load_states`). Callers hold
+    the partitions' row locks."""
+    wanted = sorted(set(keys))
+    if not wanted:
+        return {}
+    cols = 'o.producer_id, o.topic_id, o."partition", o.first_offset'
+    if db.pg:
+        rows = conn.exec_driver_sql(
+            f'SELECT {cols} FROM open_txns AS o '
+            'JOIN unnest(%s::bigint[], %s::bigint[], %s::integer[]) AS v(p, t, q) '
+            'ON o.producer_id = v.p AND o.topic_id = v.t AND o."partition" = v.q',
+            tuple(list(col) for col in zip(*wanted, strict=True))).all()
+    else:
+        rows = conn.exec_driver_sql(
+            f'SELECT {cols} FROM json_each(?) AS j JOIN open_txns AS o '
+            'ON o.producer_id = json_extract(j.value, \'$[0]\') '
+            'AND o.topic_id = json_extract(j.value, \'$[1]\') '
+            'AND o."partition" = json_extract(j.value, \'$[2]\')',
+            (json.dumps(wanted),)).all()
+    return {(int(r[0]), int(r[1]), int(r[2])): int(r[3]) for r in rows}
+
+
+def save_changes(conn: sa.Connection, before: Mapping[TxnKey, int],
+                 after: Mapping[TxnKey, int],
+                 aborted: Sequence[tuple[PartitionKey, AbortedTxn]]) -> None:
+    """Write a commit's transaction changes: open rows `before` that are not in `after`
+    (or moved) go, rows new in `after` come, aborted transactions are indexed."""
+    o = s.open_txns.c
+    gone = [k for k, first in before.items() if after.get(k) != first]
+    for pid, tid, part in sorted(gone):
+        conn.execute(s.open_txns.delete().where(
+            o.topic_id == tid, o.partition == part, o.producer_id == pid))
+    new = [{"producer_id": k[0], "topic_id": k[1], "partition": k[2], "first_offset": first}
+           for k, first in sorted(after.items()) if before.get(k) != first]
+    if new:
+        conn.execute(s.open_txns.insert(), new)
+    if aborted:
+        conn.execute(s.aborted_txns.insert(), [
+            {"topic_id": k[0], "partition": k[1], "producer_id": a.producer_id,
+             "first_offset": a.first_offset, "last_offset": a.last_offset}
+            for k, a in aborted])
+
+
+def drop_below(conn: sa.Connection, starts: Mapping[PartitionKey, int]) -> None:
+    """Retention / DeleteRecords moved these log starts: aborted transactions whose marker
+    is below the new start are no longer in the log."""
+    a = s.aborted_txns.c
+    for (tid, part), start in sorted(starts.items()):
+        conn.execute(s.aborted_txns.delete().where(
+            a.topic_id == tid, a.partition == part, a.last_offset < start))
+
+
+def aborted_transactions(
+    db: Database, ranges: Sequence[tuple[str, int, int, int]],
+) -> dict[tuple[str, int], list[AbortedTxn]]:
+    """Per (topic, partition, from_offset, to_offset) range: the aborted transactions that
+    overlap [from_offset, to_offset) (marker at or after from_offset, first offset before
+    to_offset), by first offset, as Kafka's `collectAbortedTxns` gives a fetch. One query
+    for all the ranges."""
+    out: dict[tuple[str, int], list[AbortedTxn]] = {}
+    wanted = [r for r in ranges if r[2] < r[3]]
+    if not wanted:
+        return out
+    cols = 't.name, a."partition", a.producer_id, a.first_offset, a.last_offset'
+    with db.read() as conn:
+        if db.pg:
+            rows = conn.exec_driver_sql(
+                f'SELECT {cols} FROM unnest(%s::text[], %s::integer[], %s::bigint[], '
+                '%s::bigint[]) AS v(n, q, lo, hi) JOIN topics AS t ON t.name = v.n '
+                'JOIN aborted_txns AS a ON a.topic_id = t.id AND a."partition" = v.q '
+                'WHERE a.last_offset >= v.lo AND a.first_offset < v.hi',
+                tuple(list(col) for col in zip(*wanted, strict=True))).all()
+        else:
+            rows = conn.exec_driver_sql(
+                f'SELECT {cols} FROM json_each(?) AS j '
+                'JOIN topics AS t ON t.name = json_extract(j.value, \'$[0]\') '
+                'JOIN aborted_txns AS a ON a.topic_id = t.id '
+                'AND a."partition" = json_extract(j.value, \'$[1]\') '
+                'WHERE a.last_offset >= json_extract(j.value, \'$[2]\') '
+                'AND a.first_offset < json_extract(j.value, \'$[3]\')',
+                (json.dumps(wanted),)).all()
+    for name, part, pid, first, last in sorted(rows, key=lambda r: (r[0], r[1], r[3])):
+        out.setdefault((str(name), int(part)), []).append(
+            AbortedTxn(int(pid), int(first), int(last)))
+    return out
+
+
+def first_unstable(conn: sa.Connection, topic_id: int | None = None) -> dict[PartitionKey, int]:
+    """Per partition (of one topic, or all): the first offset of its oldest open
+    transaction; partitions without one are absent."""
+    o = s.open_txns.c
+    query = sa.select(o.topic_id, o.partition, sa.func.min(o.first_offset)).group_by(
+        o.topic_id, o.partition)
+    if topic_id is not None:
+        query = query.where(o.topic_id == topic_id)
+    return {(int(tid), int(part)): int(first) for tid, part, first in conn.execute(query)}
