@@ -20,6 +20,7 @@ from kio.static.protocol import RequestHeader
 from ..codec import Builder, Reply
 from ..context import ServerContext
 from . import (
+    alter_partition_reassignments,
     api_versions,
     create_acls,
     create_partitions,
@@ -32,6 +33,8 @@ from . import (
     describe_cluster,
     describe_configs,
     describe_groups,
+    describe_topic_partitions,
+    elect_leaders,
     fetch,
     find_coordinator,
     heartbeat,
@@ -41,6 +44,7 @@ from . import (
     leave_group,
     list_groups,
     list_offsets,
+    list_partition_reassignments,
     metadata,
     offset_commit,
     offset_delete,
@@ -77,6 +81,8 @@ CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, INIT_PRODUCER_ID = 19, 20, 21, 22
 DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 32, 37, 44, 60
 OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
+ELECT_LEADERS, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 43, 45, 46
+DESCRIBE_TOPIC_PARTITIONS = 75
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 
 TABLE: Mapping[int, Api] = {api.key: api for api in (
@@ -104,6 +110,10 @@ TABLE: Mapping[int, Api] = {api.key: api for api in (
     Api(LIST_GROUPS, 0, 5, list_groups.handle),
     Api(DELETE_GROUPS, 0, 2, delete_groups.handle),
     Api(OFFSET_DELETE, 0, 0, offset_delete.handle),
+    Api(ELECT_LEADERS, 0, 2, elect_leaders.handle),
+    Api(ALTER_PARTITION_REASSIGNMENTS, 0, 0, alter_partition_reassignments.handle),
+    Api(LIST_PARTITION_REASSIGNMENTS, 0, 0, list_partition_reassignments.handle),
+    Api(DESCRIBE_TOPIC_PARTITIONS, 0, 0, describe_topic_partitions.handle),
     Api(DESCRIBE_ACLS, 1, 3, describe_acls.handle),
     Api(CREATE_ACLS, 1, 3, create_acls.handle),
     Api(DELETE_ACLS, 1, 3, delete_acls.handle),
