@@ -295,6 +295,23 @@ def producer_state(db: Database, producer_id: int, topic: str,
     return current(state, db.clock.now_ms(), db.config.producer_id_expiration_ms)
 
 
+def partition_producers(db: Database, topic: str, partition: int) -> list[ProducerState]:
+    """The producers with a current (unexpired) state on the partition, by producer id
+    (DescribeProducers); UnknownTopicError if the topic does not exist."""
+    ps, t = s.producer_state.c, s.topics.c
+    with db.read() as conn:
+        topic_id = conn.execute(sa.select(t.id).where(t.name == topic)).scalar()
+        if topic_id is None:
+            raise UnknownTopicError(f"unknown topic {topic!r}")
+        rows = conn.execute(
+            sa.select(ps.producer_id, ps.epoch, ps.batches, ps.updated_at_ms)
+            .where(ps.topic_id == topic_id, ps.partition == partition)
+            .order_by(ps.producer_id)).all()
+    now, ttl = db.clock.now_ms(), db.config.producer_id_expiration_ms
+    states = (current(_state_of(row), now, ttl) for row in rows)
+    return [st for st in states if st is not None]
+
+
 def expire_producers(db: Database) -> int:
     """Delete producer states idle past producer.id.expiration.ms; how many went.
 

@@ -91,6 +91,7 @@ class MetadataStore(Database):
     # idempotent producers
     allocate_producer_id = producers.allocate_producer_id
     producer_state = producers.producer_state
+    partition_producers = producers.partition_producers  # DescribeProducers
     expire_producers = producers.expire_producers
     # consumer groups
     group_coordinator = groups.group_coordinator

@@ -441,9 +441,11 @@ def add_partitions(db: Database, name: str, count: int, *,
 
 
 def alter_topic_configs(db: Database, name: str, changes: Sequence[ConfigChange], *,
-                        validate_only: bool = False) -> TopicInfo:
+                        validate_only: bool = False, replace: bool = False) -> TopicInfo:
     """Apply incremental config `changes` (Kafka's IncrementalAlterConfigs: SET, DELETE,
-    APPEND, SUBTRACT) to the topic's overrides; returns the topic after.
+    APPEND, SUBTRACT) to the topic's overrides; returns the topic after. With `replace`
+    they apply to no overrides, so every override they do not set is gone (the legacy
+    AlterConfigs' full replacement).
 
     The new map is validated as `create_topic` validates one (`topicconfig.apply_changes`),
     computed from the overrides read under the topic's row lock, so concurrent alters
@@ -460,7 +462,7 @@ def alter_topic_configs(db: Database, name: str, changes: Sequence[ConfigChange]
     def body(conn: sa.Connection) -> TopicInfo:
         after.clear()
         info = _locked_topic(conn, name)
-        stored = apply_changes(info.configs, changes)
+        stored = apply_changes({} if replace else info.configs, changes)
         config = TopicConfig.from_map(stored)
         if config.compacted and not info.config.compacted and _holds_unhashed(conn, info):
             raise InvalidConfigError(

@@ -215,6 +215,29 @@ def test_alter_configs_as_kafka(store: MetadataStore) -> None:
     dry = store.alter_topic_configs("t", [ConfigChange("retention.ms", AlterOp.SET, "5")],
                                     validate_only=True)
     assert dry.config.retention_ms == 5 and store.get_topic("t") == after
+    # The legacy AlterConfigs' full replacement: every override not set is gone.
+    replaced = store.alter_topic_configs("t", [ConfigChange("segment.ms", AlterOp.SET, "9")],
+                                         replace=True)
+    assert dict(replaced.configs) == {"segment.ms": "9"} == dict(store.get_topic("t").configs)
+    assert not replaced.config.compacted
+
+
+def test_partition_producers_are_the_current_states(store: MetadataStore,
+                                                    clock: ManualClock) -> None:
+    """DescribeProducers' read: a partition's unexpired producer states, by id."""
+    store.create_topic("t", 2)
+    for pid in (7, 3):
+        fid = store.register_pending_file(f"f{pid}")
+        store.commit_produced(fid, layout([chunk("t", 0, 2)], size=1000, data_offset=8,
+                                          data_length=900, meta_offset=908, meta_length=92),
+                              batches={("t", 0): [ProducerBatch(pid, 1, 0, 1, 0)]})
+    assert [(p.producer_id, p.epoch, p.batches[-1].last_seq)
+            for p in store.partition_producers("t", 0)] == [(3, 1, 1), (7, 1, 1)]
+    assert store.partition_producers("t", 1) == []
+    clock.advance(store.config.producer_id_expiration_ms + 1)
+    assert store.partition_producers("t", 0) == []
+    with pytest.raises(UnknownTopicError):
+        store.partition_producers("nope", 0)
 
 
 @pytest.mark.parametrize("change", [

@@ -20,6 +20,7 @@ from kio.static.protocol import RequestHeader
 from ..codec import Builder, Reply
 from ..context import ServerContext
 from . import (
+    alter_configs,
     alter_partition_reassignments,
     api_versions,
     create_acls,
@@ -33,6 +34,8 @@ from . import (
     describe_cluster,
     describe_configs,
     describe_groups,
+    describe_log_dirs,
+    describe_producers,
     describe_topic_partitions,
     elect_leaders,
     fetch,
@@ -82,7 +85,7 @@ DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER
 OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
 ELECT_LEADERS, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 43, 45, 46
-DESCRIBE_TOPIC_PARTITIONS = 75
+DESCRIBE_TOPIC_PARTITIONS, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS, ALTER_CONFIGS = 75, 35, 61, 33
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 
 TABLE: Mapping[int, Api] = {api.key: api for api in (
@@ -114,6 +117,9 @@ TABLE: Mapping[int, Api] = {api.key: api for api in (
     Api(ALTER_PARTITION_REASSIGNMENTS, 0, 0, alter_partition_reassignments.handle),
     Api(LIST_PARTITION_REASSIGNMENTS, 0, 0, list_partition_reassignments.handle),
     Api(DESCRIBE_TOPIC_PARTITIONS, 0, 0, describe_topic_partitions.handle),
+    Api(DESCRIBE_LOG_DIRS, 1, 4, describe_log_dirs.handle),
+    Api(DESCRIBE_PRODUCERS, 0, 0, describe_producers.handle),
+    Api(ALTER_CONFIGS, 0, 2, alter_configs.handle),
     Api(DESCRIBE_ACLS, 1, 3, describe_acls.handle),
     Api(CREATE_ACLS, 1, 3, create_acls.handle),
     Api(DELETE_ACLS, 1, 3, delete_acls.handle),

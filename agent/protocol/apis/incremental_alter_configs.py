@@ -60,11 +60,12 @@ def _topic(ctx: ServerContext, resource: Resource, validate_only: bool) -> Outco
     return ErrorCode.none, None
 
 
-def _broker(ctx: ServerContext, resource: Resource) -> Outcome:
-    problem = broker_error(ctx, resource.resource_name)
+def broker_refusal(ctx: ServerContext, name: str, keys: list[str]) -> Outcome:
+    """The answer to changing BROKER resource `name`'s `keys` (legacy AlterConfigs too)."""
+    problem = broker_error(ctx, name)
     if problem is None:
-        names = ", ".join(sorted(c.name for c in resource.configs))
-        problem = (f"Invalid config value for resource BROKER {resource.resource_name!r}:"
+        names = ", ".join(sorted(keys))
+        problem = (f"Invalid config value for resource BROKER {name!r}:"
                    f" Cannot update these configs dynamically: {names} (agent settings"
                    " come from the settings file, SILT_* variables and flags)")
     return ErrorCode.invalid_request, problem
@@ -81,7 +82,7 @@ def alter_all(ctx: ServerContext, request: Request) -> list[tuple[Resource, Outc
         elif int(r.resource_type) == ResourceType.TOPIC:
             outcome = _topic(ctx, r, bool(request.validate_only))
         elif int(r.resource_type) == ResourceType.BROKER:
-            outcome = _broker(ctx, r)
+            outcome = broker_refusal(ctx, r.resource_name, [c.name for c in r.configs])
         else:
             outcome = (ErrorCode.invalid_request,
                        f"resource type {r.resource_type} is not supported")
