@@ -39,6 +39,19 @@ class ConsumedRecord:
     headers: tuple[tuple[str, bytes | None], ...]
 
 
+def live_segments(metadata: MetadataStore, topic: str, partition: int,
+                  from_offset: int) -> Iterator[SegmentInfo]:
+    """The live segments holding offsets >= from_offset, in order, a page per query
+    (OffsetOutOfRangeError, from the first query, if from_offset is below the log start)."""
+    position = from_offset
+    while True:
+        segments = metadata.find_segments(topic, partition, position, limit=SEGMENTS_PER_QUERY)
+        yield from segments
+        if len(segments) < SEGMENTS_PER_QUERY:
+            return
+        position = max(position, segments[-1].last_offset + 1)
+
+
 def read_segment(store: ObjectStore, seg: SegmentInfo) -> Iterator[Record]:
     """One segment's records with absolute offsets: one ranged GET, every batch verified
     against what the commit recorded (framing CRC, counts) before the first is yielded; a
@@ -68,16 +81,7 @@ class Reader:
         self._metadata = metadata
 
     def _segments(self, topic: str, partition: int, from_offset: int) -> Iterator[SegmentInfo]:
-        """The live segments holding offsets >= from_offset, in order, a page per query."""
-        position = from_offset
-        while True:
-            segments = self._metadata.find_segments(
-                topic, partition, position, limit=SEGMENTS_PER_QUERY
-            )
-            yield from segments
-            if len(segments) < SEGMENTS_PER_QUERY:
-                return
-            position = max(position, segments[-1].last_offset + 1)
+        return live_segments(self._metadata, topic, partition, from_offset)
 
     def read(
         self,

@@ -20,7 +20,7 @@ from fileformat.compression import (
     WRITABLE_COMPRESSIONS,
     Compression,
 )
-from fileformat.datareader import DataReader, iter_chunk_records, verify_chunk
+from fileformat.datareader import DataReader, chunk_batches, iter_chunk_records, verify_chunk
 from fileformat.encoder import build_batch
 from fileformat.errors import CorruptDataError, FormatError, TruncatedError, UnsupportedError
 from fileformat.filewriter import FileWriter, encode_file
@@ -71,6 +71,7 @@ __all__ = [
     "TruncatedError",
     "UnsupportedError",
     "build_batch",
+    "chunk_batches",
     "decode_batch",
     "encode_file",
     "iter_batches",

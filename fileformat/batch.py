@@ -130,6 +130,11 @@ class BatchHeader:
         return bool(self.attributes & CONTROL_MASK)
 
     @property
+    def timestamp_type(self) -> int:
+        """Kafka's timestamp type id: 0 CreateTime, 1 LogAppendTime (the attributes bit)."""
+        return 1 if self.attributes & TIMESTAMP_TYPE_MASK else 0
+
+    @property
     def is_transactional(self) -> bool:
         """Whether the producer wrote it inside a transaction."""
         return bool(self.attributes & TRANSACTIONAL_MASK)

@@ -64,6 +64,13 @@ def verify_chunk(data: Any, index: ChunkIndex) -> None:
     _walk_chunk(data, None, index)
 
 
+def chunk_batches(data: Any, index: ChunkIndex) -> list[tuple[BatchHeader, memoryview]]:
+    """A chunk's batches (header, bytes), every one verified against the index entry
+    before any is returned: for readers that need each batch's attributes (timestamp type,
+    control batches) as well as its records (`iter_records`)."""
+    return _walk_chunk(data, None, index)
+
+
 def iter_chunk_records(
     data: Any,
     base_offset: int,

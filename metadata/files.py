@@ -256,6 +256,74 @@ def commit_files(db: Database, files: Sequence[tuple[int, FileLayout]]
                                      [_file_commit(i, layout) for i, layout in files]))
 
 
+def last_sink_batch(db: Database, sink: str) -> int | None:
+    """The last micro-batch id the streaming sink `sink` committed, or None."""
+    with db.read() as conn:
+        found = conn.execute(sa.select(s.stream_sinks.c.batch_id)
+                             .where(s.stream_sinks.c.sink == sink)).scalar()
+    return None if found is None else int(found)
+
+
+def commit_sink_batch(db: Database, sink: str, batch_id: int,
+                      files: Sequence[tuple[int, FileLayout]]) -> list[Bases] | None:
+    """A streaming sink's micro-batch: its objects committed as `commit_files` commits them
+    (all or none), in the ONE transaction that records `batch_id` as the sink's last
+    (`stream_sinks`, schema v12). A batch id at or below the recorded one was committed
+    before (Spark replays the last batch after a driver failure): nothing is committed and
+    the answer is None (the caller abandons the new objects). A batch without objects is
+    recorded all the same. A failed COMMIT is read back through the sink's row and the
+    files' states; a retry re-checks the row, so a batch never commits twice."""
+    if not 0 < len(sink) <= s.SINK_ID_MAX:
+        raise InvalidCommitError(f"a sink id has 1 to {s.SINK_ID_MAX} characters")
+    commits = [_file_commit(i, layout) for i, layout in files]
+    for _, _, chunks in commits:
+        _validate_chunks(chunks)
+    ids = [i for i, _ in files]
+    k = s.stream_sinks.c
+
+    def last(conn: sa.Connection, lock: bool) -> int | None:
+        query = sa.select(k.batch_id).where(k.sink == sink)
+        found = conn.execute(query.with_for_update() if lock else query).scalar()
+        return None if found is None else int(found)
+
+    def body(conn: sa.Connection) -> list[Bases] | None:
+        done = last(conn, lock=True)
+        if done is not None and batch_id <= done:
+            return None
+        now = db.clock.now_ms()
+        if done is None:
+            conn.execute(s.stream_sinks.insert().values(sink=sink, batch_id=batch_id,
+                                                        committed_at_ms=now))
+        else:
+            conn.execute(s.stream_sinks.update().where(k.sink == sink).values(
+                batch_id=batch_id, committed_at_ms=now))
+        if not commits:
+            return []
+        return cast(list[Bases], _commit_body(db, conn, commits, None, False, {}))
+
+    def read_back(conn: sa.Connection) -> list[Bases] | Unknown | None:
+        done = last(conn, lock=False)
+        states = dict(conn.execute(sa.select(s.files.c.id, s.files.c.state)
+                                   .where(s.files.c.id.in_(ids))).all())
+        if done is None or done < batch_id:
+            return None  # not applied
+        if ids and all(states.get(i) == s.FILE_PENDING for i in ids):
+            return None  # another commit took the batch: the retry finds it done
+        if not all(states.get(i) == s.FILE_LIVE for i in ids):
+            return Unknown(", ".join(f"file {i} is now {states.get(i)}" for i in ids))
+        sg = s.segments.c
+        found: dict[int, Bases] = {i: {} for i in ids}
+        for r in conn.execute(
+            sa.select(sg.file_id, s.topics.c.name, sg.partition, sg.base_offset)
+            .join(s.topics, s.topics.c.id == sg.topic_id).where(sg.file_id.in_(ids))
+        ):
+            found[r.file_id][(r.name, r.partition)] = r.base_offset
+        return [found[i] for i in ids]
+
+    return db.commit(f"commit of batch {batch_id} of sink {sink!r} ({len(files)} files)",
+                     body, read_back, kind="files")
+
+
 def _commit(db: Database, what: str, files: Sequence[FileCommit],
             batches: ProducerBatches | None = None, *, produced: bool = False,
             refused: Mapping[tuple[str, int], RejectedChunk] | None = None,

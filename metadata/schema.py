@@ -118,6 +118,14 @@ Version 11 (transactions on the partitions' side):
   the compactor; rows wholly below the log start go with retention.
   Both are written by the agent commit that stores the batches (files.py, producers.py).
 
+Version 12 (exactly-once streaming sinks):
+
+- `stream_sinks(sink PK, batch_id, committed_at_ms)`: the last micro-batch each streaming
+  sink committed (a Spark `writeStream.format("silt")` query, by its queryId), written
+  in the transaction that makes the batch's objects live (`files.commit_sink_batch`), so a
+  batch id replayed after a driver failure commits nothing twice. One row per sink, never
+  pruned.
+
 A migration is a function of a connection inside the transaction that also records its
 version; `MIGRATIONS[i]` brings the schema from version i to i + 1. Migrations are frozen once
 released: a later change to a table is a new migration, and `_v1` then gets its own copy of
@@ -311,6 +319,16 @@ jobs = sa.Table(
 # At most one leased job per spec, whatever the lock order of racing lessees.
 sa.Index("jobs_one_leased_per_spec", jobs.c.spec_id, unique=True,
          postgresql_where=jobs.c.state == JOB_LEASED, sqlite_where=jobs.c.state == JOB_LEASED)
+
+# v12: the last micro-batch each streaming sink committed (by its queryId).
+SINK_ID_MAX = 1024
+stream_sinks = sa.Table(
+    "stream_sinks",
+    md,
+    sa.Column("sink", sa.String(SINK_ID_MAX), primary_key=True),
+    sa.Column("batch_id", sa.BigInteger, nullable=False),
+    sa.Column("committed_at_ms", sa.BigInteger, nullable=False),
+)
 
 LIVE = segments.c.live == sa.true()  # queries must use this exact predicate to hit the index
 # A topic being created or deleted in several transactions is renamed "/c/<id>" or "/d/<id>"
@@ -617,7 +635,12 @@ def _v11(conn: sa.Connection, now_ms: int) -> None:
     partitions.to_metadata(v11)  # for the foreign keys to resolve
     v11.create_all(conn, tables=tables)
 
+def _v12(conn: sa.Connection, now_ms: int) -> None:
+    """Exactly-once streaming sinks: the last batch each committed."""
+    v12 = sa.MetaData()
+    v12.create_all(conn, tables=[stream_sinks.to_metadata(v12)])
+
 
 Migration = Callable[[sa.Connection, int], None]
-MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10, _v11]
+MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10, _v11, _v12]
 LATEST_VERSION = len(MIGRATIONS)

@@ -57,6 +57,8 @@ class MetadataStore(Database):
     commit_file = files.commit_file
     commit_files = files.commit_files
     commit_produced = files.commit_produced
+    commit_sink_batch = files.commit_sink_batch  # exactly-once streaming sinks
+    last_sink_batch = files.last_sink_batch
     abandon_file = files.abandon_file
     get_file = files.get_file
     files_to_gc = files.files_to_gc

@@ -29,3 +29,10 @@ def first_error(exc: BaseException) -> str:
             return line.strip()
     first = next((line.strip() for line in lines if line.strip()), "")
     return first or type(exc).__name__
+
+
+class DataLossError(RuntimeError):
+    """Records a read needed are gone (retention, DeleteRecords, a deleted topic or
+    partition) and `failOnDataLoss` is true, as Spark's Kafka source fails then."""
+
+    retriable = False

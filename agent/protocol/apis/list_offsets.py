@@ -20,6 +20,7 @@ from fileformat.batch import iter_records
 from metadata import MetadataStore, SegmentInfo
 from metadata.errors import UnknownTopicError
 
+from ...reader import live_segments
 from ..cache import SegmentCache
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
@@ -35,21 +36,13 @@ LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 # KIP-405's earliest local offset (v8+) and KIP-1005's latest tiered offset (v9+): with no
 # tiering (the object store is the only storage) Kafka answers the log start, and -1.
 EARLIEST_LOCAL, LATEST_TIERED = -4, -5
-SEGMENTS_PER_QUERY = 256
 Looked = tuple[int, ErrorCode, int, int]  # partition, error, timestamp, offset
 
 
 def _segments(metadata: MetadataStore, topic: str, partition: int,
               start: int) -> list[SegmentInfo]:
-    """Every live segment of the partition (paged metadata queries)."""
-    found: list[SegmentInfo] = []
-    position = start
-    while True:
-        page = metadata.find_segments(topic, partition, position, limit=SEGMENTS_PER_QUERY)
-        found += page
-        if len(page) < SEGMENTS_PER_QUERY:
-            return found
-        position = page[-1].last_offset + 1
+    """Every live segment of the partition from `start` (paged metadata queries)."""
+    return list(live_segments(metadata, topic, partition, start))
 
 
 def _first_at(cache: SegmentCache, seg: SegmentInfo, wanted: int,
