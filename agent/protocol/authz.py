@@ -19,9 +19,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from acl import (
+    CLUSTER_NAME,
     SUPPORTED,
     Acl,
     AclFilter,
@@ -39,6 +40,11 @@ from .session import SESSION
 log = logging.getLogger(__name__)
 
 RETRY_S = 1.0
+NOT_COMPUTED = -(2**31)  # an authorized-operations field not asked for (Kafka's default)
+def _yes(name: str) -> bool:
+    return True
+
+
 # Every operation of each type: the bitfield without an authorizer.
 _EVERY = {rtype: bitfield(ops) for rtype, ops in SUPPORTED.items()}
 
@@ -75,6 +81,15 @@ class Authorization:
         return {name for name in set(names)
                 if decide(session.principal, session.host, op, rtype, name)}
 
+    def decider(self, op: Operation, rtype: ResourceType) -> Callable[[str], bool]:
+        """`allows(op, rtype, name)` as a function of the name for the current connection,
+        usable from the thread pool (which does not see the connection's SESSION)."""
+        if not self.enabled:
+            return _yes
+        session, snapshot = SESSION.get(), self._snapshot
+        principal, host = session.principal, session.host
+        return lambda name: snapshot.authorize(principal, host, op, rtype, name)
+
     def allows_any(self, op: Operation, rtype: ResourceType) -> bool:
         """Whether the principal may do `op` on some resource of `rtype`
         (AuthHelper.authorizeByResourceType)."""
@@ -90,6 +105,15 @@ class Authorization:
         session = SESSION.get()
         return self._snapshot.authorized_operations(session.principal, session.host, rtype,
                                                     name)
+
+    def cluster_operations(self, asked: bool) -> int:
+        """The cluster's authorized-operations field of Metadata (v8-v10) and
+        DescribeCluster: NOT_COMPUTED unless asked, 0 without DESCRIBE on the cluster."""
+        if not asked:
+            return NOT_COMPUTED
+        if not self.allows(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+            return 0
+        return self.operations(ResourceType.CLUSTER, CLUSTER_NAME)
 
     def acls(self, flt: AclFilter) -> list[Acl]:
         """The cached bindings `flt` matches (DescribeAcls)."""

@@ -24,7 +24,9 @@ topic, or a topic deleted since, answers UNKNOWN_TOPIC_ID.
 A partition that cannot be read answers, as Kafka's fetch path does, with an error and no
 records, the others unaffected: UNKNOWN_TOPIC_OR_PARTITION when its topic was deleted
 meanwhile, KAFKA_STORAGE_ERROR when the object store fails (retriable: the client fetches
-again), UNKNOWN_SERVER_ERROR for anything else (the metadata store unreachable).
+again), UNKNOWN_SERVER_ERROR for anything else (the metadata store unreachable). A topic
+the client may not READ answers TOPIC_AUTHORIZATION_FAILED (after UNKNOWN_TOPIC_ID, before
+anything is read), as KafkaApis does.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import asyncio
 import contextlib
 import struct
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -40,6 +43,7 @@ from kio.schema.fetch import v4, v5, v6, v7, v8, v9, v10, v11, v12, v13, v14, v1
 from kio.static.protocol import RequestHeader
 
 import telemetry
+from acl import Operation, ResourceType
 from fileformat.batch import LAST_OFFSET_DELTA_POS, LENGTH_POS, LOG_OVERHEAD
 from metadata import PartitionInfo
 from metadata.errors import OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError
@@ -176,12 +180,13 @@ def requested(request: Request) -> list[tuple[TopicRef, list[Partition]]]:
     return grouped
 
 
-def read_all(ctx: ServerContext, request: Request
+def read_all(ctx: ServerContext, request: Request, readable: Callable[[str], bool]
              ) -> list[tuple[TopicRef, str, list[PartitionRead]]]:
     """One pass over every requested partition within max_bytes, itself at most the
     agent's fetch.max.bytes (runs in the pool): (the request's topic, its name, reads).
     A topic id that names no topic (none has it, or that topic was deleted) answers
-    UNKNOWN_TOPIC_ID for each of its partitions, as Kafka's fetch does."""
+    UNKNOWN_TOPIC_ID for each of its partitions, as Kafka's fetch does; then a topic not
+    `readable` (no READ on it) TOPIC_AUTHORIZATION_FAILED, before it is looked up."""
     budget = min(int(request.max_bytes), ctx.config.fetch_max_bytes)
     results: list[tuple[TopicRef, str, list[PartitionRead]]] = []
     first = True
@@ -196,8 +201,14 @@ def read_all(ctx: ServerContext, request: Request
                 info = by_id.get(ref)
                 if info is None:
                     raise UnknownTopicError(f"no topic has id {ref}")
+                if not readable(info.name):
+                    results.append((ref, info.name, denied(partitions)))
+                    continue
                 topic, infos = info.name, ctx.metadata.partitions(info.name, info.id)
             else:
+                if not readable(ref):
+                    results.append((ref, ref, denied(partitions)))
+                    continue
                 topic, infos = ref, ctx.metadata.partitions(ref)
             offsets = {pi.partition: pi for pi in infos}
         except UnknownTopicError:
@@ -221,14 +232,20 @@ def read_all(ctx: ServerContext, request: Request
     return results
 
 
+def denied(partitions: list[Partition]) -> list[PartitionRead]:
+    return [PartitionRead(int(p.partition), ErrorCode.topic_authorization_failed)
+            for p in partitions]
+
+
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Encoded:
+    readable = ctx.authz.decider(Operation.READ, ResourceType.TOPIC)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
     min_bytes = int(request.min_bytes)
     while True:
         woken = ctx.committed()  # before reading: a commit during the read is not missed
-        results = await ctx.run(read_all, ctx, request)
+        results = await ctx.run(read_all, ctx, request, readable)
         size = sum(r.size for _, _, reads in results for r in reads)
         errors = any(r.error for _, _, reads in results for r in reads)
         remaining = deadline - loop.time()

@@ -6,6 +6,7 @@ Earliest is the log start, latest the high watermark (next offset). By timestamp
 record with timestamp >= T, found from the segments' recorded max timestamps and the batch
 headers' max timestamps; only the one batch that holds it is decoded. Max timestamp: the
 record with the largest timestamp (the first such), found the same way. Leader epoch -1.
+A topic the client may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED per partition.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from kio.schema.list_offsets import v1, v2, v3, v4, v5, v6, v7, v8, v9, v10
 from kio.static.primitive import i32, i64
 from kio.static.protocol import Entity, RequestHeader
 
+from acl import Operation, ResourceType
 from fileformat import iter_batches
 from fileformat.batch import iter_records
 from metadata import MetadataStore, SegmentInfo
@@ -98,9 +100,17 @@ def lookup(ctx: ServerContext, topic: str, partition: int, timestamp: int,
     return ErrorCode.none, found[0], found[1]
 
 
-def lookup_all(ctx: ServerContext, request: Request) -> list[tuple[str, list[Looked]]]:
+def lookup_all(ctx: ServerContext, request: Request, described: set[str]
+               ) -> list[tuple[str, list[Looked]]]:
+    """Each partition's answer; topics not in `described` (no DESCRIBE on them) answer
+    TOPIC_AUTHORIZATION_FAILED, as KafkaApis does, without being looked up."""
     results: list[tuple[str, list[Looked]]] = []
     for t in request.topics:
+        if t.name not in described:
+            results.append((t.name, [(int(p.partition_index),
+                                      ErrorCode.topic_authorization_failed, -1, -1)
+                                     for p in t.partitions]))
+            continue
         try:
             offsets = {pi.partition: (pi.log_start_offset, pi.next_offset)
                        for pi in ctx.metadata.partitions(t.name)}
@@ -115,7 +125,9 @@ def lookup_all(ctx: ServerContext, request: Request) -> list[tuple[str, list[Loo
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
-    results = await ctx.run(lookup_all, ctx, request)
+    described = ctx.authz.allowed(Operation.DESCRIBE, ResourceType.TOPIC,
+                                  (t.name for t in request.topics))
+    results = await ctx.run(lookup_all, ctx, request, described)
     return b("ListOffsetsResponse", throttle_time=NO_THROTTLE, topics=tuple(
         b("ListOffsetsTopicResponse", name=name, partitions=tuple(
             b("ListOffsetsPartitionResponse", partition_index=i32(index), error_code=error,

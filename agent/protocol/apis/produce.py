@@ -30,6 +30,9 @@ answers REQUEST_TIMED_OUT with nothing of it buffered. Memory never exceeds buff
 The connection's next requests wait behind it (requests of one connection are admitted in
 order, which idempotent producers' sequences need).
 
+Authorization: a topic the client may not WRITE answers TOPIC_AUTHORIZATION_FAILED for each
+of its partitions, before anything else is checked of it, and nothing of it is stored.
+
 A crash before the commit loses unacked records only; after it, records are visible even if
 the response never leaves (a non-idempotent producer's retry then writes them again).
 """
@@ -47,6 +50,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.produce import v3, v4, v5, v6, v7, v8, v9, v10, v11, v12
 from kio.static.protocol import RequestHeader
 
+from acl import Operation, ResourceType
 from agent.errors import BufferFullError
 from agent.producer import ProduceFuture
 from fileformat import Compression
@@ -164,14 +168,19 @@ def _admit_some(ctx: ServerContext, parts: list[tuple[str, Partition]], version:
     return [_admit(ctx, topic, p.index, p.records, version) for topic, p in parts]
 
 
-async def _admit_all(ctx: ServerContext, request: Request, version: int) -> Admitted:
+async def _admit_all(ctx: ServerContext, request: Request, version: int,
+                     writable: set[str]) -> Admitted:
     """Every partition's futures or error code, partitions finding buffer.memory full
-    retried whenever room is freed until the request's timeout (then REQUEST_TIMED_OUT)."""
+    retried whenever room is freed until the request's timeout (then REQUEST_TIMED_OUT).
+    Topics not in `writable` (no WRITE on them) answer TOPIC_AUTHORIZATION_FAILED and are
+    not looked at, as KafkaApis answers them before it checks that they exist."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.timeout.total_seconds(), 0.0)
     parts = [(t.name, p) for t in request.topic_data for p in t.partition_data]
-    outcomes: list[Admission] = [FULL] * len(parts)
-    waiting = list(range(len(parts)))
+    outcomes: list[Admission] = [FULL if topic in writable
+                                 else ErrorCode.topic_authorization_failed
+                                 for topic, _ in parts]
+    waiting = [i for i, outcome in enumerate(outcomes) if outcome is FULL]
     while True:
         room = ctx.room_freed()  # before trying: room freed during the attempt wakes us
         tried = await ctx.run(_admit_some, ctx, [parts[i] for i in waiting], version)
@@ -256,7 +265,9 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
         return _response(b, [(t.name, [(p.index, ErrorCode.transactional_id_authorization_failed)
                                        for p in t.partition_data])
                              for t in request.topic_data])
-    admitted = await _admit_all(ctx, request, b.version)
+    writable = ctx.authz.allowed(Operation.WRITE, ResourceType.TOPIC,
+                                 (t.name for t in request.topic_data))
+    admitted = await _admit_all(ctx, request, b.version, writable)
     flushed = _when_flushed(ctx, admitted)  # fetches wake at its commit, acks=0 included
     if request.acks == 0:
         return None
