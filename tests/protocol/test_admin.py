@@ -169,8 +169,19 @@ def test_confluent_admin_configs_partitions_records_and_delete(any_agent: AgentP
     assert settings["agent.linger.ms"].value == "50"  # AgentProcess sets it in the env
     assert settings["agent.linger.ms"].source == ConfigSource.STATIC_BROKER_CONFIG.value
     assert settings["agent.flush.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
-    assert settings["agent.auto.create.topics.enable"].value == "false"
     assert settings["agent.linger.ms"].is_read_only
+    # Kafka's broker names where a setting means the same, the setting its synonym; the
+    # topic configs' cluster defaults under Kafka's broker names.
+    assert "agent.auto.create.topics.enable" not in settings
+    auto = settings["auto.create.topics.enable"]
+    assert (auto.value, auto.source, auto.is_read_only) == (
+        "false", ConfigSource.DEFAULT_CONFIG.value, True)
+    assert [(n, e.value) for n, e in auto.synonyms.items()] == [
+        ("auto.create.topics.enable", "false"), ("agent.auto.create.topics.enable", "false")]
+    assert settings["num.partitions"].value == "1"
+    assert settings["advertised.listeners"].synonyms.keys() >= {"agent.advertised.listeners"}
+    assert (settings["log.retention.ms"].value, settings["message.max.bytes"].value) == (
+        "604800000", "1048588")
     assert settings["metadata.url"].is_sensitive and settings["metadata.url"].value is None
 
     # CreatePartitions: grows only; the new partitions take records at once.

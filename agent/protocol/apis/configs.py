@@ -43,3 +43,66 @@ def broker_error(ctx: ServerContext, name: str) -> str | None:
     if name in ("", me):
         return None
     return f"unexpected broker id, expected {me} or empty string, but received {name!r}"
+
+
+# Kafka's broker config for each setting that means the same thing here (DescribeConfigs of a
+# BROKER resource lists it under Kafka's name, the setting's own key as its synonym).
+KAFKA_BROKER_NAMES: dict[str, str] = {
+    "agent.listeners": "listeners",
+    "agent.advertised.listeners": "advertised.listeners",
+    "agent.listener.security.protocol.map": "listener.security.protocol.map",
+    "agent.ssl.client.auth": "ssl.client.auth",
+    "agent.ssl.principal.mapping.rules": "ssl.principal.mapping.rules",
+    "agent.socket.request.max.bytes": "socket.request.max.bytes",
+    "agent.queued.max.request.bytes": "queued.max.request.bytes",
+    "agent.connections.max.idle.ms": "connections.max.idle.ms",
+    "agent.max.connections.total": "max.connections",
+    "agent.max.connections.per.ip": "max.connections.per.ip",
+    "agent.fetch.max.bytes": "fetch.max.bytes",
+    "agent.auto.create.topics.enable": "auto.create.topics.enable",
+    "agent.num.partitions": "num.partitions",
+    "agent.group.min.session.timeout.ms": "group.min.session.timeout.ms",
+    "agent.group.max.session.timeout.ms": "group.max.session.timeout.ms",
+    "agent.group.initial.rebalance.delay.ms": "group.initial.rebalance.delay.ms",
+    "agent.offset.metadata.max.bytes": "offset.metadata.max.bytes",
+    "agent.transaction.max.timeout.ms": "transaction.max.timeout.ms",
+    "agent.transaction.abort.timed.out.transaction.cleanup.interval.ms":
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+    "agent.authorizer.class.name": "authorizer.class.name",
+    "agent.super.users": "super.users",
+    "agent.allow.everyone.if.no.acl.found": "allow.everyone.if.no.acl.found",
+    "metadata.offsets.retention.minutes": "offsets.retention.minutes",
+    "metadata.offsets.retention.check.interval.ms": "offsets.retention.check.interval.ms",
+    "metadata.producer.id.expiration.ms": "producer.id.expiration.ms",
+    "metadata.producer.id.expiration.check.interval.ms":
+        "producer.id.expiration.check.interval.ms",
+    "metadata.broker.session.timeout.ms": "broker.session.timeout.ms",
+    "metadata.broker.heartbeat.interval.ms": "broker.heartbeat.interval.ms",
+}
+
+# Kafka's broker config holding each topic config's cluster default (its
+# ServerTopicConfigSynonyms, the first of each): a BROKER resource lists it at the topic
+# config's default here, which no setting changes.
+TOPIC_DEFAULT_NAMES: dict[str, str] = {
+    "segment.bytes": "log.segment.bytes", "segment.ms": "log.roll.ms",
+    "segment.jitter.ms": "log.roll.jitter.ms", "segment.index.bytes": "log.index.size.max.bytes",
+    "flush.messages": "log.flush.interval.messages", "flush.ms": "log.flush.interval.ms",
+    "retention.bytes": "log.retention.bytes", "retention.ms": "log.retention.ms",
+    "max.message.bytes": "message.max.bytes", "index.interval.bytes": "log.index.interval.bytes",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+    "file.delete.delay.ms": "log.segment.delete.delay.ms",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "cleanup.policy": "log.cleanup.policy",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "min.insync.replicas": "min.insync.replicas", "compression.type": "compression.type",
+    "compression.gzip.level": "compression.gzip.level",
+    "compression.lz4.level": "compression.lz4.level",
+    "compression.zstd.level": "compression.zstd.level", "preallocate": "log.preallocate",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
+    "local.retention.ms": "log.local.retention.ms",
+    "local.retention.bytes": "log.local.retention.bytes",
+}

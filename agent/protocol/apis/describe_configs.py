@@ -2,9 +2,13 @@
 their one definition) with its value and source (DYNAMIC_TOPIC_CONFIG when the topic
 overrides it, else DEFAULT_CONFIG); synonyms when asked (the override, then the default);
 config type and documentation in v3+. BROKER resources list this agent's settings (every
-section, full keys such as `agent.linger.ms`, as `silt agent` loaded and passed them in:
-`ServerContext.settings`) with their sources (DEFAULT_CONFIG, or STATIC_BROKER_CONFIG from
-file, environment or flag), read-only; the
+section, as `silt agent` loaded and passed them in: `ServerContext.settings`) with their
+sources (DEFAULT_CONFIG, or STATIC_BROKER_CONFIG from file, environment or flag),
+read-only: under Kafka's broker config name where one means the same
+(`configs.KAFKA_BROKER_NAMES`: `advertised.listeners`, `num.partitions`, ..., the setting's
+own key, such as `agent.num.partitions`, its synonym), else under that key; and the
+broker configs holding the topic configs' cluster defaults (`log.retention.ms`,
+`message.max.bytes`, ...: `configs.TOPIC_DEFAULT_NAMES`) at those defaults; the
 metadata URL is sensitive (its value is not sent). GROUP resources (any group id, existing
 or not, as Kafka 4.0's ConfigHelper) list Kafka 4.0's GroupConfig keys at Kafka's defaults
 (`GROUP_CONFIGS`), read-only: they govern KIP-848 consumer and KIP-932 share groups, which
@@ -30,7 +34,14 @@ from settings import show
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 from ..errors import error_code
-from .configs import ConfigSource, ResourceType, broker_error, config_type
+from .configs import (
+    KAFKA_BROKER_NAMES,
+    TOPIC_DEFAULT_NAMES,
+    ConfigSource,
+    ResourceType,
+    broker_error,
+    config_type,
+)
 
 Request = (v1.DescribeConfigsRequest | v2.DescribeConfigsRequest | v3.DescribeConfigsRequest
            | v4.DescribeConfigsRequest)
@@ -90,15 +101,27 @@ def _broker(ctx: ServerContext, name: str) -> Described:
     problem = broker_error(ctx, name)
     if problem is not None:
         return ErrorCode.invalid_request, problem, ()
-    entries = []
+    kafka, own = [], []
     for v in ctx.settings:
         source = (ConfigSource.DEFAULT_CONFIG if v.default
                   else ConfigSource.STATIC_BROKER_CONFIG)
         sensitive = v.key in SENSITIVE
         value = None if sensitive else show(v.value)
-        entries.append(Entry(v.key, value, source, True, sensitive,
+        kafka_name = KAFKA_BROKER_NAMES.get(v.key)
+        if kafka_name is None:
+            own.append(Entry(v.key, value, source, True, sensitive,
                              ((v.key, value, source),), _kind(v.value), None))
-    return ErrorCode.none, None, entries
+        else:
+            kafka.append(Entry(kafka_name, value, source, True, sensitive,
+                               ((kafka_name, value, source), (v.key, value, source)),
+                               _kind(v.value), f"The agent setting {v.key}."))
+    for topic_key, broker_key in TOPIC_DEFAULT_NAMES.items():
+        default = DEFAULTS[topic_key]
+        kafka.append(Entry(broker_key, default, ConfigSource.DEFAULT_CONFIG, True, False,
+                           ((broker_key, default, ConfigSource.DEFAULT_CONFIG),),
+                           DESCRIPTIONS[topic_key][0],
+                           f"The default of topic config {topic_key} (fixed: Kafka's)."))
+    return ErrorCode.none, None, kafka + own
 
 
 # Kafka 4.0's GroupConfig: (name, default, type, the broker config it defaults to or None)
