@@ -21,12 +21,13 @@ from kio.schema.describe_groups.v5 import request as dg5
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v10 import request as m10
 from kio.schema.types import GroupId, TopicName
-from kio.static.primitive import i8
+from kio.static.primitive import i8, i32
 
 import acl
 from agent.config import STANDARD_AUTHORIZER
 
 from .server import AgentProcess, Backend, RawClient
+from .test_groups_raw import _ms, build, commit
 from .test_raw import batch, fetch, list_offset, produce
 
 AUTHORIZER = {"SILT_AGENT_AUTHORIZER_CLASS_NAME": STANDARD_AUTHORIZER}
@@ -210,3 +211,110 @@ def test_an_acl_created_on_one_agent_opens_the_topic_on_another(local: Backend) 
         client.close()
         one.terminate()
         other.terminate()
+
+
+# ------------------------------------------------------------------ consumer groups
+
+GDENIED = ErrorCode.group_authorization_failed
+
+
+def test_group_apis_answer_group_and_topic_authorization_failed(local: Backend) -> None:
+    """Group `readers` allows READ and DELETE, `other` nothing; topic `open` everything,
+    `closed` nothing: each group API answers as KafkaApis does, and commits nothing denied."""
+    setup(local, allow(R.TOPIC, "open", Op.ALL), allow(R.GROUP, "readers", Op.READ),
+          allow(R.GROUP, "readers", Op.DELETE))
+    proc = local.agent("agent", AUTHORIZER).start()
+    client = RawClient(proc.port)
+    try:
+        call = client.call
+        found = call(10, 4, build(10, 4, key_type=i8(0), coordinator_keys=("readers", "other")))
+        assert [(c.key, c.error_code) for c in found.coordinators] == [
+            ("readers", ErrorCode.none), ("other", GDENIED)]
+        joined = call(11, 5, build(11, 5, group_id="other", session_timeout=_ms(10_000),
+                                   rebalance_timeout=_ms(10_000), member_id="",
+                                   group_instance_id=None, protocol_type="consumer",
+                                   protocols=(build(11, 5, "JoinGroupRequestProtocol",
+                                                    name="range", metadata=b""),)))
+        assert (joined.error_code, joined.generation_id, joined.member_id) == (GDENIED, -1, "")
+        assert call(12, 4, build(12, 4, group_id="other", generation_id=i32(1), member_id="m",
+                                 group_instance_id=None)).error_code == GDENIED
+        assert call(14, 5, build(14, 5, group_id="other", generation_id=i32(1), member_id="m",
+                                 group_instance_id=None, protocol_type=None,
+                                 protocol_name=None, assignments=())).error_code == GDENIED
+        assert call(13, 5, build(13, 5, group_id="other", members=())).error_code == GDENIED
+        # OffsetCommit: READ on the group, then on each topic.
+        assert commit(client, "other", {("open", 0): 1}) == {("open", 0): GDENIED}
+        assert commit(client, "readers", {("open", 0): 1, ("closed", 0): 1}) == {
+            ("open", 0): ErrorCode.none, ("closed", 0): ErrorCode.topic_authorization_failed}
+        md = local.metadata()
+        try:
+            assert {(c.topic, c.offset) for c in md.fetch_offsets("readers", None)} == {
+                ("open", 1)}
+        finally:
+            md.close()
+        # OffsetFetch: DESCRIBE on the group (READ implies it), then on each topic.
+        one = call(9, 7, build(9, 7, group_id="readers", require_stable=False, topics=(
+            build(9, 7, "OffsetFetchRequestTopic", name="open", partition_indexes=(i32(0),)),
+            build(9, 7, "OffsetFetchRequestTopic", name="closed",
+                  partition_indexes=(i32(0),)))))
+        assert one.error_code == ErrorCode.none
+        assert [(t.name, p.committed_offset, p.error_code) for t in one.topics
+                for p in t.partitions] == [
+            ("open", 1, ErrorCode.none), ("closed", -1, ErrorCode.topic_authorization_failed)]
+        assert call(9, 7, build(9, 7, group_id="other", require_stable=False,
+                                topics=None)).error_code == GDENIED
+        many = call(9, 8, build(9, 8, require_stable=False, groups=(
+            build(9, 8, "OffsetFetchRequestGroup", group_id="readers", topics=None),
+            build(9, 8, "OffsetFetchRequestGroup", group_id="other", topics=None))))
+        assert [(g.group_id, g.error_code, [t.name for t in g.topics]) for g in many.groups] \
+            == [("readers", ErrorCode.none, ["open"]), ("other", GDENIED, [])]
+        # OffsetDelete: DELETE on the group, READ on each topic.
+        assert call(47, 0, build(47, 0, group_id="other", topics=())).error_code == GDENIED
+        deleted = call(47, 0, build(47, 0, group_id="readers", topics=tuple(
+            build(47, 0, "OffsetDeleteRequestTopic", name=t, partitions=(
+                build(47, 0, "OffsetDeleteRequestPartition", partition_index=i32(0)),))
+            for t in ("open", "closed"))))
+        assert [(t.name, t.partitions[0].error_code) for t in deleted.topics] == [
+            ("open", ErrorCode.none), ("closed", ErrorCode.topic_authorization_failed)]
+        # DeleteGroups: DELETE on each, the denied ones after the others (`readers` is
+        # looked up: its offsets were just deleted, so it is not found).
+        results = call(42, 2, build(42, 2, groups_names=("other", "readers", "other"))).results
+        assert [(r.group_id, r.error_code) for r in results] == [
+            ("readers", ErrorCode.group_id_not_found), ("other", GDENIED)]
+    finally:
+        client.close()
+        proc.terminate()
+
+
+def test_list_groups_shows_only_described_groups(local: Backend) -> None:
+    setup(local, allow(R.TOPIC, "open", Op.ALL), allow(R.GROUP, "readers", Op.READ))
+    proc = local.agent("agent", AUTHORIZER).start()
+    consumer = Consumer({"bootstrap.servers": proc.bootstrap, "group.id": "readers",
+                         "auto.offset.reset": "earliest", "session.timeout.ms": 6000})
+    client = RawClient(proc.port)
+    try:
+        consumer.subscribe(["open"])
+        deadline = time.monotonic() + 60
+        while not consumer.assignment():
+            consumer.poll(0.2)
+            assert time.monotonic() < deadline, "the consumer never joined"
+
+        def listed() -> list[str]:
+            return [g.group_id for g in client.call(16, 4, build(
+                16, 4, states_filter=())).groups]
+
+        assert listed() == ["readers"]
+        md = local.metadata()
+        try:  # DENY DESCRIBE on it: gone from the listing within a second
+            md.create_acls([acl.Acl(R.GROUP, "readers", acl.PatternType.LITERAL, ANON, "*",
+                                    Op.DESCRIBE, acl.Permission.DENY)])
+        finally:
+            md.close()
+        start = time.monotonic()
+        while listed():
+            assert time.monotonic() - start < 1.0, "DENY not applied within 1 s"
+            time.sleep(0.01)
+    finally:
+        consumer.close()
+        client.close()
+        proc.terminate()

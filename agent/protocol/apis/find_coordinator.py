@@ -2,7 +2,8 @@
 (metadata/groups.py), or, if none does, the agent `agent.placement.coordinator` picks from
 the live set, which takes the lease at the group's first request; the client is given that
 agent's endpoint on the listener it came in on (COORDINATOR_NOT_AVAILABLE if the agent has
-no such listener, as Kafka answers). Keys are batched from v4.
+no such listener, as Kafka answers). Keys are batched from v4. A group the client may not
+DESCRIBE answers GROUP_AUTHORIZATION_FAILED and is not located (KafkaApis.getCoordinator).
 Transactions are not served: a transaction key answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 which transactional producers report at once (as InitProducerId does) instead of retrying
 forever."""
@@ -16,6 +17,7 @@ from kio.schema.find_coordinator import v0, v1, v2, v3, v4, v5, v6
 from kio.static.primitive import i32
 from kio.static.protocol import Entity, RequestHeader
 
+from acl import Operation, ResourceType
 from agent.placement import coordinator, on_listener
 from metadata import AgentInfo
 
@@ -35,6 +37,7 @@ GROUP, TRANSACTION = 0, 1  # key types: a group id, a transactional id
 # Any other (v6's share key, 2) is INVALID_REQUEST, as KafkaApis answers one without a
 # share coordinator (share groups are not served) or of an unknown type.
 OTHER_MESSAGE = "siltstream serves group and transaction coordinators only"
+GROUP_DENIED = "Group authorization failed."  # Kafka's Errors.GROUP_AUTHORIZATION_FAILED
 
 # (error, message, the coordinator) of one key.
 Found = tuple[ErrorCode, str | None, AgentInfo | None]
@@ -76,7 +79,13 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
     elif key_type != GROUP:
         found = [(ErrorCode.invalid_request, OTHER_MESSAGE, None)] * len(keys)
     else:
-        found = await ctx.run(locate, ctx, keys, SESSION.get().listener)
+        # DESCRIBE on the group first (KafkaApis.getCoordinator): a denied key is not located.
+        visible = ctx.authz.allowed(Operation.DESCRIBE, ResourceType.GROUP, keys)
+        located = iter(await ctx.run(locate, ctx, [k for k in keys if k in visible],
+                                     SESSION.get().listener))
+        found = [next(located) if key in visible
+                 else (ErrorCode.group_authorization_failed, GROUP_DENIED, None)
+                 for key in keys]
 
     def fields(error: ErrorCode, message: str | None, at: AgentInfo | None) -> dict[str, object]:
         return {"error_code": error, "error_message": message,

@@ -2,16 +2,19 @@
 (agent/groups/); the answer waits for the rebalance. A new member of v4+ first gets
 MEMBER_ID_REQUIRED with its id and joins again with it (KIP-394); a static member
 (group.instance.id, v5+) rejoining a Stable group with unchanged protocols gets its
-assignment back without a rebalance."""
+assignment back without a rebalance.
+READ on the group is needed (else GROUP_AUTHORIZATION_FAILED, as KafkaApis answers)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+from kio.schema.errors import ErrorCode
 from kio.schema.join_group import v0, v1, v2, v3, v4, v5, v6, v7, v8, v9
 from kio.static.primitive import i32
 from kio.static.protocol import Entity, RequestHeader
 
+from acl import Operation, ResourceType
 from agent.groups.coordinator import JoinRequest
 from metadata import GroupMember
 
@@ -39,6 +42,13 @@ def _ms(value: timedelta) -> int:
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
+    if not ctx.authz.allows(Operation.READ, ResourceType.GROUP, request.group_id):
+        # JoinGroupRequest.getErrorResponse: no generation, member or leader
+        return b("JoinGroupResponse", throttle_time=NO_THROTTLE,
+                 error_code=ErrorCode.group_authorization_failed, generation_id=i32(-1),
+                 protocol_type=None,
+                 protocol_name=None if b.version >= NULLABLE_PROTOCOL else "", leader="",
+                 skip_assignment=False, member_id="", members=())
     session_ms = _ms(request.session_timeout)
     # v0 has no rebalance timeout: the session timeout stands for it (as in Kafka)
     rebalance_ms = _ms(request.rebalance_timeout) if isinstance(request, Rebalancing) \

@@ -1,12 +1,15 @@
 """LeaveGroup (key 13): members leave at once (no session timeout to wait for) and the
 group rebalances; one member before v3, a batch with per-member errors from v3 (a static
-member may leave by its instance id alone)."""
+member may leave by its instance id alone).
+READ on the group is needed (else GROUP_AUTHORIZATION_FAILED, as KafkaApis answers)."""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 from kio.schema.leave_group import v0, v1, v2, v3, v4, v5
 from kio.static.protocol import Entity, RequestHeader
+
+from acl import Operation, ResourceType
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
@@ -19,6 +22,9 @@ Batched = v3.LeaveGroupRequest | v4.LeaveGroupRequest | v5.LeaveGroupRequest  # 
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
+    if not ctx.authz.allows(Operation.READ, ResourceType.GROUP, request.group_id):
+        return b("LeaveGroupResponse", throttle_time=NO_THROTTLE,
+                 error_code=ErrorCode.group_authorization_failed, members=())
     batched = isinstance(request, Batched)
     members = [(m.member_id, m.group_instance_id) for m in request.members] \
         if isinstance(request, Batched) else [(request.member_id, None)]

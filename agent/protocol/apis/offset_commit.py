@@ -2,14 +2,18 @@
 per partition) after the coordinator checked the member and generation as Kafka does; a
 "simple" consumer (generation -1, no member id) may commit into an empty group. A
 partition that does not exist gets UNKNOWN_TOPIC_OR_PARTITION, a metadata string over
-offset.metadata.max.bytes OFFSET_METADATA_TOO_LARGE; the others are committed."""
+offset.metadata.max.bytes OFFSET_METADATA_TOO_LARGE; the others are committed.
+Authorization (KafkaApis): READ on the group (else every partition GROUP_AUTHORIZATION_
+FAILED) and on each topic (else its partitions TOPIC_AUTHORIZATION_FAILED, uncommitted)."""
 
 from __future__ import annotations
 
+from kio.schema.errors import ErrorCode
 from kio.schema.offset_commit import v2, v3, v4, v5, v6, v7, v8, v9
 from kio.static.primitive import i32
 from kio.static.protocol import Entity, RequestHeader
 
+from acl import Operation, ResourceType
 from metadata import OffsetCommit
 
 from ..codec import NO_THROTTLE, Builder
@@ -36,12 +40,23 @@ def _offsets(request: Request) -> list[OffsetCommit]:
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
-    offsets = _offsets(request)
-    errors = await ctx.groups.commit(request.group_id,
-                                     int(request.generation_id_or_member_epoch),
-                                     request.member_id,
-                                     request.group_instance_id
-                                     if isinstance(request, Static) else None, offsets)
+    authz = ctx.authz
+    errors: dict[tuple[str, int], ErrorCode]
+    if not authz.allows(Operation.READ, ResourceType.GROUP, request.group_id):
+        errors = dict.fromkeys(((t.name, int(p.partition_index)) for t in request.topics
+                                for p in t.partitions), ErrorCode.group_authorization_failed)
+    else:
+        readable = authz.allowed(Operation.READ, ResourceType.TOPIC,
+                                 (t.name for t in request.topics))
+        offsets = [o for o in _offsets(request) if o.topic in readable]
+        errors = dict.fromkeys(((t.name, int(p.partition_index)) for t in request.topics
+                                if t.name not in readable for p in t.partitions),
+                               ErrorCode.topic_authorization_failed)
+        if offsets:  # Kafka asks the coordinator only for what it may commit
+            errors.update(await ctx.groups.commit(
+                request.group_id, int(request.generation_id_or_member_epoch),
+                request.member_id,
+                request.group_instance_id if isinstance(request, Static) else None, offsets))
     return b("OffsetCommitResponse", throttle_time=NO_THROTTLE, topics=tuple(
         b("OffsetCommitResponseTopic", name=t.name, partitions=tuple(
             b("OffsetCommitResponsePartition", partition_index=i32(p.partition_index),

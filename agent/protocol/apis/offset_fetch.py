@@ -1,7 +1,10 @@
 """OffsetFetch (key 9): a group's committed offsets (offset, leader epoch, metadata), read
 from the metadata store by whichever agent is asked (committed offsets are durable rows,
 so no coordinator needs to be consulted). A partition with no commit answers offset -1;
-`topics` null (v2+) asks for every committed partition; v8+ asks for several groups."""
+`topics` null (v2+) asks for every committed partition; v8+ asks for several groups.
+Authorization (KafkaApis): DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED for it)
+and on each topic: a topic asked for by name that may not be described answers
+TOPIC_AUTHORIZATION_FAILED per partition, and is left out of a request for all."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from kio.schema.offset_fetch import v1, v2, v3, v4, v5, v6, v7, v8, v9
 from kio.static.primitive import i32, i64
 from kio.static.protocol import Entity, RequestHeader
 
+from acl import Operation, ResourceType
 from metadata import CommittedOffset
 
 from ..codec import NO_THROTTLE, Builder
@@ -50,23 +54,41 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
         else [(request.group_id, request.topics)]
     suffix = "s" if multi else ""  # v8+ names its nested classes in the plural
 
-    def topics(answer: Answer) -> tuple[Entity, ...]:
+    def topics(answer: Answer, denied: Wanted) -> tuple[Entity, ...]:
         return tuple(b(f"OffsetFetchResponseTopic{suffix}", name=name, partitions=tuple(
             b(f"OffsetFetchResponsePartition{suffix}", partition_index=i32(p),
               committed_offset=i64(c.offset if c else -1),
               committed_leader_epoch=i32(c.leader_epoch if c else -1),
               metadata=c.metadata if c else "", error_code=ErrorCode.none)
-            for p, c in parts)) for name, parts in answer)
+            for p, c in parts)) for name, parts in answer) + tuple(
+            b(f"OffsetFetchResponseTopic{suffix}", name=name, partitions=tuple(
+                b(f"OffsetFetchResponsePartition{suffix}", partition_index=i32(p),
+                  committed_offset=i64(-1), committed_leader_epoch=i32(-1), metadata="",
+                  error_code=ErrorCode.topic_authorization_failed) for p in parts))
+            for name, parts in denied or ())
 
-    answers = []
+    authz = ctx.authz
+    described = authz.allowed(Operation.DESCRIBE, ResourceType.GROUP,
+                               (group_id for group_id, _ in asks))
+    visible = authz.decider(Operation.DESCRIBE, ResourceType.TOPIC)
+    # Per group: its error, the offsets of topics it may describe, the topics it may not.
+    answers: list[tuple[ErrorCode, Answer, Wanted]] = []
     for group_id, wanted in asks:
-        want = None if wanted is None else [(t.name, [int(p) for p in t.partition_indexes])
-                                            for t in wanted]
-        answers.append(await ctx.run(fetch, ctx, group_id, want))
+        if group_id not in described:
+            answers.append((ErrorCode.group_authorization_failed, [], None))
+            continue
+        if wanted is None:  # every committed topic it may describe (the others unsaid)
+            found = await ctx.run(fetch, ctx, group_id, None)
+            answers.append((ErrorCode.none, [a for a in found if visible(a[0])], None))
+            continue
+        asked = [(t.name, [int(p) for p in t.partition_indexes]) for t in wanted]
+        found = await ctx.run(fetch, ctx, group_id, [a for a in asked if visible(a[0])])
+        answers.append((ErrorCode.none, found, [a for a in asked if not visible(a[0])]))
     if multi:
         return b("OffsetFetchResponse", throttle_time=NO_THROTTLE, groups=tuple(
-            b("OffsetFetchResponseGroup", group_id=group_id, topics=topics(answer),
-              error_code=ErrorCode.none)
-            for (group_id, _), answer in zip(asks, answers, strict=True)))
-    return b("OffsetFetchResponse", throttle_time=NO_THROTTLE, topics=topics(answers[0]),
-             error_code=ErrorCode.none)
+            b("OffsetFetchResponseGroup", group_id=group_id, topics=topics(found, denied),
+              error_code=error)
+            for (group_id, _), (error, found, denied) in zip(asks, answers, strict=True)))
+    error, found, denied = answers[0]
+    return b("OffsetFetchResponse", throttle_time=NO_THROTTLE, topics=topics(found, denied),
+             error_code=error)

@@ -1,10 +1,14 @@
 """SyncGroup (key 14): the leader hands in the assignment, which is stored before any
-member gets its share; followers wait for it (agent/groups/)."""
+member gets its share; followers wait for it (agent/groups/).
+READ on the group is needed (else GROUP_AUTHORIZATION_FAILED, as KafkaApis answers)."""
 
 from __future__ import annotations
 
+from kio.schema.errors import ErrorCode
 from kio.schema.sync_group import v0, v1, v2, v3, v4, v5
 from kio.static.protocol import Entity, RequestHeader
+
+from acl import Operation, ResourceType
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
@@ -18,6 +22,10 @@ Named = v5.SyncGroupRequest  # protocol_type and protocol_name (v5+)
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
+    if not ctx.authz.allows(Operation.READ, ResourceType.GROUP, request.group_id):
+        return b("SyncGroupResponse", throttle_time=NO_THROTTLE,
+                 error_code=ErrorCode.group_authorization_failed, protocol_type=None,
+                 protocol_name=None, assignment=b"")
     result = await ctx.groups.sync(
         request.group_id, int(request.generation_id), request.member_id,
         request.group_instance_id if isinstance(request, Static) else None,
