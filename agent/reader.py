@@ -1,7 +1,9 @@
 """The consume path: read a topic-partition from an offset.
 
 One indexed metadata query finds the live segments at or after the offset; each segment's
-chunk is fetched with one ranged GET. `Reader.read` decodes its batches into records;
+chunk is fetched with one ranged GET. `Reader.read` decodes its batches into records (as a
+Kafka consumer: markers left out; read_committed: below the last stable offset, aborted
+transactions left out);
 `Reader.read_batches` hands the batches on as bytes without decoding a record, as Fetch
 does. Offsets removed by compaction are simply absent from the batches (the roaring bitmap
 in the index records them), so both skip holes by construction. Reading past the end
@@ -14,11 +16,12 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from fileformat import Record, iter_chunk_records, verify_chunk
-from fileformat.batch import LAST_OFFSET_DELTA_POS, rebase_in_place, split_frames
+from fileformat import Record, chunk_batches, iter_chunk_records, verify_chunk
+from fileformat.batch import LAST_OFFSET_DELTA_POS, iter_records, rebase_in_place, split_frames
 from fileformat.errors import naming
 from metadata import MetadataStore, SegmentInfo
 from metadata.segments import expected_index
+from metadata.txnlog import AbortedIndex
 from objectstore import ObjectStore
 
 SEGMENTS_PER_QUERY = 256
@@ -89,22 +92,46 @@ class Reader:
         partition: int,
         from_offset: int = 0,
         max_records: int | None = None,
+        *,
+        committed: bool = False,
     ) -> Iterator[ConsumedRecord]:
-        """Yield records with offset >= from_offset, at most max_records of them."""
+        """Yield records with offset >= from_offset, at most max_records of them, as a Kafka
+        consumer returns them: transaction markers (control batches) are never records.
+        `committed` (isolation.level=read_committed): only below the partition's last
+        stable offset, and without the records of aborted transactions (the partition's
+        aborted-transaction index, read once for the range)."""
         if max_records is not None and max_records <= 0:
             return
+        stable: int | None = None
+        aborted = AbortedIndex(())
+        if committed:
+            info = next((p for p in self._metadata.partitions(topic)
+                         if p.partition == partition), None)
+            stable = info.last_stable_offset if info is not None else 0
+            aborted = AbortedIndex(self._metadata.aborted_transactions(
+                [(topic, partition, from_offset, stable)]).get((topic, partition), ()))
         emitted = 0
         position = from_offset  # past every segment read: never an offset twice
         for seg in self._segments(topic, partition, from_offset):
-            for rec in read_segment(self._store, seg):
-                if rec.offset < position:
-                    continue
-                yield ConsumedRecord(
-                    topic, partition, rec.offset, rec.timestamp, rec.key, rec.value, rec.headers
-                )
-                emitted += 1
-                if max_records is not None and emitted >= max_records:
+            data = self._store.get_range(seg.object_key, seg.data_pos,
+                                         seg.data_pos + seg.data_len)
+            with naming(seg.object_key):
+                batches = chunk_batches(data, expected_index(seg))
+            for header, view in batches:
+                base = seg.base_offset + header.base_offset
+                if stable is not None and base >= stable:
                     return
+                if header.is_control or (aborted and header.is_transactional
+                                         and aborted.aborted(header.producer_id, base)):
+                    continue
+                for rec in iter_records(view, header, seg.base_offset):
+                    if rec.offset < position:
+                        continue
+                    yield ConsumedRecord(topic, partition, rec.offset, rec.timestamp, rec.key,
+                                         rec.value, rec.headers)
+                    emitted += 1
+                    if max_records is not None and emitted >= max_records:
+                        return
             position = max(position, seg.last_offset + 1)
 
     def read_batches(self, topic: str, partition: int, from_offset: int = 0

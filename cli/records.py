@@ -179,11 +179,16 @@ def _produce_lines(stop: Stop, *, agent_config: AgentConfig, ctx: Context, topic
               help="Stop after this many records in total.")
 @click.option("--follow", is_flag=True,
               help="Then keep polling for new records until Ctrl-C or SIGTERM (exit 0).")
+@click.option("--isolation", type=click.Choice(["read_uncommitted", "read_committed"]),
+              default="read_uncommitted", show_default=True,
+              help="Kafka's isolation.level: read_committed reads below each partition's"
+                   " last stable offset and leaves aborted transactions' records out.")
 @pass_ctx
 @one_line_errors
 def consume(ctx: Context, topic: str, partition: int | None, from_offset: int | None,
-            max_records: int | None, follow: bool) -> None:
-    """Print records of TOPIC as JSON lines, in offset order per partition.
+            max_records: int | None, follow: bool, isolation: str) -> None:
+    """Print records of TOPIC as JSON lines, in offset order per partition (transaction
+    markers are not records, as for a Kafka consumer).
 
     A start offset at or past a partition's log end is said on stderr (with the log end).
     A closed stdout (`| head`) ends the command quietly, exit 0.
@@ -195,6 +200,7 @@ def consume(ctx: Context, topic: str, partition: int | None, from_offset: int | 
                              f" (0..{len(parts) - 1})")
         parts = [parts[partition]]
     reader = Reader(ctx.store, ctx.metadata)
+    committed = isolation == "read_committed"
     remaining = max_records
     out = sys.stdout
     # Per partition, the next offset to read.
@@ -209,7 +215,7 @@ def consume(ctx: Context, topic: str, partition: int | None, from_offset: int | 
     def read_all(stop: Stop | None) -> None:
         nonlocal remaining
         for p in position:
-            for rec in reader.read(topic, p, position[p], remaining):
+            for rec in reader.read(topic, p, position[p], remaining, committed=committed):
                 if stop is not None and stop.requested:
                     return
                 out.write(consumed_to_json(rec) + "\n")
@@ -229,7 +235,8 @@ def consume(ctx: Context, topic: str, partition: int | None, from_offset: int | 
                 while remaining is None or remaining > 0:
                     with stop.wait():  # a signal now (or received while reading) ends it
                         time.sleep(FOLLOW_POLL_S)
-                    ends = {p.partition: p.next_offset for p in ctx.metadata.partitions(topic)}
+                    ends = {p.partition: p.last_stable_offset if committed else p.next_offset
+                            for p in ctx.metadata.partitions(topic)}
                     if any(ends.get(p, 0) > position[p] for p in position):
                         read_all(stop)
         out.flush()

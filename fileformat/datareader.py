@@ -1,5 +1,5 @@
 """Reading an object's DATA section: a chunk's batches verified against its index entry
-(`verify_chunk`, `iter_chunk_records`), and `DataReader`, chunk by chunk from a
+(`verify_chunk`, `iter_chunk_records`, `chunk_batches`), and `DataReader`, chunk by chunk from a
 forward-only stream.
 """
 

@@ -245,7 +245,7 @@ def partition_info(topic: str, row: Any, first_unstable: int | None = None) -> P
 
 def partitions(db: Database, topic: str, topic_id: int | None = None) -> list[PartitionInfo]:
     """The topic's partitions in order, with their log start, next and last stable offsets
-    (each partition's oldest open transaction: one grouped read of `open_txns` for all).
+    (each partition's oldest open transaction, in the same statement).
     With `topic_id`, the topic must be that row (UnknownTopicError if `topic` was deleted
     and created again since the caller resolved it: a Kafka topic id names one
     incarnation)."""
@@ -256,11 +256,11 @@ def partitions(db: Database, topic: str, topic_id: int | None = None) -> list[Pa
             raise UnknownTopicError(f"unknown topic {topic!r}")
         topic_id = found
         rows = conn.execute(
-            sa.select(p.partition, p.log_start_offset, p.next_offset, p.clean_offset)
+            sa.select(p.partition, p.log_start_offset, p.next_offset, p.clean_offset,
+                      txnlog.FIRST_UNSTABLE)
             .where(p.topic_id == topic_id).order_by(p.partition)
         ).all()
-        unstable = txnlog.first_unstable(conn, topic_id)
-    return [partition_info(topic, r, unstable.get((topic_id, r.partition))) for r in rows]
+    return [partition_info(topic, r, r.first_unstable) for r in rows]
 
 
 def partition_summaries(db: Database, topic: str) -> list[tuple[PartitionInfo, int, int, int]]:

@@ -16,6 +16,7 @@ its partitions.
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -121,12 +122,46 @@ def aborted_transactions(
     return out
 
 
-def first_unstable(conn: sa.Connection, topic_id: int | None = None) -> dict[PartitionKey, int]:
-    """Per partition (of one topic, or all): the first offset of its oldest open
-    transaction; partitions without one are absent."""
+class AbortedIndex:
+    """The aborted transactions of one partition's range, looked up by producer and offset:
+    a transactional batch of producer P at offset O is aborted if one of P's aborted
+    transactions spans O (a producer has one transaction open at a time, so its ranges do
+    not overlap). What read_committed readers and the compactor drop."""
+
+    def __init__(self, txns: Iterable[AbortedTxn]) -> None:
+        self._by_producer: dict[int, list[tuple[int, int]]] = {}
+        for a in txns:
+            self._by_producer.setdefault(a.producer_id, []).append(
+                (a.first_offset, a.last_offset))
+        for ranges in self._by_producer.values():
+            ranges.sort()
+
+    def __bool__(self) -> bool:
+        return bool(self._by_producer)
+
+    def aborted(self, producer_id: int, offset: int) -> bool:
+        """Whether the batch of `producer_id` at `offset` belongs to an aborted transaction."""
+        ranges = self._by_producer.get(producer_id)
+        if not ranges:
+            return False
+        i = bisect.bisect_right(ranges, (offset, 1 << 63)) - 1
+        return i >= 0 and ranges[i][0] <= offset <= ranges[i][1]
+
+
+# A partition row's oldest open transaction (its first offset, or NULL), as a column of a
+# SELECT over `partitions`: a primary-key probe of open_txns per partition row.
+FIRST_UNSTABLE = (
+    sa.select(sa.func.min(s.open_txns.c.first_offset))
+    .where(s.open_txns.c.topic_id == s.partitions.c.topic_id,
+           s.open_txns.c.partition == s.partitions.c.partition)
+    .scalar_subquery().label("first_unstable")
+)
+
+
+def first_unstable(conn: sa.Connection) -> dict[PartitionKey, int]:
+    """Per partition: the first offset of its oldest open transaction; partitions without
+    one are absent (the planner's snapshot, one grouped read)."""
     o = s.open_txns.c
     query = sa.select(o.topic_id, o.partition, sa.func.min(o.first_offset)).group_by(
         o.topic_id, o.partition)
-    if topic_id is not None:
-        query = query.where(o.topic_id == topic_id)
     return {(int(tid), int(part)): int(first) for tid, part, first in conn.execute(query)}

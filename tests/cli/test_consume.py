@@ -16,8 +16,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from agent import Agent, AgentConfig
 from cli.main import cli
+from fileformat.control import build_marker
 from harness.agent_process import REPO
+from metadata import MetadataStore
+from objectstore import open_store
+from tests.idempotence.helpers import client_batch
 
 WAIT_S = 120.0
 
@@ -108,3 +113,32 @@ def test_alter_config_alias_is_validated(env: dict[str, str]) -> None:
     assert json.loads(out)["configs"] == {"retention.ms": "1000"}
     assert run(env, "topics", "delete", "t")[0] == 0
     assert json.loads(run(env, "topics", "list", "--json")[1]) == []
+
+
+def test_isolation_read_committed_leaves_aborted_and_open_transactions_out(
+        env: dict[str, str]) -> None:
+    assert run(env, "topics", "create", "t", "--partitions", "1")[0] == 0
+    md = MetadataStore.open(env["SILT_METADATA"])
+    agent = Agent(open_store(env["SILT_STORE"]), md, AgentConfig(linger_ms=3_600_000))
+    try:
+        aborted, committed, open_ = (md.allocate_producer_id() for _ in range(3))
+        for pid, tag, end in ((aborted, b"x", False), (committed, b"c", True),
+                              (open_, b"o", None)):
+            agent.produce_batch("t", 0, client_batch(pid, 0, 0, 2, tag, transactional=True))
+            if end is not None:
+                agent.produce_batch("t", 0, build_marker(
+                    pid, 0, commit=end, coordinator_epoch=0, timestamp_ms=0), coordinator=True)
+        agent.flush()
+    finally:
+        agent.close()
+        md.close()
+
+    def values(*extra: str) -> list[tuple[int, str]]:
+        code, out, err = run(env, "consume", "t", *extra)
+        assert (code, err) == (0, "")
+        return [(r["offset"], r["value"]) for r in map(json.loads, out.splitlines())]
+
+    # offsets: x 0-1, ABORT 2, c 3-4, COMMIT 5, o 6-7 (open): markers are never records
+    assert values("--isolation", "read_committed") == [(3, "c-0"), (4, "c-1")]
+    assert values() == [(0, "x-0"), (1, "x-1"), (3, "c-0"), (4, "c-1"), (6, "o-0"),
+                        (7, "o-1")]

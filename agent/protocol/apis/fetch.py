@@ -18,6 +18,14 @@ max_wait for the next data commit of any agent on the metadata store (an asyncio
 by this agent's flushes and by the metadata store's commit watcher, metadata/notify.py; not
 a sleep loop).
 
+isolation_level read_committed (1) returns only the batches below each partition's last
+stable offset (the first offset of its oldest open transaction, else the high watermark:
+a batch boundary, so a segment is cut there, never a batch), with the aborted
+transactions overlapping what it returns (one metadata query for all partitions; Kafka's
+collectAbortedTxns), so the client drops their records; control batches go as stored.
+last_stable_offset is sent under both levels, as Kafka. A long-poll wakes on every data
+commit, markers included, so a fetch waiting for the LSO to move sees it move.
+
 From v13 topics are named by id (KIP-516: `ServerContext.topic_id`): an id that names no
 topic, or a topic deleted since, answers UNKNOWN_TOPIC_ID.
 
@@ -45,7 +53,7 @@ from kio.static.protocol import RequestHeader
 import telemetry
 from acl import Operation, ResourceType
 from fileformat.batch import LAST_OFFSET_DELTA_POS, LENGTH_POS, LOG_OVERHEAD
-from metadata import PartitionInfo
+from metadata import AbortedTxn, PartitionInfo
 from metadata.errors import OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError
 
 from ..codec import Buffer, Builder, Encoded, write_array_length, write_topic_head, write_uvarint
@@ -71,7 +79,8 @@ TopicRef = str | uuid.UUID
 
 
 SEGMENTS_PER_QUERY = 32
-READ_UNCOMMITTED = 0  # isolation_level: Kafka then sends aborted_transactions null
+READ_COMMITTED = 1  # isolation_level: records below the last stable offset, and the
+# aborted transactions among them (else aborted_transactions null, as Kafka sends)
 _BASE = struct.Struct(">q")
 _LENGTH = struct.Struct(">i")
 _LAST_DELTA = struct.Struct(">i")
@@ -84,14 +93,19 @@ class PartitionRead:
     index: int
     error: ErrorCode = ErrorCode.none
     high_watermark: int = -1
+    last_stable: int = -1
     log_start: int = -1
     records: list[memoryview] = field(default_factory=list)  # views of cached segments
     size: int = 0  # bytes in `records`
+    # read_committed: the aborted transactions overlapping the records sent (else None)
+    aborted: list[AbortedTxn] | None = None
 
 
-def span(data: bytearray, from_offset: int, room: int, take_first: bool) -> tuple[int, int, bool]:
+def span(data: bytearray, from_offset: int, room: int, take_first: bool,
+         upto: int | None = None) -> tuple[int, int, bool]:
     """(start, end, stopped): the byte range of the batches of `data` (absolute offsets)
-    that end at or after `from_offset`, within `room` bytes (the first such batch always,
+    that end at or after `from_offset` and (with `upto`, a read_committed fetch's last
+    stable offset) begin below `upto`, within `room` bytes (the first such batch always,
     if `take_first`); `stopped` when the room, not the data, ended it."""
     end = len(data)
     pos = 0
@@ -102,6 +116,11 @@ def span(data: bytearray, from_offset: int, room: int, take_first: bool) -> tupl
             break
         pos += _LENGTH.unpack_from(data, pos + LENGTH_POS)[0] + LOG_OVERHEAD
     start = pos
+    if upto is not None:  # the segment reaches the last stable offset: stop at it
+        stop = pos
+        while stop + LOG_OVERHEAD <= end and _BASE.unpack_from(data, stop)[0] < upto:
+            stop += _LENGTH.unpack_from(data, stop + LENGTH_POS)[0] + LOG_OVERHEAD
+        end = stop
     if end - start <= room:
         return start, end, False
     while pos + LOG_OVERHEAD <= end:
@@ -112,12 +131,22 @@ def span(data: bytearray, from_offset: int, room: int, take_first: bool) -> tupl
     return start, pos, False
 
 
+def end_offset(view: memoryview) -> int:
+    """The offset after the last batch of `view` (whole batches, absolute offsets)."""
+    pos, last = 0, -1
+    while pos + LOG_OVERHEAD <= len(view):
+        last = (_BASE.unpack_from(view, pos)[0]
+                + _LAST_DELTA.unpack_from(view, pos + LAST_OFFSET_DELTA_POS)[0])
+        pos += _LENGTH.unpack_from(view, pos + LENGTH_POS)[0] + LOG_OVERHEAD
+    return last + 1
+
+
 def read_partition(ctx: ServerContext, topic: str, p: Partition, offsets: dict[int, PartitionInfo],
-                   budget: int, first: bool) -> PartitionRead:
-    """Read one partition from its fetch offset, or its error without records (blocking:
-    runs in the pool)."""
+                   budget: int, first: bool, committed: bool = False) -> PartitionRead:
+    """Read one partition from its fetch offset (`committed`: read_committed, below the last
+    stable offset), or its error without records (blocking: runs in the pool)."""
     try:
-        return _read_partition(ctx, topic, p, offsets, budget, first)
+        return _read_partition(ctx, topic, p, offsets, budget, first, committed)
     except Exception as exc:  # the topic deleted since `offsets` was read, a store failure
         return PartitionRead(int(p.partition),
                              failed(f"reading {topic}/{p.partition}", exc, FETCH)[0])
@@ -125,19 +154,21 @@ def read_partition(ctx: ServerContext, topic: str, p: Partition, offsets: dict[i
 
 def _read_partition(ctx: ServerContext, topic: str, p: Partition,
                     offsets: dict[int, PartitionInfo], budget: int,
-                    first: bool) -> PartitionRead:
+                    first: bool, committed: bool) -> PartitionRead:
     index, offset = int(p.partition), int(p.fetch_offset)
     info = offsets.get(index)
     if info is None:
         return PartitionRead(index, ErrorCode.unknown_topic_or_partition)
-    read = PartitionRead(index, high_watermark=info.next_offset,
+    stable = info.last_stable_offset
+    read = PartitionRead(index, high_watermark=info.next_offset, last_stable=stable,
                          log_start=info.log_start_offset)
     if offset < info.log_start_offset or offset > info.next_offset:
         read.error = ErrorCode.offset_out_of_range
         return read
     budget = min(budget, int(p.partition_max_bytes))
+    limit = stable if committed else info.next_offset
     position = offset
-    while position < info.next_offset:
+    while position < limit:
         try:
             segments = ctx.metadata.find_segments(topic, index, position,
                                                   limit=SEGMENTS_PER_QUERY)
@@ -146,9 +177,12 @@ def _read_partition(ctx: ServerContext, topic: str, p: Partition,
             read.records, read.size = [], 0
             return read
         for seg in segments:
+            if seg.base_offset >= limit:
+                return read
             data = ctx.cache.get(seg)
             start, end, full = span(data, position, budget - read.size,
-                                    first and not read.size)
+                                    first and not read.size,
+                                    limit if seg.last_offset >= limit else None)
             if end > start:
                 read.records.append(memoryview(data)[start:end])
                 read.size += end - start
@@ -188,6 +222,7 @@ def read_all(ctx: ServerContext, request: Request, readable: Callable[[str], boo
     UNKNOWN_TOPIC_ID for each of its partitions, as Kafka's fetch does; then a topic not
     `readable` (no READ on it) TOPIC_AUTHORIZATION_FAILED, before it is looked up."""
     budget = min(int(request.max_bytes), ctx.config.fetch_max_bytes)
+    committed = int(request.isolation_level) == READ_COMMITTED
     results: list[tuple[TopicRef, str, list[PartitionRead]]] = []
     first = True
     wanted = requested(request)
@@ -224,17 +259,50 @@ def read_all(ctx: ServerContext, request: Request, readable: Callable[[str], boo
             continue
         reads = []
         for p in partitions:
-            read = read_partition(ctx, topic, p, offsets, max(budget, 0), first)
+            read = read_partition(ctx, topic, p, offsets, max(budget, 0), first, committed)
             budget -= read.size
             first = first and not read.size
             reads.append(read)
         results.append((ref, topic, reads))
+    if committed:
+        add_aborted(ctx, request, results)
     return results
 
 
 def denied(partitions: list[Partition]) -> list[PartitionRead]:
     return [PartitionRead(int(p.partition), ErrorCode.topic_authorization_failed)
             for p in partitions]
+
+
+def add_aborted(ctx: ServerContext, request: Request,
+                results: list[tuple[TopicRef, str, list[PartitionRead]]]) -> None:
+    """A read_committed fetch's aborted transactions: per partition with records, those
+    overlapping [fetch offset, end of the last batch sent) (Kafka's collectAbortedTxns:
+    marker at or after the fetch offset, first offset before the upper bound), all read
+    in one metadata query; [] for the others."""
+    fetch_offsets = {(ref, int(p.partition)): int(p.fetch_offset)
+                     for ref, partitions in requested(request) for p in partitions}
+    ranges = []
+    for ref, topic, reads in results:
+        for r in reads:
+            r.aborted = []
+            if r.records and not r.error:
+                ranges.append((topic, r.index, fetch_offsets[(ref, r.index)],
+                               end_offset(r.records[-1])))
+    if not ranges:
+        return
+    try:
+        found = ctx.metadata.aborted_transactions(ranges)
+    except Exception as exc:  # the metadata store unreachable: no partition is answered
+        code = failed("reading the aborted transactions", exc, FETCH)[0]
+        for _, _, reads in results:
+            for r in reads:
+                if r.records:
+                    r.error, r.records, r.size = code, [], 0
+        return
+    for _, topic, reads in results:
+        for r in reads:
+            r.aborted = found.get((topic, r.index), [])
 
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
@@ -254,43 +322,54 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(woken.wait(), remaining)
     telemetry.fetched((name, sum(r.size for r in reads)) for _, name, reads in results)
-    return response(b, [(ref, reads) for ref, _, reads in results],
-                    aborted_null=int(request.isolation_level) == READ_UNCOMMITTED)
+    return response(b, [(ref, reads) for ref, _, reads in results])
 
 
 # FetchResponse v4-v17 in wire bytes, written here (the hot path) rather than through kio;
 # tests/protocol/test_fetch_response.py checks it equals kio's encoding for every version.
 # throttle_time_ms; error_code and session_id (v7+, 0 and 0: no fetch sessions); per topic:
 # name (v13+: its id, 16 bytes); per partition: index, error_code, high_watermark,
-# last_stable_offset (= the high watermark: no transactions), log_start_offset (v5+),
-# aborted_transactions (null under read_uncommitted, as Kafka sends, else empty),
-# preferred_read_replica (v11+, -1: none), records (int32 length, or compact: length + 1,
-# then the batches as they are). v12+ is flexible: compact arrays and strings and an empty
-# tagged-field section closing each struct (Kafka writes no tag whose value is its default:
-# diverging_epoch, current_leader, snapshot_id are never set here, nor v16's
-# node_endpoints, sent only with a new leader).
+# last_stable_offset (under both isolation levels, as Kafka), log_start_offset (v5+),
+# aborted_transactions (null under read_uncommitted, as Kafka sends, else an array of
+# producer_id int64, first_offset int64), preferred_read_replica (v11+, -1: none), records
+# (int32 length, or compact: length + 1, then the batches as they are). v12+ is flexible:
+# compact arrays and strings and an empty tagged-field section closing each struct (Kafka
+# writes no tag whose value is its default: diverging_epoch, current_leader, snapshot_id
+# are never set here, nor v16's node_endpoints, sent only with a new leader).
 _TOP_V4 = struct.Struct(">i")  # throttle_time_ms
 _TOP_V7 = struct.Struct(">ihi")  # ... error_code, session_id
 _PARTITION_V4 = struct.Struct(">ihqq")  # index, error_code, high_watermark, last_stable
 _PARTITION_V5 = struct.Struct(">ihqqq")  # ... and log_start_offset
 _INT32 = struct.Struct(">i")
+_ABORTED = struct.Struct(">qq")  # producer_id, first_offset
 _NO_TAGS = b"\x00"
 _NO_REPLICA = _INT32.pack(-1)
 FLEXIBLE_FROM = 12
 
 
-def response(b: Builder, results: list[tuple[TopicRef, list[PartitionRead]]],
-             aborted_null: bool) -> Encoded:
+def _aborted(txns: list[AbortedTxn] | None, flexible: bool, replica: bool) -> bytes:
+    """A partition's aborted_transactions (and preferred_read_replica from v11)."""
+    if txns is None:
+        out = bytearray(b"\x00" if flexible else _INT32.pack(-1))
+    else:
+        out = bytearray()
+        write_array_length(out, len(txns), flexible)
+        for a in txns:
+            out += _ABORTED.pack(a.producer_id, a.first_offset)
+            if flexible:
+                out += _NO_TAGS
+    if replica:
+        out += _NO_REPLICA
+    return bytes(out)
+
+
+def response(b: Builder, results: list[tuple[TopicRef, list[PartitionRead]]]) -> Encoded:
     """The FetchResponse of `b.version` for `results`: its fields in small buffers, its
     records the cached views themselves."""
     version = b.version
     flexible = version >= FLEXIBLE_FROM
-    if flexible:
-        aborted = b"\x00" if aborted_null else b"\x01"
-    else:
-        aborted = _INT32.pack(-1 if aborted_null else 0)
-    if version >= 11:
-        aborted += _NO_REPLICA
+    replica = version >= 11
+    none = _aborted(None, flexible, replica)  # read_uncommitted: the same for every one
     parts: list[Buffer] = []
     out = bytearray(_TOP_V7.pack(0, 0, 0) if version >= 7 else _TOP_V4.pack(0))
     write_array_length(out, len(results), flexible)
@@ -302,10 +381,10 @@ def response(b: Builder, results: list[tuple[TopicRef, list[PartitionRead]]],
             write_topic_head(out, topic, len(reads), flexible)
         for r in reads:
             code = r.error.value
-            out += (_PARTITION_V5.pack(r.index, code, r.high_watermark, r.high_watermark,
+            out += (_PARTITION_V5.pack(r.index, code, r.high_watermark, r.last_stable,
                                        r.log_start) if version >= 5
-                    else _PARTITION_V4.pack(r.index, code, r.high_watermark, r.high_watermark))
-            out += aborted
+                    else _PARTITION_V4.pack(r.index, code, r.high_watermark, r.last_stable))
+            out += none if r.aborted is None else _aborted(r.aborted, flexible, replica)
             if flexible:
                 write_uvarint(out, r.size + 1)
             else:

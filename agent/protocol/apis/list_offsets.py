@@ -2,7 +2,9 @@
 the log start: nothing is tiered), latest tiered (-5: none, offset -1), or by timestamp.
 v10's timeout_ms bounds a remote lookup Kafka may make; every lookup here is the same.
 
-Earliest is the log start, latest the high watermark (next offset). By timestamp: the first
+Earliest is the log start, latest the high watermark (next offset), or under
+read_committed (v2+) the last stable offset, where a lookup by timestamp also finds nothing
+at or past it, as Kafka's Partition.fetchOffsetForTimestamp. By timestamp: the first
 record with timestamp >= T, found from the segments' recorded max timestamps and the batch
 headers' max timestamps; only the one batch that holds it is decoded. Max timestamp: the
 record with the largest timestamp (the first such), found the same way. Leader epoch -1.
@@ -26,6 +28,7 @@ from ...reader import live_segments
 from ..cache import SegmentCache
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
+from .fetch import READ_COMMITTED
 
 Request = (v1.ListOffsetsRequest | v2.ListOffsetsRequest | v3.ListOffsetsRequest
            | v4.ListOffsetsRequest | v5.ListOffsetsRequest | v6.ListOffsetsRequest
@@ -72,11 +75,16 @@ def offset_for_time(metadata: MetadataStore, cache: SegmentCache, topic: str,
 
 
 def lookup(ctx: ServerContext, topic: str, partition: int, timestamp: int,
-           offsets: dict[int, tuple[int, int]]) -> tuple[ErrorCode, int, int]:
-    """(error, timestamp, offset) for one partition (blocking: runs in the pool)."""
+           offsets: dict[int, tuple[int, int]],
+           stable: dict[int, int] | None = None) -> tuple[ErrorCode, int, int]:
+    """(error, timestamp, offset) for one partition (blocking: runs in the pool); with
+    `stable` (read_committed: each partition's last stable offset) latest is that offset
+    and a lookup by timestamp finds nothing at or past it (Kafka's lastFetchableOffset)."""
     if partition not in offsets:
         return ErrorCode.unknown_topic_or_partition, -1, -1
     start, end = offsets[partition]
+    if stable is not None:
+        end = stable[partition]
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return ErrorCode.none, -1, start
     if timestamp == LATEST_TIERED:
@@ -95,6 +103,8 @@ def lookup(ctx: ServerContext, topic: str, partition: int, timestamp: int,
         return ErrorCode.invalid_request, -1, -1
     else:
         found = offset_for_time(ctx.metadata, ctx.cache, topic, partition, start, timestamp)
+        if found is not None and stable is not None and found[1] >= end:
+            found = None  # inside an open transaction: not fetchable under read_committed
     if found is None:
         return ErrorCode.none, -1, -1
     return ErrorCode.none, found[0], found[1]
@@ -105,6 +115,7 @@ def lookup_all(ctx: ServerContext, request: Request, described: set[str]
     """Each partition's answer; topics not in `described` (no DESCRIBE on them) answer
     TOPIC_AUTHORIZATION_FAILED, as KafkaApis does, without being looked up."""
     results: list[tuple[str, list[Looked]]] = []
+    committed = int(getattr(request, "isolation_level", 0)) == READ_COMMITTED
     for t in request.topics:
         if t.name not in described:
             results.append((t.name, [(int(p.partition_index),
@@ -112,13 +123,14 @@ def lookup_all(ctx: ServerContext, request: Request, described: set[str]
                                      for p in t.partitions]))
             continue
         try:
-            offsets = {pi.partition: (pi.log_start_offset, pi.next_offset)
-                       for pi in ctx.metadata.partitions(t.name)}
+            infos = ctx.metadata.partitions(t.name)
         except UnknownTopicError:
-            offsets = {}
+            infos = []
+        offsets = {pi.partition: (pi.log_start_offset, pi.next_offset) for pi in infos}
+        stable = {pi.partition: pi.last_stable_offset for pi in infos} if committed else None
         results.append((t.name, [(int(p.partition_index),
                                   *lookup(ctx, t.name, int(p.partition_index),
-                                          int(p.timestamp), offsets))
+                                          int(p.timestamp), offsets, stable))
                                  for p in t.partitions]))
     return results
 
