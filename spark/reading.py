@@ -40,7 +40,7 @@ from agent.reader import live_segments
 from fileformat import Record, chunk_batches
 from fileformat.batch import iter_records
 from fileformat.errors import naming
-from metadata import MetadataStore, SegmentInfo
+from metadata import AbortedTxn, MetadataStore, SegmentInfo
 from metadata.errors import OffsetOutOfRangeError
 from metadata.segments import expected_index
 from objectstore import ObjectStore
@@ -78,11 +78,13 @@ def read_schema(include_headers: bool) -> StructType:
 
 @dataclass(frozen=True)
 class Wanted:
-    """The offsets [lo, hi) wanted from one segment (hi None: to the segment's end)."""
+    """The offsets [lo, hi) wanted from one segment (hi None: to the segment's end), less
+    the batches of the `aborted` transactions (a read_committed read's)."""
 
     seg: SegmentInfo
     lo: int
     hi: int | None = None
+    aborted: tuple[AbortedTxn, ...] = ()
 
     def keeps(self, offset: int) -> bool:
         return offset >= self.lo and (self.hi is None or offset < self.hi)
@@ -156,14 +158,22 @@ ReadRecord = tuple[SegmentInfo, int, Record]
 Refind = Callable[[Wanted], list[Wanted]]
 
 
-def segment_records(seg: SegmentInfo, data: Any) -> Iterator[tuple[int, Record]]:
+def segment_records(seg: SegmentInfo, data: Any, aborted: Sequence[AbortedTxn] = ()
+                    ) -> Iterator[tuple[int, Record]]:
     """A segment's records (timestamp type, record), absolute offsets, every batch verified
     against what its commit recorded before the first is yielded; control batches
-    skipped. A FormatError names the object."""
+    skipped, and the transactional batches of `aborted` transactions (those of its
+    producer from its first offset to its ABORT marker), as a read_committed Kafka consumer
+    skips them. A FormatError names the object."""
     with naming(seg.object_key):
         for header, view in chunk_batches(data, expected_index(seg)):
             if header.is_control:
                 continue
+            if aborted and header.is_transactional:
+                at = seg.base_offset + header.base_offset
+                if any(a.producer_id == header.producer_id
+                       and a.first_offset <= at <= a.last_offset for a in aborted):
+                    continue
             ts_type = header.timestamp_type
             for rec in iter_records(view, header, seg.base_offset):
                 yield ts_type, rec
@@ -189,14 +199,16 @@ def read_task(store: ObjectStore, task: ReadTask, refind: Refind) -> Iterator[Re
 
 
 def _wanted_records(w: Wanted, data: Any) -> Iterator[ReadRecord]:
-    for ts_type, rec in segment_records(w.seg, data):
+    for ts_type, rec in segment_records(w.seg, data, w.aborted):
         if w.keeps(rec.offset):
             yield w.seg, ts_type, rec
 
 
-def wanted_from(segments: Iterable[SegmentInfo], lo: int, hi: int | None) -> list[Wanted]:
-    """The segments holding offsets in [lo, hi), each with that window."""
-    return [Wanted(s, lo, hi) for s in segments
+def wanted_from(segments: Iterable[SegmentInfo], lo: int, hi: int | None,
+                aborted: Sequence[AbortedTxn] = ()) -> list[Wanted]:
+    """The segments holding offsets in [lo, hi), each with that window (and the aborted
+    transactions a read_committed read skips)."""
+    return [Wanted(s, lo, hi, tuple(aborted)) for s in segments
             if s.last_offset >= lo and (hi is None or s.base_offset < hi)]
 
 
@@ -222,7 +234,7 @@ def refinder(metadata_url: str, fail_on_data_loss: bool) -> Refind:
                          if p.partition == seg.partition)
             found, lo = list(live_segments(md(), seg.topic, seg.partition, start)), start
         hi = seg.last_offset + 1 if w.hi is None else min(w.hi, seg.last_offset + 1)
-        return wanted_from(found, lo, hi)
+        return wanted_from(found, lo, hi, w.aborted)
 
     return refind
 

@@ -17,6 +17,10 @@ and the trigger clock across micro-batches:
 - `partitions(start, end)`: from that same snapshot (a fresh one when replaying a batch
   after a restart), the segments holding each partition's [start, end), planned per object
   (`reading.plan_reads`: one ranged GET per run of wanted segments of an object).
+- `kafka.isolation.level=read_committed`: batches end at each partition's last stable
+  offset, and the records of aborted transactions are left out (the metadata store's
+  aborted-transaction index, read once per batch for all its partitions), as a
+  read_committed Kafka consumer reads; control batches are never records.
 - data loss, as Spark's Kafka source reports it: offsets removed by retention or
   DeleteRecords before they were read, a partition or topic gone, an offset gone backwards
   (a topic deleted and created again), a new partition not starting at 0. With
@@ -134,6 +138,7 @@ class StreamOptions:
     max_trigger_delay_ms: int
     fail_on_data_loss: bool
     include_headers: bool
+    read_committed: bool = False  # kafka.isolation.level=read_committed
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StreamOptions:
@@ -165,6 +170,7 @@ class StreamOptions:
                                                      DEFAULT_MAX_TRIGGER_DELAY)),
             fail_on_data_loss=_flag(options, "failOnDataLoss", True),
             include_headers=_flag(options, "includeHeaders", False),
+            read_committed=_isolation(options),
         )
 
     def subscribed(self, topic: str) -> bool:
@@ -173,6 +179,16 @@ class StreamOptions:
         if self.pattern is not None:
             return re.fullmatch(self.pattern, topic) is not None
         return self.topics is not None and topic in self.topics
+
+
+def _isolation(options: Mapping[str, str]) -> bool:
+    """Whether `kafka.isolation.level` (the consumer setting Kafka's source passes on) is
+    read_committed; read_uncommitted is the default, as Kafka's."""
+    level = options.get("kafka.isolation.level", "read_uncommitted").lower()
+    if level not in ("read_uncommitted", "read_committed"):
+        raise ValueError("option 'kafka.isolation.level' must be read_uncommitted or"
+                         f" read_committed, not {level!r}")
+    return level == "read_committed"
 
 
 def _starting(options: Mapping[str, str]) -> Starting:
@@ -280,6 +296,12 @@ class SiltStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.warning("%s. Some data may have been lost (failOnDataLoss=false: going on)",
                     message)
 
+    def _end(self, p: PartitionInfo) -> int:
+        """Where a partition's readable log ends: its last stable offset for read_committed
+        (records after an open transaction's first wait for it to end), else the high
+        watermark."""
+        return p.last_stable_offset if self.opts.read_committed else p.next_offset
+
     def initialOffset(self) -> dict[str, Any]:
         snap = self._snapshot()
         parts = self._subscribed(snap)
@@ -287,7 +309,7 @@ class SiltStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start.kind == "earliest":
             offsets = {tp: p.log_start_offset for tp, p in parts.items()}
         elif start.kind == "latest":
-            offsets = {tp: p.next_offset for tp, p in parts.items()}
+            offsets = {tp: self._end(p) for tp, p in parts.items()}
         elif start.kind == "offsets":
             offsets = self._specific(parts, start.offsets)
         else:
@@ -358,7 +380,7 @@ class SiltStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         snap = self._snapshot()
         parts = self._subscribed(snap)
-        latest = {tp: p.next_offset for tp, p in parts.items()}
+        latest = {tp: self._end(p) for tp, p in parts.items()}
         if self._available_now:  # the target: what existed at the first call, no more
             if self._target is None:
                 self._target = latest
@@ -409,7 +431,7 @@ class SiltStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             snap = self._snapshot()  # a batch replayed after a restart
         parts = self._subscribed(snap)
-        wanted = []
+        ranges: dict[TP, tuple[int, int]] = {}
         for tp, e in sorted(until.items()):
             p = parts.get(tp)
             name = f"{tp[0]}/{tp[1]}"
@@ -429,10 +451,16 @@ class SiltStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                            " (retention or DeleteRecords) before they were read")
                 s = p.log_start_offset
             if s < e:
-                wanted += wanted_from(self._segments_of(snap, tp), s, e)
+                ranges[tp] = (s, e)
         gone = sorted(set(begin) - set(until))
         if gone:
             self._loss(f"partitions {', '.join(f'{t}/{p}' for t, p in gone)} are gone")
+        aborted = self._metadata().aborted_transactions(
+            [(t, p, s, e) for (t, p), (s, e) in ranges.items()]
+        ) if self.opts.read_committed else {}
+        wanted = []
+        for tp, (s, e) in ranges.items():
+            wanted += wanted_from(self._segments_of(snap, tp), s, e, aborted.get(tp, ()))
         return list(plan_reads(wanted))
 
     def commit(self, end: dict[str, Any]) -> None:

@@ -188,3 +188,30 @@ def test_compaction_and_format_silt_on_the_cluster(
     assert [tuple(r) for r in out["records_after"]] == sorted(
         (p, o, k.decode(), v.decode()) for p, o, k, v in want if k and v)
     assert {v for *_, v in want} == {b"r1-%d" % i for i in range(20)}
+
+
+def test_stream_on_the_cluster(cluster: Cluster, s3_url: str, postgres_url: str,
+                               tmp_path: Path) -> None:
+    """readStream.format("silt") into writeStream.format("silt") on the worker's executor
+    (Trigger.AvailableNow, limited batches): every source record once in the sink topic."""
+    md = MetadataStore.open(postgres_url, create=True)
+    md.create_topic("in", 2)
+    md.create_topic("out", 2)
+    with Agent(open_store(s3_url), md, AgentConfig(linger_ms=60_000), clock=ManualClock()) as a:
+        for i in range(100):
+            a.produce("in", i % 2, b"k%d" % i, b"v%d" % i)
+    md.close()
+    conf = {**SPARK_CONF, **{f"spark.executorEnv.{k}": os.environ[k]
+                             for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}}
+    driver_env = {**os.environ, "PYTHONPATH": _clean_env()["PYTHONPATH"]}
+    res = subprocess.run(
+        ["nice", sys.executable, "-m", "tests.spark.stream_app", cluster.master_url, s3_url,
+         postgres_url, "in", "out", str(tmp_path / "checkpoint"), "availableNow",
+         json.dumps(conf)],
+        env=driver_env, capture_output=True, text=True, timeout=APP_TIMEOUT_S, cwd=ROOT)
+    assert res.returncode == 0, f"{res.stdout}{res.stderr[-3000:]}\nlogs: {cluster.logs}"
+    batches = [line for line in res.stdout.splitlines() if line.startswith("batch ")]
+    assert [int(b.split()[2]) for b in batches if int(b.split()[2])] == [40, 40, 20]
+    source = _records(s3_url, postgres_url, "in", 2)
+    sink = _records(s3_url, postgres_url, "out", 2)
+    assert sorted((p, v) for p, _o, _k, v in sink) == sorted((p, v) for p, _o, _k, v in source)

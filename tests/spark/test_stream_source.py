@@ -293,3 +293,42 @@ def test_thousand_partitions_in_one_object_cost_one_get(
     gets = [r for r in moto_server.requests if r.operation == "GET"]
     assert len(gets) == 1 and gets[0].range is not None  # one ranged GET, one micro-batch
     reader.stop()
+
+
+def test_read_committed(tmp_path: Path) -> None:
+    """kafka.isolation.level=read_committed: batches end at the last stable offset and leave
+    out aborted transactions' records; read_uncommitted reads them (never the markers)."""
+    from fileformat.control import build_marker
+    from tests.idempotence.helpers import client_batch
+
+    store_url, md_url = _urls(tmp_path)
+    md = MetadataStore.open(md_url, create=True)
+    md.create_topic("t", 1)
+    pid = md.allocate_producer_id()
+
+    def marker(commit: bool) -> bytes:
+        return build_marker(pid, 0, commit=commit, coordinator_epoch=0, timestamp_ms=1)
+
+    with Agent(open_store(store_url), md, AgentConfig(linger_ms=3_600_000),
+               clock=ManualClock()) as agent:
+        agent.produce_batch("t", 0, client_batch(pid, 0, 0, tag=b"aborted", transactional=True))
+        agent.produce_batch("t", 0, marker(False), coordinator=True)  # offsets 0-2, 3
+        agent.produce_batch("t", 0, client_batch(pid, 0, 3, tag=b"kept", transactional=True))
+        agent.produce_batch("t", 0, marker(True), coordinator=True)  # 4-6, 7
+        agent.produce_batch("t", 0, client_batch(pid, 0, 6, tag=b"open", transactional=True))
+        agent.flush()  # 8-10: still open
+    start = {"t": {"0": 0}}
+    committed = _reader(store_url, md_url, None, topic="t",
+                        **{"kafka.isolation.level": "read_committed"})
+    end = committed.latestOffset(start, ReadAllAvailable())
+    assert end == {"t": {"0": 8}}  # the open transaction's first offset
+    assert [(o, v) for *_, o, _k, v in _read(committed, start, end)] == [
+        (4, b"kept-0"), (5, b"kept-1"), (6, b"kept-2")]
+    everything = _reader(store_url, md_url, topic="t")
+    end = everything.latestOffset(start, ReadAllAvailable())
+    assert end == {"t": {"0": 11}}
+    assert [o for *_, o, _k, _v in _read(everything, start, end)] == [0, 1, 2, 4, 5, 6, 8, 9,
+                                                                       10]
+    with pytest.raises(ValueError, match=r"kafka\.isolation\.level"):
+        StreamOptions.parse({"topic": "t", "kafka.isolation.level": "serializable"})
+    md.close()
