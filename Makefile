@@ -52,12 +52,12 @@ lint: $(TEST_STAMP) $(NATIVE)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# librdkafka's test-runner, built once into build/compat/ (about 3.5 minutes on two cores;
-# reused after).
+# librdkafka's test-runner, built once into build/compat/ (3.5 minutes on two cores; reused
+# after): `make test` runs a fast subset of its tests (tests/protocol/test_librdkafka_suite.py).
 compat-build: $(TEST_STAMP) $(NATIVE) tools
 	$(BIN)/python -m harness.compat.build
 
-test: lint tools
+test: lint tools compat-build
 	$(BIN)/python -m pytest -q
 
 # librdkafka's own regression suite against silt agents, one test at a time; results in

@@ -45,11 +45,12 @@ class SourceMissing(BuildError):
 def tarball() -> Path:
     """The pinned librdkafka source archive."""
     env = os.environ.get("SILT_COMPAT_TARBALL")
-    for path in [Path(env)] if env else [d / TARBALL for d in PEER_DIRS]:
+    candidates = [Path(env)] if env else list(dict.fromkeys(d / TARBALL for d in PEER_DIRS))
+    for path in candidates:
         if path.is_file():
             return path
-    raise SourceMissing(f"{TARBALL} not found (looked in {', '.join(map(str, PEER_DIRS))};"
-                     " set SILT_COMPAT_TARBALL)")
+    raise SourceMissing(f"not found: {', '.join(map(str, candidates))}"
+                        " (SILT_COMPAT_TARBALL names another)")
 
 
 def build_root() -> Path:

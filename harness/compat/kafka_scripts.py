@@ -1,11 +1,13 @@
 """Stand-ins for the Kafka distribution's scripts that librdkafka's tests run through
 `$KAFKA_PATH/bin/` (Kafka itself is not installed here): `kafka-topics.sh` with the options
 the tests use (`--create` with partitions, replication factor and `--config`, `--alter
---partitions`, `--delete`), doing the same through a Kafka admin client (confluent-kafka),
-so the broker sees the same CreateTopics / CreatePartitions / DeleteTopics requests.
+--partitions`, `--delete`) and `kafka-acls.sh` (`--add`/`--remove` of allow or deny ACLs on
+a literal topic), doing the same through a Kafka admin client (confluent-kafka), so the
+broker sees the same CreateTopics / CreatePartitions / DeleteTopics / CreateAcls /
+DeleteAcls requests.
 
-`install(directory)` writes `bin/kafka-topics.sh` there, running
-`python -m harness.compat.kafka_scripts kafka-topics ARGS` from this checkout; exit 1 with
+`install(directory)` writes `bin/<script>.sh` there, running
+`python -m harness.compat.kafka_scripts <script> ARGS` from this checkout; exit 1 with
 Kafka's error on stderr when the broker refuses.
 """
 
@@ -24,10 +26,11 @@ def install(directory: Path) -> Path:
     """Write the scripts into `directory`/bin; returns `directory` (the tests' KAFKA_PATH)."""
     bin_dir = directory / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
-    script = bin_dir / "kafka-topics.sh"
-    script.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable}"
-                      f" -m harness.compat.kafka_scripts kafka-topics \"$@\"\n")
-    script.chmod(0o755)
+    for name in SCRIPTS:
+        script = bin_dir / f"{name}.sh"
+        script.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable}"
+                          f" -m harness.compat.kafka_scripts {name} \"$@\"\n")
+        script.chmod(0o755)
     return directory
 
 
@@ -66,7 +69,56 @@ def kafka_topics(argv: list[str]) -> int:
     return 0
 
 
-SCRIPTS = {"kafka-topics": kafka_topics}
+def kafka_acls(argv: list[str]) -> int:
+    """kafka-acls.sh: add or remove (`--force`: without asking) the ACLs a principal option
+    and `--operation` name on one literal topic."""
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin._acl import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+    )
+    from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
+
+    parser = argparse.ArgumentParser(prog="kafka-acls.sh")
+    parser.add_argument("--bootstrap-server", required=True)
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--add", action="store_true")
+    action.add_argument("--remove", action="store_true")
+    parser.add_argument("--force", action="store_true")
+    parser.add_argument("--allow-principal", action="append", default=[])
+    parser.add_argument("--deny-principal", action="append", default=[])
+    parser.add_argument("--allow-host", action="append", default=[])
+    parser.add_argument("--deny-host", action="append", default=[])
+    parser.add_argument("--operation", action="append", required=True)
+    parser.add_argument("--topic", required=True)
+    args = parser.parse_args(argv)
+    specs = []
+    for permission, principals, hosts in (
+            (AclPermissionType.ALLOW, args.allow_principal, args.allow_host or ["*"]),
+            (AclPermissionType.DENY, args.deny_principal, args.deny_host or ["*"])):
+        for principal in principals:
+            for host in hosts:
+                for operation in args.operation:
+                    specs.append((ResourceType.TOPIC, args.topic, ResourcePatternType.LITERAL,
+                                  principal, host, AclOperation[operation.upper()],
+                                  permission))
+    admin = AdminClient({"bootstrap.servers": args.bootstrap_server})
+    futures = (admin.create_acls([AclBinding(*spec) for spec in specs],
+                                 request_timeout=TIMEOUT_S) if args.add else
+               admin.delete_acls([AclBindingFilter(*spec) for spec in specs],
+                                 request_timeout=TIMEOUT_S))
+    try:
+        for future in futures.values():
+            future.result(TIMEOUT_S)
+    except Exception as e:
+        print(f"Error while executing ACL command: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+SCRIPTS = {"kafka-topics": kafka_topics, "kafka-acls": kafka_acls}
 
 if __name__ == "__main__":
     sys.exit(SCRIPTS[sys.argv[1]](sys.argv[2:]))

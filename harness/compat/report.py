@@ -70,8 +70,10 @@ def render(results: list[Result], previous: str | None, started: float, commit: 
         " a time limit (`--timeout`, 600 s by default).",
         "- One `silt agent` per scenario, each on its own object store (file://) and SQLite"
         " metadata, at its defaults (a 250 ms flush) except: "
-        + "; ".join(f"`{name}`: " + ", ".join(f"{k}={v}" for k, v in env.items())
-                    for name, env in SCENARIOS.items()) + ".",
+        + "; ".join(f"`{name}`: " + ", ".join(f"{k}={v}" for k, v in sc.env.items())
+                    + (", and a `silt compactor` beside it (a Kafka broker's log cleaner)"
+                       if sc.compactor else "")
+                    for name, sc in SCENARIOS.items()) + ".",
         "- `skipped` is the runner's own skip, or a test skipping itself, with its reason;"
         " `n/a` and `pending` were not run, for the reason given.",
         "",

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from harness.compat import report, suite
-from harness.compat.run import Result, parse_run, plan
+from harness.compat.run import Result, parse_run, plan, reclassified
 
 TEST_C = """
 struct test tests[] = {
@@ -132,3 +132,19 @@ def test_the_page_keeps_rows_not_rerun_and_counts_them_all() -> None:
     assert report.rows(again)["0045_x"] == Result("0045_x", "pass", 3.0, "")
     assert report.rows(again)["0001_multiobj"] == first[0]
     assert "**2 passed, 0 failed" in again and "def5678 (these rows" in again
+
+
+def test_known_failures_are_reclassified_and_others_stay_failures() -> None:
+    e = {n: suite.Entry(n, frozenset(), (0,), ("default",))
+         for n in ("0055_producer_latency", "0061_consumer_lag", "0012_produce_consume")}
+    latency = Result("0055_producer_latency", "fail", 40.0, "average latency 34.9ms")
+    assert reclassified(e["0055_producer_latency"], latency) == Result(
+        "0055_producer_latency", "n/a", 40.0, "average latency 34.9ms")
+    txn = Result("0061_consumer_lag", "fail", 11.0,
+                 "do_test_consumer_lag:192: Test consumer lag with transactions: failed")
+    assert reclassified(e["0061_consumer_lag"], txn).status == "pending"
+    assert reclassified(e["0061_consumer_lag"], txn).detail.endswith(txn.detail)
+    other = Result("0061_consumer_lag", "fail", 11.0, "without transactions: lag 3, not 0")
+    assert reclassified(e["0061_consumer_lag"], other) == other
+    passed = Result("0012_produce_consume", "pass", 1.9)
+    assert reclassified(e["0012_produce_consume"], passed) == passed
