@@ -47,6 +47,7 @@ from fileformat.objectfile import MAX_OFFSET_SPAN
 from fileformat.validate import CheckedBatch, check_client_batch
 from metadata import MetadataStore, ProducerBatch, RejectedChunk, TopicInfo
 from metadata.errors import CommitUnknownError, UnknownPartitionError, UnknownTopicError
+from metadata.files import CommitHook
 from metadata.models import NO_SEQUENCE, SEQUENCE_WRAP, BatchKind
 from metadata.producers import Duplicate
 from objects import ObjectUpload, abandoning
@@ -142,6 +143,11 @@ class ProduceFuture:
     def add_done_callback(self, fn: Callable[[ProduceFuture], object]) -> None:
         self._flush.add_done_callback(lambda _: fn(self))
 
+    @property
+    def flush_future(self) -> Future[FlushOutcome]:
+        """The future of the flush holding the record (shared by all its records)."""
+        return self._flush
+
 
 @dataclass(slots=True)
 class _PartitionBuffer:
@@ -165,6 +171,8 @@ class _Buffer:
     first_at: float = 0.0
     # Resolved once the whole buffer is flushed (every object committed or failed).
     done: Future[FlushOutcome] = field(default_factory=Future)
+    # Extra statements for each of its objects' commit transactions (`Agent.on_commit`).
+    hooks: list[CommitHook] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -493,6 +501,19 @@ class Agent:
             appended.log_append_time = header.max_timestamp
         return appended
 
+    def on_commit(self, produced: ProduceFuture, hook: CommitHook) -> bool:
+        """Run `hook` in the metadata commit transaction of the flush that holds `produced`
+        (each of its objects' commits, `metadata.files.CommitHook`: a transaction
+        coordinator completes the transactions whose markers it holds). False if that
+        flush has begun already (the hook will not run: the caller tries again later)."""
+        with self._cond:
+            for buf in (self._buffer, *self._sealed):
+                if buf.done is produced.flush_future:
+                    if all(h is not hook for h in buf.hooks):
+                        buf.hooks.append(hook)
+                    return True
+        return False
+
     def flush(self, timeout: float | None = None) -> None:
         """Block until every record buffered before this call has been flushed (or failed)."""
         with self._cond:
@@ -633,7 +654,7 @@ class Agent:
                 # The whole flush in one object reports the buffer's count (a raw batch: 1).
                 records = (buf.records if len(part) == len(items)
                            else sum(pb.builder.record_count for _, pb in part))
-                self._flush_object(part, records, outcome)
+                self._flush_object(part, records, outcome, buf.hooks)
         except BaseException as exc:  # a bug, not a flush failure: fail what is left
             error = FlushError(f"flush crashed: {exc}")
             error.__cause__ = exc
@@ -648,7 +669,7 @@ class Agent:
 
     def _flush_object(
         self, items: list[tuple[tuple[str, int], _PartitionBuffer]], records: int,
-        outcome: FlushOutcome,
+        outcome: FlushOutcome, hooks: Sequence[CommitHook] = (),
     ) -> None:
         """Write `items` as one object and commit it (objects/upload.py: the steps)."""
         started = time.perf_counter()
@@ -665,7 +686,7 @@ class Agent:
                 layout = upload.write(pb.builder.finish() for _, pb in items)
                 outcomes = self._metadata.commit_produced(
                     upload.file_id, layout,
-                    batches={tp: pb.batches for tp, pb in items if pb.batches})
+                    batches={tp: pb.batches for tp, pb in items if pb.batches}, hooks=hooks)
         except CommitUnknownError as exc:
             unknown = FlushOutcomeUnknownError(f"commit of {key} has unknown outcome: {exc}")
             self._fail(items, unknown, exc, outcome)

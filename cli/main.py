@@ -18,7 +18,19 @@ from metadata.config import MetadataConfig
 from objectstore.config import ENV_URL as STORE_ENV
 from objectstore.config import URL, StoreConfig
 
-from . import acls, compaction, config, costs_command, demo, groups, ops, records, services, topics
+from . import (
+    acls,
+    compaction,
+    config,
+    costs_command,
+    demo,
+    groups,
+    ops,
+    records,
+    services,
+    topics,
+    transactions,
+)
 from .context import Context, setting_default
 from .logs import configure_command
 
@@ -51,6 +63,7 @@ def cli(ctx: click.Context, config_path: Path | None, store: str | None,
 
 for command in (
     config.config, topics.topics, groups.groups, acls.acls,          # admin
+    transactions.transactions,
     records.produce, records.consume,                                # records in and out
     ops.init, ops.stats, ops.retention, ops.gc, ops.doctor,          # one-off operations
     compaction.plan, compaction.compact,                             # compaction

@@ -22,6 +22,12 @@ method (`register_pending_file`), in whichever process is armed. The steps, in w
     gc.marked           after retired files were marked deleting, before the deletes
     gc.deleted          after the objects were deleted, before they are marked deleted
     gc.done             after they were marked deleted, before pruning history
+    txn.prepared        after a transaction's state is stored (@N: the Nth store; EndTxn's
+                        PrepareCommit/PrepareAbort is the one after InitProducerId's and
+                        each AddPartitionsToTxn/AddOffsetsToTxn that changed it)
+    txn.markers         after EndTxn's markers are buffered, before their flush commits
+    txn.committed       after the flush's commit completed the transaction (markers,
+                        Complete* state, group offsets), before EndTxn is answered
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from agent.transactions.coordinator import TransactionCoordinator
+from agent.transactions.markers import AgentMarkers
 from fileformat.filewriter import FileWriter
 from metadata import MetadataStore
 
@@ -62,11 +70,14 @@ STEPS: dict[str, Step] = {
     "gc.marked": Step(MetadataStore, "mark_deleting"),
     "gc.deleted": Step(MetadataStore, "mark_deleted", before=True),
     "gc.done": Step(MetadataStore, "mark_deleted"),
+    "txn.prepared": Step(MetadataStore, "store_transaction"),
+    "txn.markers": Step(AgentMarkers, "_append"),
+    "txn.committed": Step(TransactionCoordinator, "completed", before=True),
 }
 
 
 def steps(role: str) -> list[str]:
-    """The steps of one role (`produce`, `compact`, `gc`), in write order."""
+    """The steps of one role (`produce`, `compact`, `gc`, `txn`), in write order."""
     return [name for name in STEPS if name.split(".")[0] == role]
 
 

@@ -191,6 +191,11 @@ class InvalidTxnStateError(MetadataError):
     producer's non-transactional batch while its transaction is open on the partition)."""
 
 
+class TransactionalIdNotFoundError(MetadataError):
+    """No transaction was ever initialised under this transactional id (Kafka's
+    TRANSACTIONAL_ID_NOT_FOUND)."""
+
+
 class ConcurrentTransactionsError(MetadataError):
     """The transactional id's previous transaction is still completing (Kafka's
     CONCURRENT_TRANSACTIONS: the client retries)."""

@@ -108,3 +108,13 @@ def fence(conn: sa.Connection, kind: LeaseKind, key: str, agent_id: str, epoch: 
         now = "nobody" if row is None else f"agent {row.agent_id} (epoch {row.epoch})"
         raise kind.lost(f"{kind.what} {key!r}: lease epoch {epoch} of agent {agent_id}"
                         f" was taken over; now {now}")
+
+
+def live_holders(db: Database, kind: LeaseKind) -> dict[str, str]:
+    """Every key whose lease holder is live, with that agent's id (list requests: each
+    agent lists what it coordinates, and the free keys placement gives it)."""
+    t = kind.table.c
+    with db.read() as conn:
+        rows = conn.execute(sa.select(kind.column, t.agent_id)
+                            .where(t.agent_id.in_(live_agents(db))))
+        return {r[0]: r[1] for r in rows}

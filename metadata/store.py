@@ -116,6 +116,7 @@ class MetadataStore(Database):
     transaction_coordinator = txnstate.transaction_coordinator
     acquire_transaction = txnstate.acquire_transaction
     held_transactions = txnstate.held_transactions
+    live_transaction_coordinators = txnstate.live_coordinators
     load_transaction = txnstate.load_transaction
     store_transaction = txnstate.store_transaction
     list_transactions = txnstate.list_transactions

@@ -19,7 +19,7 @@ Writes and what a crash at each leaves:
   one taking over its lease) completes by writing the markers again (a second marker for a
   transaction already ended in a partition ends nothing there).
 - `complete_transaction`: the same move in its own transaction, for a transaction without
-  partitions (only offsets, or nothing yet).
+  partitions (only offsets, or nothing yet) or whose partitions were all deleted.
 """
 
 from __future__ import annotations
@@ -78,6 +78,11 @@ def acquire_transaction(db: Database, transactional_id: str, agent_id: str) -> T
 def held_transactions(db: Database, agent_id: str) -> dict[str, int]:
     """The transactional ids whose lease `agent_id` holds, with their epochs."""
     return leases.held(db, TXN_LEASES, agent_id)
+
+
+def live_coordinators(db: Database) -> dict[str, str]:
+    """Every transactional id whose lease holder is live, with that agent's id."""
+    return leases.live_holders(db, TXN_LEASES)
 
 
 # ------------------------------------------------------------------ stored state
@@ -284,9 +289,11 @@ def complete_in(db: Database, conn: sa.Connection, lease: TxnLease, producer_id:
 
 
 def complete_transaction(db: Database, lease: TxnLease, producer_id: int,
-                         producer_epoch: int, commit: bool) -> TransactionRecord | None:
-    """Complete a Prepare* transaction with no partition waiting for a marker, in its own
-    transaction (`complete_in` with nothing written)."""
+                         producer_epoch: int, commit: bool,
+                         written: Iterable[tuple[str, int]] = ()) -> TransactionRecord | None:
+    """`complete_in` in a transaction of its own, fenced (TransactionLeaseLostError): a
+    Prepare* transaction with no partition waiting for a marker, or whose waiting
+    partitions are gone (`written`: deleted topics need no marker)."""
     with db.write() as conn:
         leases.fence(conn, TXN_LEASES, lease.transactional_id, lease.agent_id, lease.epoch)
-        return complete_in(db, conn, lease, producer_id, producer_epoch, commit, ())
+        return complete_in(db, conn, lease, producer_id, producer_epoch, commit, written)

@@ -1,7 +1,9 @@
-"""Committed offsets (Kafka's OffsetMetadataManager): OffsetCommit and OffsetDelete, stored
-in the metadata store in one transaction each, fenced by the group's lease, after the
-group's own checks (transitions.py: the member and generation of a commit, the
-subscriptions of a delete). OffsetFetch reads the store directly, at any agent."""
+"""Committed offsets (Kafka's OffsetMetadataManager): OffsetCommit, TxnOffsetCommit and
+OffsetDelete, stored in the metadata store in one transaction each, fenced by the group's
+lease, after the group's own checks (transitions.py: the member and generation of a commit,
+the subscriptions of a delete). A TxnOffsetCommit's offsets are held by the transaction
+(metadata/txnstate.py `add_offsets`, which checks its producer) until it commits.
+OffsetFetch reads the store directly, at any agent."""
 
 from __future__ import annotations
 
@@ -12,7 +14,13 @@ from typing import TYPE_CHECKING, cast
 from kio.schema.errors import ErrorCode
 
 from metadata import OffsetCommit
-from metadata.errors import GroupLeaseLostError
+from metadata.errors import (
+    ConcurrentTransactionsError,
+    GroupLeaseLostError,
+    InvalidProducerIdMappingError,
+    InvalidTxnStateError,
+    ProducerFencedError,
+)
 
 from .errors import UNSERVED
 from .transitions import CommitCheck, offsets_deletable
@@ -23,6 +31,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 E = ErrorCode
 Partitions = dict[tuple[str, int], ErrorCode]
+# What refuses a TxnOffsetCommit's producer (txnstate.add_offsets).
+TXN_REFUSALS = (InvalidProducerIdMappingError, ProducerFencedError, InvalidTxnStateError,
+                ConcurrentTransactionsError)
 
 
 class CommittedOffsets:
@@ -32,8 +43,11 @@ class CommittedOffsets:
         self.coordinator = coordinator
 
     async def commit(self, group_id: str, generation: int, member_id: str,
-                     instance_id: str | None, offsets: Sequence[OffsetCommit]) -> Partitions:
-        """OffsetCommit: an error per (topic, partition); all stored in one transaction."""
+                     instance_id: str | None, offsets: Sequence[OffsetCommit],
+                     txn: tuple[str, int, int] | None = None) -> Partitions:
+        """OffsetCommit: an error per (topic, partition); all stored in one transaction.
+        `txn` (transactional id, producer id, epoch): TxnOffsetCommit, the offsets held by
+        that transaction until it commits (its producer's errors for every partition)."""
         c = self.coordinator
         keys = [(o.topic, o.partition) for o in offsets]
 
@@ -58,10 +72,16 @@ class CommittedOffsets:
                if o.metadata is not None and len(o.metadata.encode()) > limit}
         good = [o for o in offsets if (o.topic, o.partition) not in out]
         try:
-            unknown: set[tuple[str, int]] = await c.run(
-                c.metadata.commit_offsets, group_id, good, lease) if good else set()
+            if txn is not None:
+                unknown: set[tuple[str, int]] = await c.run(
+                    c.metadata.add_transaction_offsets, *txn, group_id, good)
+            else:
+                unknown = await c.run(c.metadata.commit_offsets, group_id, good,
+                                      lease) if good else set()
         except GroupLeaseLostError as exc:
             c.drop(s, str(exc))
+            return every(c.codes(exc))
+        except TXN_REFUSALS as exc:
             return every(c.codes(exc))
         except Exception:
             log.exception("group %r: OffsetCommit failed", group_id)

@@ -19,6 +19,8 @@ from agent.config import AgentConfig
 from agent.groups.coordinator import Coordinator
 from agent.placement import on_listener
 from agent.producer import Agent
+from agent.transactions.coordinator import TransactionCoordinator
+from agent.transactions.markers import AgentMarkers
 from metadata import AgentInfo, MetadataStore, TopicInfo
 from objectstore import ObjectStore
 
@@ -102,6 +104,7 @@ class ServerContext:
     # The settings `silt agent` runs with, every section (DescribeConfigs BROKER resources).
     settings: Sequence[EffectiveSetting] = ()
     groups: Coordinator = field(init=False)  # the group coordinator (agent/groups/)
+    txns: TransactionCoordinator = field(init=False)  # the transaction coordinator
     authz: Authorization = field(init=False)  # ACL decisions (authz.py)
     _commits: Wakeup = field(default_factory=Wakeup)
     _room: Wakeup = field(default_factory=Wakeup)
@@ -113,6 +116,9 @@ class ServerContext:
     def __post_init__(self) -> None:
         self.groups = Coordinator(self.metadata, self.config, self.run, self._agent_id,
                                   codes=error_code)
+        self.txns = TransactionCoordinator(
+            self.metadata, self.config, self.run, self._agent_id,
+            AgentMarkers(self.agent, self.metadata, self.run), codes=error_code)
         self.authz = Authorization(self.config)
 
     def _agent_id(self) -> str | None:

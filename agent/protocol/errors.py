@@ -56,6 +56,7 @@ from metadata.errors import (
     PolicyViolationError,
     ProducerFencedError,
     TopicExistsError,
+    TransactionalIdNotFoundError,
     TransactionCoordinatedElsewhereError,
     TransactionLeaseLostError,
     UnknownGroupError,
@@ -124,6 +125,7 @@ CODES: Final[tuple[tuple[type[BaseException], ErrorCode], ...]] = (
     (ProducerFencedError, E.producer_fenced),
     (InvalidTxnStateError, E.invalid_txn_state),
     (ConcurrentTransactionsError, E.concurrent_transactions),
+    (TransactionalIdNotFoundError, E.transactional_id_not_found),
     # ACLs.
     (InvalidAclError, E.invalid_request),
 )
@@ -188,6 +190,13 @@ FETCH: Final = Otherwise(E.unknown_server_error, E.unknown_server_error,
 LOOKUP: Final = Otherwise.always(E.leader_not_available)
 # InitProducerId: the producer id could not be allocated.
 COORDINATOR: Final = Otherwise.always(E.coordinator_not_available)
+
+
+def fenced_as(error: ErrorCode, version: int, since: int) -> ErrorCode:
+    """PRODUCER_FENCED as a request of `version` may be answered: INVALID_PRODUCER_EPOCH
+    before `since`, the first version whose clients know PRODUCER_FENCED (KafkaApis)."""
+    return E.invalid_producer_epoch if error is E.producer_fenced and version < since \
+        else error
 
 
 def error_code(exc: BaseException, otherwise: Otherwise = ADMIN) -> ErrorCode:

@@ -68,7 +68,7 @@ from .health import AgentMetrics
 from .refusals import Refusals
 from .registry import Registration
 from .session import SESSION, Session
-from .timers import offsets_expiry, producer_expiry
+from .timers import offsets_expiry, producer_expiry, transactions_sweep
 from .tls import Tls, certificate_principal
 from .writev import send_buffers
 
@@ -515,6 +515,7 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
     watcher: CommitWatcher | None = None
     expiry = producer_expiry(metadata)
     offsets = offsets_expiry(metadata)
+    txn_sweep = transactions_sweep(ctx.txns, config.transaction_abort_interval_ms, loop)
     leases: asyncio.Task[None] | None = None
     metrics = AgentMetrics(ctx)  # agent.metrics.listeners: /metrics, /healthz, /readyz
     try:
@@ -530,6 +531,7 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
         registration = ctx.registration = Registration(metadata, ctx.advertised)
         info = await ctx.run(registration.start)
         ctx.groups.adopt_soon()  # the groups this agent's id still leases load now
+        txn_sweep.start()
         leases = asyncio.create_task(_check_group_leases(ctx))
         log.warning("silt agent %s (node %d) listening on %s, advertised as %s",
                     info.agent_id, info.node_id,
@@ -543,12 +545,16 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
         await ctx.run(registration.stop)
         ctx.groups.close()  # members waiting on a rebalance go to another agent now
         await server.stop()
+        await ctx.run(txn_sweep.stop)
+        ctx.txns.close()
     finally:
         if ctx.registration is not None:
             await ctx.run(ctx.registration.stop)
         if leases is not None:
             leases.cancel()
         ctx.groups.close()
+        await ctx.run(txn_sweep.stop)
+        ctx.txns.close()
         await ctx.run(expiry.stop)
         await ctx.run(offsets.stop)
         await ctx.run(agent.close)

@@ -1,12 +1,16 @@
 """Periodic housekeeping of `silt agent` on its own threads (`clock.Periodic`, timed by the
 injected clock, so a ManualClock test drives it without sleeping): deleting expired producer
-states every producer.id.expiration.check.interval.ms, and expired committed offsets every
-offsets.retention.check.interval.ms."""
+states every producer.id.expiration.check.interval.ms, expired committed offsets every
+offsets.retention.check.interval.ms, and the transaction coordinator's sweep (timed-out
+transactions aborted, dead coordinators' transactions finished) every
+transaction.abort.timed.out.transaction.cleanup.interval.ms."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
+from agent.transactions.coordinator import TransactionCoordinator
 from clock import Periodic
 from metadata import MetadataStore
 
@@ -37,3 +41,19 @@ def offsets_expiry(metadata: MetadataStore) -> Periodic:
     return Periodic("silt-offsets-expiry",
                     metadata.config.offsets_retention_check_interval_ms, expire,
                     metadata.clock)
+
+
+def transactions_sweep(coordinator: TransactionCoordinator, interval_ms: int,
+                       loop: asyncio.AbstractEventLoop) -> Periodic:
+    """The (unstarted) timer running the transaction coordinator's `sweep` on the event
+    loop every `interval_ms`, on the coordinator's clock (its steps wait for their markers'
+    flush on the loop, so each run waits for the sweep to end)."""
+
+    def sweep() -> None:
+        try:
+            if n := asyncio.run_coroutine_threadsafe(coordinator.sweep(), loop).result():
+                log.info("stepped %d timed-out or orphaned transactions", n)
+        except Exception:
+            log.exception("transaction sweep failed (retrying)")
+
+    return Periodic("silt-transactions", interval_ms, sweep, coordinator.clock)

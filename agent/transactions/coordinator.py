@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -46,6 +46,7 @@ from .transitions import (
     Tick,
     WriteMarkers,
     step,
+    verify,
 )
 
 __all__ = ["MarkerWriter", "TransactionCoordinator"]
@@ -57,6 +58,8 @@ Codes = Callable[[BaseException], ErrorCode]
 # flush, whose commit completes it; returns once that flush has committed or failed.
 MarkerWriter = Callable[[TxnLease, TransactionRecord], Awaitable[None]]
 RETRY_S = 0.2  # between attempts to complete a transaction (a failed flush)
+VERIFY_TTL_S = 1.0  # how long a stored state read for verification is trusted
+VERIFY_CACHED = 10_000  # transactional ids whose state verification keeps
 E = ErrorCode
 
 
@@ -87,6 +90,8 @@ class TransactionCoordinator:
         self.codes = codes
         self.clock: Clock = clock if clock is not None else metadata.clock
         self._slots: dict[str, Slot] = {}
+        # Stored states read to verify produces of ids coordinated elsewhere (oldest first).
+        self._verified: dict[str, tuple[float, TransactionRecord | None]] = {}
         self._loading: asyncio.Lock | None = None  # created on the loop, at first use
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
@@ -225,10 +230,10 @@ class TransactionCoordinator:
                 stored = None
             if stored is not None and (stored.producer_id, stored.producer_epoch) == (
                     record.producer_id, record.producer_epoch):
-                slot.state = stored
                 if stored.state not in PREPARED:
-                    done.set_result(None)
+                    self.completed(slot, stored, done)
                     return
+                slot.state = stored
             if self._closed:
                 done.set_exception(CoordinatorClosingError("this agent is shutting down"))
                 done.exception()
@@ -239,6 +244,14 @@ class TransactionCoordinator:
             attempt += 1
             await asyncio.sleep(RETRY_S * min(attempt, 10))
 
+    def completed(self, slot: Slot, stored: TransactionRecord,
+                  done: asyncio.Future[None]) -> None:
+        """The transaction is complete in the store (its markers' commit, read back): the
+        waiting EndTxn is answered (the `txn.committed` kill point is just before)."""
+        slot.state = stored
+        if not done.done():
+            done.set_result(None)
+
     async def _still_held(self, slot: Slot) -> bool:
         me = self.me()
         try:
@@ -246,6 +259,36 @@ class TransactionCoordinator:
         except Exception:
             return True  # unknown: keep trying; a write will find out
         return held.get(slot.lease.transactional_id) == slot.lease.epoch
+
+    # ------------------------------------------------------------------ verification
+
+    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                     partitions: Sequence[tuple[str, int]]) -> Mapping[tuple[str, int],
+                                                                       ErrorCode]:
+        """KIP-890 part 1 for a Produce of transactional batches (transitions.verify): the
+        state of an id coordinated here, else its stored state, cached for VERIFY_TTL_S
+        (read again at once when the cached one refuses: a partition just added, an epoch
+        just bumped). A zombie's batch accepted from a stale cache entry is harmless: its
+        transaction's ABORT marker carries the bumped epoch, which fences it at commit."""
+        slot = self._slots.get(transactional_id)
+        if slot is not None:
+            return verify(slot.state, producer_id, producer_epoch, partitions)
+        now = self.clock.monotonic()
+        cached = self._verified.get(transactional_id)
+        if cached is not None and now - cached[0] < VERIFY_TTL_S:
+            answer = verify(cached[1], producer_id, producer_epoch, partitions)
+            if all(e is E.none for e in answer.values()):
+                return answer
+        try:
+            state = await self.run(self.metadata.load_transaction, transactional_id)
+        except Exception as exc:
+            log.warning("verifying a produce of %r failed: %s", transactional_id, exc)
+            return dict.fromkeys(partitions, E.coordinator_not_available)
+        if len(self._verified) >= VERIFY_CACHED:
+            self._verified.pop(next(iter(self._verified)))
+        self._verified.pop(transactional_id, None)
+        self._verified[transactional_id] = (now, state)
+        return verify(state, producer_id, producer_epoch, partitions)
 
     # ------------------------------------------------------------------ housekeeping
 

@@ -116,13 +116,13 @@ def test_init_producer_id_and_idempotence_error_codes(agent_proc: AgentProcess) 
         assert (first.error_code, first.producer_epoch) == (ErrorCode.none, 0)
         assert (second.error_code, second.producer_epoch) == (ErrorCode.none, 0)
         assert first.producer_id >= 0 and second.producer_id != first.producer_id
-        txn = _init_producer_id(client, "txn-1")
-        assert txn.error_code == ErrorCode.transactional_id_authorization_failed
-        assert txn.producer_id == -1
         coordinators = client.call(10, 4, fc4.FindCoordinatorRequest(
             key_type=i8(1), coordinator_keys=("txn-1",))).coordinators
-        assert [c.error_code for c in coordinators] == [
-            ErrorCode.transactional_id_authorization_failed]
+        assert [(c.error_code, c.port) for c in coordinators] == [
+            (ErrorCode.none, agent_proc.port)]
+        txn = _init_producer_id(client, "txn-1")
+        assert (txn.error_code, txn.producer_epoch) == (ErrorCode.none, 0)
+        assert txn.producer_id not in (-1, first.producer_id, second.producer_id)
         groups = client.call(10, 4, fc4.FindCoordinatorRequest(
             key_type=i8(0), coordinator_keys=("g",))).coordinators
         assert [(c.error_code, c.port) for c in groups] == [(ErrorCode.none, agent_proc.port)]

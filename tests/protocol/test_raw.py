@@ -198,10 +198,9 @@ def test_zstd_needs_produce_v7(agent_proc: AgentProcess, client: RawClient, vers
 
 def test_a_transactional_batch_fails_the_whole_produce(agent_proc: AgentProcess,
                                                      client: RawClient) -> None:
-    """As KafkaApis: a Produce holding a transactional batch without a transactional id
-    (transactions are not served here, so with one too) is answered
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition, fatal for clients rather than
-    a retriable UNKNOWN_TOPIC_OR_PARTITION; nothing of it is stored."""
+    """As KafkaApis: a Produce holding a transactional batch without a transactional id is
+    answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition, fatal for clients
+    rather than a retriable UNKNOWN_TOPIC_OR_PARTITION; nothing of it is stored."""
     md = agent_proc.metadata()
     md.create_topic("t", 2)
     md.close()

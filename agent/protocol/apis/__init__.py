@@ -20,6 +20,8 @@ from kio.static.protocol import RequestHeader
 from ..codec import Builder, Reply
 from ..context import ServerContext
 from . import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_configs,
     alter_partition_reassignments,
     api_versions,
@@ -37,7 +39,9 @@ from . import (
     describe_log_dirs,
     describe_producers,
     describe_topic_partitions,
+    describe_transactions,
     elect_leaders,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -48,12 +52,14 @@ from . import (
     list_groups,
     list_offsets,
     list_partition_reassignments,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
     offset_fetch,
     produce,
     sync_group,
+    txn_offset_commit,
 )
 
 # The request: what kio decoded for the API's key and version, of the handler's `Request` type
@@ -87,6 +93,8 @@ DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
 ELECT_LEADERS, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 43, 45, 46
 DESCRIBE_TOPIC_PARTITIONS, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS, ALTER_CONFIGS = 75, 35, 61, 33
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
+ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
+DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 
 TABLE: Mapping[int, Api] = {api.key: api for api in (
     Api(PRODUCE, 3, 12, produce.handle),
@@ -123,4 +131,10 @@ TABLE: Mapping[int, Api] = {api.key: api for api in (
     Api(DESCRIBE_ACLS, 1, 3, describe_acls.handle),
     Api(CREATE_ACLS, 1, 3, create_acls.handle),
     Api(DELETE_ACLS, 1, 3, delete_acls.handle),
+    Api(ADD_PARTITIONS_TO_TXN, 0, 3, add_partitions_to_txn.handle),
+    Api(ADD_OFFSETS_TO_TXN, 0, 4, add_offsets_to_txn.handle),
+    Api(END_TXN, 0, 4, end_txn.handle),
+    Api(TXN_OFFSET_COMMIT, 0, 4, txn_offset_commit.handle),
+    Api(DESCRIBE_TRANSACTIONS, 0, 0, describe_transactions.handle),
+    Api(LIST_TRANSACTIONS, 0, 1, list_transactions.handle),
 )}

@@ -18,10 +18,16 @@ fails only its own partitions, with UNKNOWN_TOPIC_OR_PARTITION. Idempotent produ
 batches are checked by the agent and again at commit: a resend is answered with its original
 offset, a gap with OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch with INVALID_PRODUCER_EPOCH.
 The response is written only after the agent's flush has PUT the object and committed it
-(acks=1 and acks=-1 alike); acks=0 gets no response. Transactions are not served: a request
-with a transactional id or a transactional batch is answered, as KafkaApis answers one
-without the transactional id, TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition
-(fatal for clients) with nothing stored.
+(acks=1 and acks=-1 alike); acks=0 gets no response. Transactional batches: a request
+without a transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition,
+as KafkaApis answers it; with one, each partition is verified first (KIP-890 part 1, the
+transaction coordinator's `verify`: the batch's producer id and epoch are the transactional
+id's, and the partition was added to its ongoing transaction), refused as ReplicaManager
+answers a Produce before v12: INVALID_PRODUCER_ID_MAPPING, INVALID_PRODUCER_EPOCH (fenced),
+INVALID_TXN_STATE (not added), NOT_ENOUGH_REPLICAS (retriable: the transaction is
+completing, or the coordinator could not be asked); batches of two producers in one request
+INVALID_PRODUCER_ID_MAPPING. A request without transactional batches pays one byte read per
+batch for this.
 
 Backpressure: when buffer.memory has no room for a partition's batches, that partition
 waits, up to the request's timeout_ms, for the agent to free room (an asyncio event set by
@@ -57,11 +63,13 @@ from fileformat import Compression
 from fileformat.batch import (
     ATTRIBUTES_POS,
     CODEC_MASK,
+    HEADER_SIZE,
     LENGTH_POS,
     LOG_OVERHEAD,
     MAGIC,
     MAGIC_POS,
     TRANSACTIONAL_MASK,
+    read_header,
     split_frames,
 )
 from fileformat.errors import BatchCountError, RecordErrorsError, UnsupportedCodecError
@@ -169,17 +177,20 @@ def _admit_some(ctx: ServerContext, parts: list[tuple[str, Partition]], version:
 
 
 async def _admit_all(ctx: ServerContext, request: Request, version: int,
-                     writable: set[str]) -> Admitted:
+                     writable: set[str],
+                     refused: dict[tuple[str, int], ErrorCode]) -> Admitted:
     """Every partition's futures or error code, partitions finding buffer.memory full
     retried whenever room is freed until the request's timeout (then REQUEST_TIMED_OUT).
     Topics not in `writable` (no WRITE on them) answer TOPIC_AUTHORIZATION_FAILED and are
-    not looked at, as KafkaApis answers them before it checks that they exist."""
+    not looked at, as KafkaApis answers them before it checks that they exist; then the
+    `refused` partitions (transactional batches not verified) keep their error. Nothing of
+    either is buffered."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.timeout.total_seconds(), 0.0)
     parts = [(t.name, p) for t in request.topic_data for p in t.partition_data]
-    outcomes: list[Admission] = [FULL if topic in writable
+    outcomes: list[Admission] = [refused.get((topic, p.index), FULL) if topic in writable
                                  else ErrorCode.topic_authorization_failed
-                                 for topic, _ in parts]
+                                 for topic, p in parts]
     waiting = [i for i, outcome in enumerate(outcomes) if outcome is FULL]
     while True:
         room = ctx.room_freed()  # before trying: room freed during the attempt wakes us
@@ -241,33 +252,70 @@ def _outcome(futures: list[ProduceFuture] | ErrorCode | Refusal) -> Outcome:
     return Appended(futures[0].result(), futures[0].log_append_time)
 
 
-def _transactional(request: Request) -> bool:
-    """Whether a batch of the request is transactional: one byte read per batch (framing
-    is left to each partition's own checks, which answer a malformed one)."""
+def _transactional(request: Request) -> dict[tuple[str, int], tuple[int, int]]:
+    """The partitions holding a transactional batch, with its producer id and epoch: one
+    byte read per batch (framing is left to each partition's own checks, which answer a
+    malformed one)."""
+    out: dict[tuple[str, int], tuple[int, int]] = {}
     for t in request.topic_data:
         for p in t.partition_data:
             records = p.records or b""
             pos, end = 0, len(records)
             while pos + _TRANSACTIONAL_BYTE < end:
                 if records[pos + _TRANSACTIONAL_BYTE] & TRANSACTIONAL_MASK:
-                    return True
+                    if pos + HEADER_SIZE <= end:
+                        header = read_header(records, pos)
+                        out[(t.name, p.index)] = (header.producer_id, header.producer_epoch)
+                    break
                 size = _INT32.unpack_from(records, pos + LENGTH_POS)[0]
                 if size <= 0:
                     break
                 pos += size + LOG_OVERHEAD
-    return False
+    return out
+
+
+# The coordinator's verification answers as ReplicaManager gives them to a Produce
+# (AddPartitionsToTxnManager): a retriable failure NOT_ENOUGH_REPLICAS, which old clients
+# retry; before v12 (defaultError) TRANSACTION_ABORTABLE is INVALID_TXN_STATE, from v12
+# (genericError, clients that know it) it stays.
+ABORTABLE_FROM = 12
+_VERIFIED = {
+    ErrorCode.producer_fenced: ErrorCode.invalid_producer_epoch,
+    ErrorCode.transaction_abortable: ErrorCode.invalid_txn_state,
+    ErrorCode.concurrent_transactions: ErrorCode.not_enough_replicas,
+    ErrorCode.coordinator_not_available: ErrorCode.not_enough_replicas,
+    ErrorCode.not_coordinator: ErrorCode.not_enough_replicas,
+}
+
+
+async def _unverified(ctx: ServerContext, request: Request, version: int
+                      ) -> dict[tuple[str, int], ErrorCode] | None:
+    """The partitions whose transactional batches may not be stored, with their errors
+    (none: {}); None when the request must be refused whole."""
+    producers = _transactional(request)
+    if not producers:
+        return {}
+    txn_id = request.transactional_id
+    if txn_id is None:
+        return None
+    if len(set(producers.values())) > 1:  # ReplicaManager's InvalidPidMappingException
+        return dict.fromkeys(producers, ErrorCode.invalid_producer_id_mapping)
+    pid, epoch = next(iter(producers.values()))
+    answer = await ctx.txns.verify(txn_id, pid, epoch, list(producers))
+    return {tp: e if e is ErrorCode.transaction_abortable and version >= ABORTABLE_FROM
+            else _VERIFIED.get(e, e) for tp, e in answer.items() if e is not ErrorCode.none}
 
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Reply:
-    # Transactions are not served: KafkaApis' answer to a transactional batch without one.
-    if request.transactional_id is not None or _transactional(request):
+    refused = await _unverified(ctx, request, b.version)
+    if refused is None:  # KafkaApis' answer to a transactional batch without the id
         return _response(b, [(t.name, [(p.index, ErrorCode.transactional_id_authorization_failed)
                                        for p in t.partition_data])
                              for t in request.topic_data])
     writable = ctx.authz.allowed(Operation.WRITE, ResourceType.TOPIC,
                                  (t.name for t in request.topic_data))
-    admitted = await _admit_all(ctx, request, b.version, writable)
+    admitted = await _admit_all(ctx, request, b.version, writable, refused)
     flushed = _when_flushed(ctx, admitted)  # fetches wake at its commit, acks=0 included
     if request.acks == 0:
         return None

@@ -1,0 +1,54 @@
+"""TxnOffsetCommit (key 28): a group's offsets held by a transaction until it commits (sent
+to the group's coordinator, which checks the member and generation as for OffsetCommit,
+v3+; a "simple" producer's generation -1 into a group nobody uses creates it). The
+transaction's producer is checked with its offsets' write (metadata/txnstate.py): unknown
+or another producer id INVALID_PRODUCER_ID_MAPPING, an older epoch INVALID_PRODUCER_EPOCH
+(Kafka's verification answers it so to every version), the group not added by
+AddOffsetsToTxn INVALID_TXN_STATE, a transaction completing CONCURRENT_TRANSACTIONS.
+Served to v4 (v5 adds the group implicitly, transactions V2, not served)."""
+
+from __future__ import annotations
+
+from kio.schema.txn_offset_commit import v0, v1, v2, v3, v4
+from kio.static.primitive import i32
+from kio.static.protocol import Entity, RequestHeader
+
+from metadata import OffsetCommit
+
+from ..codec import NO_THROTTLE, Builder
+from ..context import ServerContext
+from ..errors import fenced_as
+
+Request = (v0.TxnOffsetCommitRequest | v1.TxnOffsetCommitRequest
+           | v2.TxnOffsetCommitRequest | v3.TxnOffsetCommitRequest
+           | v4.TxnOffsetCommitRequest)
+"""kio's TxnOffsetCommitRequest of each version served (0-4)."""
+ALWAYS = 1 << 15  # PRODUCER_FENCED is INVALID_PRODUCER_EPOCH to every version
+Members = v3.TxnOffsetCommitRequest | v4.TxnOffsetCommitRequest  # member and generation
+
+
+def _offsets(request: Request) -> list[OffsetCommit]:
+    if isinstance(request, v2.TxnOffsetCommitRequest | Members):
+        return [OffsetCommit(t.name, int(p.partition_index), int(p.committed_offset),
+                             int(p.committed_leader_epoch), p.committed_metadata)
+                for t in request.topics for p in t.partitions]
+    return [OffsetCommit(t.name, int(p.partition_index), int(p.committed_offset), -1,
+                         p.committed_metadata)
+            for t in request.topics for p in t.partitions]
+
+
+async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
+                 b: Builder) -> Entity:
+    generation, member, instance = -1, "", None
+    if isinstance(request, Members):
+        generation, member = int(request.generation_id), request.member_id
+        instance = request.group_instance_id
+    txn = (request.transactional_id, int(request.producer_id), int(request.producer_epoch))
+    errors = await ctx.groups.offsets.commit(request.group_id, generation, member, instance,
+                                             _offsets(request), txn)
+    return b("TxnOffsetCommitResponse", throttle_time=NO_THROTTLE, topics=tuple(
+        b("TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
+            b("TxnOffsetCommitResponsePartition", partition_index=i32(p.partition_index),
+              error_code=fenced_as(errors[(t.name, int(p.partition_index))], 0, ALWAYS))
+            for p in t.partitions))
+        for t in request.topics))
