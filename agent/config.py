@@ -60,6 +60,9 @@ TRANSACTION_ABORT_INTERVAL_MS = "transaction.abort.timed.out.transaction.cleanup
 # Limits on the work one request may ask of an agent.
 MAX_PARTITIONS_PER_REQUEST = "max.partitions.per.request"
 FETCH_MAX_BYTES = "fetch.max.bytes"
+# Client quotas' rate window (agent/quotas.py), Kafka's broker setting names.
+QUOTA_WINDOW_NUM = "quota.window.num"
+QUOTA_WINDOW_SIZE_SECONDS = "quota.window.size.seconds"
 # Authorization (agent/protocol/authz.py), Kafka's broker setting names.
 AUTHORIZER_CLASS_NAME = "authorizer.class.name"
 SUPER_USERS = "super.users"
@@ -233,6 +236,14 @@ class AgentConfig(Section):
     fetch_max_bytes: int = integer(
         FETCH_MAX_BYTES, 57_671_680, lo=1024,
         doc="record bytes one Fetch response holds at most, whatever its max_bytes asks")
+    # Kafka's client quota window: a client's byte rate is measured over this many samples
+    # of this many seconds (agent/quotas.py).
+    quota_window_num: int = integer(
+        QUOTA_WINDOW_NUM, 11, lo=2,
+        doc="samples a client's byte rate is measured over (client quotas)")
+    quota_window_size_seconds: int = integer(
+        QUOTA_WINDOW_SIZE_SECONDS, 1, lo=1,
+        doc="seconds of each sample a client's byte rate is measured over")
 
     # Kafka's authorizer settings: which authorizer decides (none: everything is allowed and
     # the ACL APIs answer SECURITY_DISABLED), the principals allowed everything ("User:a;

@@ -213,3 +213,13 @@ class MetadataUnavailableError(MetadataError):
     database does not exist, or the file is not an SQLite database."""
 
     retriable = True
+
+
+class InvalidQuotaError(MetadataError):
+    """A client quota alteration or filter Kafka refuses (INVALID_REQUEST): an empty or
+    mixed entity, an unknown key, a value not above 0 or fractional for a byte rate."""
+
+
+class UnsupportedQuotaEntityError(MetadataError):
+    """A client quota filter names an entity type Kafka does not know
+    (UNSUPPORTED_VERSION)."""

@@ -126,6 +126,12 @@ Version 12 (exactly-once streaming sinks):
   batch id replayed after a driver failure commits nothing twice. One row per sink, never
   pruned.
 
+Version 13 (client quotas):
+
+- `client_quotas(entity, quota_key, value)`, PK (entity, quota_key): Kafka's client quotas
+  (AlterClientQuotas), `entity` the canonical JSON of its (type, name or null for the
+  default) pairs sorted by type (quotas.py); the agents enforce the byte rates.
+
 A migration is a function of a connection inside the transaction that also records its
 version; `MIGRATIONS[i]` brings the schema from version i to i + 1. Migrations are frozen once
 released: a later change to a table is a new migration, and `_v1` then gets its own copy of
@@ -641,6 +647,22 @@ def _v12(conn: sa.Connection, now_ms: int) -> None:
     v12.create_all(conn, tables=[stream_sinks.to_metadata(v12)])
 
 
+client_quotas = sa.Table(
+    "client_quotas",
+    md,
+    sa.Column("entity", sa.Text, primary_key=True),
+    sa.Column("quota_key", sa.Text, primary_key=True),
+    sa.Column("value", sa.Float, nullable=False),
+)
+
+
+def _v13(conn: sa.Connection, now_ms: int) -> None:
+    """Client quotas."""
+    v13 = sa.MetaData()
+    v13.create_all(conn, tables=[client_quotas.to_metadata(v13)])
+
+
 Migration = Callable[[sa.Connection, int], None]
-MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10, _v11, _v12]
+MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10, _v11, _v12,
+                               _v13]
 LATEST_VERSION = len(MIGRATIONS)

@@ -2,8 +2,8 @@
 concern modules — topics.py, files.py (agent commits, GC), history.py (pruning finished
 jobs' and deleted files' rows), retention.py, reads.py (segments, snapshots, stats),
 jobs.py (compaction leases and commits), agents.py (the agent registry), producers.py
-(idempotent producers), txnlog.py (open transactions, the aborted-transaction
-index), groups.py (consumer groups: coordinator leases, stored groups,
+(idempotent producers), quotas.py (client quotas), txnlog.py (open transactions, the
+aborted-transaction index), groups.py (consumer groups: coordinator leases, stored groups,
 committed offsets), acls.py (ACL bindings), txnstate.py (transaction coordinators'
 leases and state), notify.py (commit notifications across processes) — on the shared
 `Database` of engine.py (engine, migrations, transactions, the commit helper and its
@@ -25,6 +25,7 @@ from . import (
     jobs,
     notify,
     producers,
+    quotas,
     reads,
     retention,
     topics,
@@ -94,6 +95,9 @@ class MetadataStore(Database):
     allocate_producer_id = producers.allocate_producer_id
     producer_state = producers.producer_state
     partition_producers = producers.partition_producers  # DescribeProducers
+    # client quotas
+    client_quotas = quotas.client_quotas
+    alter_client_quotas = quotas.alter_client_quotas
     expire_producers = producers.expire_producers
     # consumer groups
     group_coordinator = groups.group_coordinator

@@ -19,6 +19,7 @@ from agent.config import AgentConfig
 from agent.groups.coordinator import Coordinator
 from agent.placement import on_listener
 from agent.producer import Agent
+from agent.quotas import QuotaManager
 from agent.transactions.coordinator import TransactionCoordinator
 from agent.transactions.markers import AgentMarkers
 from metadata import AgentInfo, MetadataStore, TopicInfo
@@ -28,6 +29,7 @@ from .authz import Authorization
 from .cache import SegmentCache
 from .errors import error_code
 from .registry import Registration
+from .session import SESSION
 
 if TYPE_CHECKING:
     from .apis import Api
@@ -42,6 +44,19 @@ TOPIC_RELIST_S = 1.0
 # The client address of the connection whose request is being handled ("/host", as Kafka
 # shows it in DescribeGroups): set by the server in each connection's task.
 PEER: contextvars.ContextVar[str] = contextvars.ContextVar("peer", default="")
+
+
+@dataclass(slots=True)
+class Throttle:
+    """A connection muted for a client quota: the server reads none of its requests before
+    `until` (monotonic seconds), as Kafka mutes a throttled channel after its response."""
+
+    until: float = 0.0
+
+
+# The connection's Throttle: set by the server in each connection's task (None outside one).
+THROTTLE: contextvars.ContextVar[Throttle | None] = contextvars.ContextVar("throttle",
+                                                                          default=None)
 
 
 @dataclass(eq=False)
@@ -105,6 +120,7 @@ class ServerContext:
     settings: Sequence[EffectiveSetting] = ()
     groups: Coordinator = field(init=False)  # the group coordinator (agent/groups/)
     txns: TransactionCoordinator = field(init=False)  # the transaction coordinator
+    quotas: QuotaManager = field(init=False)  # client byte rates
     authz: Authorization = field(init=False)  # ACL decisions (authz.py)
     _commits: Wakeup = field(default_factory=Wakeup)
     _room: Wakeup = field(default_factory=Wakeup)
@@ -114,6 +130,8 @@ class ServerContext:
     _by_id_at: float = float("-inf")
 
     def __post_init__(self) -> None:
+        self.quotas = QuotaManager(self.config.quota_window_size_seconds * 1000,
+                                   self.config.quota_window_num)
         self.groups = Coordinator(self.metadata, self.config, self.run, self._agent_id,
                                   codes=error_code)
         self.txns = TransactionCoordinator(
@@ -172,6 +190,36 @@ class ServerContext:
             self._by_id_at = time.monotonic()
             known = self._by_id = {self._uuid(t): t for t in self.metadata.list_topics()}
         return {i: known[i] for i in ids if i in known}
+
+    # ----------------------------------------------------------------- client quotas
+
+    def refresh_quotas(self) -> None:
+        """Load the stored client quotas (blocking: call through `run`, or a timer's
+        thread: agent/protocol/timers.py `quota_refresh`)."""
+        self.quotas.set_quotas(self.metadata.client_quotas())
+
+    def quotas_changed(self) -> None:
+        """Reload the quotas soon (after an AlterClientQuotas here; others within a
+        second)."""
+        if self.loop is not None:
+            self.loop.run_in_executor(self.pool, self.refresh_quotas)
+
+    def throttle(self, kind: str, client_id: str | None, nbytes: float) -> int:
+        """Record `nbytes` of `kind` (agent/quotas.py PRODUCE or FETCH) for the session's
+        user and this client id; the throttle time in ms, for which the connection is then
+        muted (0: within its quota)."""
+        user = SESSION.get().principal.partition(":")[2]
+        ms = self.quotas.record(kind, user, client_id or "", nbytes,
+                                self.metadata.clock.now_ms())
+        held = THROTTLE.get()
+        if ms > 0 and held is not None:
+            held.until = max(held.until, time.monotonic() + ms / 1000)
+        return ms
+
+    def unthrottle(self, kind: str, client_id: str | None, nbytes: float) -> None:
+        """Take back bytes `throttle` recorded for a reply not sent as measured."""
+        user = SESSION.get().principal.partition(":")[2]
+        self.quotas.unrecord(kind, user, client_id or "", nbytes, self.metadata.clock.now_ms())
 
     # ----------------------------------------------------------------- threads and commits
 

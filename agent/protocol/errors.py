@@ -48,6 +48,7 @@ from metadata.errors import (
     InvalidProducerBatchError,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
+    InvalidQuotaError,
     InvalidTopicError,
     InvalidTxnStateError,
     MetadataError,
@@ -62,6 +63,7 @@ from metadata.errors import (
     UnknownGroupError,
     UnknownPartitionError,
     UnknownTopicError,
+    UnsupportedQuotaEntityError,
 )
 from objectstore.errors import ObjectStoreError
 
@@ -128,6 +130,8 @@ CODES: Final[tuple[tuple[type[BaseException], ErrorCode], ...]] = (
     (TransactionalIdNotFoundError, E.transactional_id_not_found),
     # ACLs.
     (InvalidAclError, E.invalid_request),
+    (InvalidQuotaError, E.invalid_request),
+    (UnsupportedQuotaEntityError, E.unsupported_version),
 )
 """(exception class, Kafka error code), most specific first: an exception gets the code of
 the first row whose class it is an instance of."""

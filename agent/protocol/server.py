@@ -62,13 +62,13 @@ from .apis import API_VERSIONS, TABLE, api_versions
 from .bounds import walker
 from .cache import SegmentCache
 from .codec import FRAME, PREFIX, Builder, decode_request, encode_response
-from .context import PEER, EffectiveSetting, ServerContext, Wakeup
+from .context import PEER, THROTTLE, EffectiveSetting, ServerContext, Throttle, Wakeup
 from .errors import ProtocolError
 from .health import AgentMetrics
 from .refusals import Refusals
 from .registry import Registration
 from .session import SESSION, Session
-from .timers import offsets_expiry, producer_expiry, transactions_sweep
+from .timers import offsets_expiry, producer_expiry, quota_refresh, transactions_sweep
 from .tls import Tls, certificate_principal
 from .writev import send_buffers
 
@@ -221,6 +221,8 @@ class Server:
         replies: asyncio.Queue[tuple[int, int, Any] | None] = asyncio.Queue(MAX_IN_FLIGHT)
         sender = asyncio.create_task(self._send(replies, conn))
         PEER.set(f"/{ip}" if ip else "")
+        throttle = Throttle()
+        THROTTLE.set(throttle)
         SESSION.set(Session(host=ip, listener=listener.name,
                             security_protocol=listener.protocol))
         max_bytes = self.config.socket_request_max_bytes
@@ -231,6 +233,8 @@ class Server:
             # reads no further: what it already received is not dispatched.
             while not self._stopping and not writer.transport.is_closing():
                 conn.idle, conn.started = True, None
+                if (muted := throttle.until - time.monotonic()) > 0:  # a client quota
+                    await asyncio.sleep(muted)
                 first = await reader.readexactly(1)
                 conn.idle, conn.started = False, time.monotonic()
                 size = FRAME.unpack(first + await reader.readexactly(FRAME.size - 1))[0]
@@ -516,11 +520,13 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
     expiry = producer_expiry(metadata)
     offsets = offsets_expiry(metadata)
     txn_sweep = transactions_sweep(ctx.txns, config.transaction_abort_interval_ms, loop)
+    quotas = quota_refresh(metadata, ctx.refresh_quotas)
     leases: asyncio.Task[None] | None = None
     metrics = AgentMetrics(ctx)  # agent.metrics.listeners: /metrics, /healthz, /readyz
     try:
         metrics.start()
         await ctx.run(ctx.authz.start, metadata)  # the ACLs, before the first request
+        await ctx.run(ctx.refresh_quotas)  # and the client quotas
         await server.start()
         # Other agents' commits (and this one's) wake this agent's long-polling fetches;
         # their ACL changes refresh this agent's authorizer.
@@ -528,6 +534,7 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
                                 ctx.authz.changed if ctx.authz.enabled else None)
         expiry.start()
         offsets.start()
+        quotas.start()
         registration = ctx.registration = Registration(metadata, ctx.advertised)
         info = await ctx.run(registration.start)
         ctx.groups.adopt_soon()  # the groups this agent's id still leases load now
@@ -557,6 +564,7 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
         ctx.txns.close()
         await ctx.run(expiry.stop)
         await ctx.run(offsets.stop)
+        await ctx.run(quotas.stop)
         await ctx.run(agent.close)
         if watcher is not None:
             await ctx.run(watcher.close)

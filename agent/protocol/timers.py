@@ -1,14 +1,16 @@
 """Periodic housekeeping of `silt agent` on its own threads (`clock.Periodic`, timed by the
 injected clock, so a ManualClock test drives it without sleeping): deleting expired producer
 states every producer.id.expiration.check.interval.ms, expired committed offsets every
-offsets.retention.check.interval.ms, and the transaction coordinator's sweep (timed-out
+offsets.retention.check.interval.ms, the transaction coordinator's sweep (timed-out
 transactions aborted, dead coordinators' transactions finished) every
-transaction.abort.timed.out.transaction.cleanup.interval.ms."""
+transaction.abort.timed.out.transaction.cleanup.interval.ms, and reloading client quotas
+every second."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from agent.transactions.coordinator import TransactionCoordinator
 from clock import Periodic
@@ -57,3 +59,19 @@ def transactions_sweep(coordinator: TransactionCoordinator, interval_ms: int,
             log.exception("transaction sweep failed (retrying)")
 
     return Periodic("silt-transactions", interval_ms, sweep, coordinator.clock)
+
+
+QUOTA_REFRESH_MS = 1000  # how soon an agent sees client quotas altered through another
+
+
+def quota_refresh(metadata: MetadataStore, refresh: Callable[[], None]) -> Periodic:
+    """The (unstarted) timer reloading the client quotas every QUOTA_REFRESH_MS
+    (`ServerContext.refresh_quotas`), on the metadata store's clock."""
+
+    def reload() -> None:
+        try:
+            refresh()
+        except Exception as exc:  # the store unreachable: keep the quotas known
+            log.warning("reloading client quotas failed: %s", exc)
+
+    return Periodic("silt-quota-refresh", QUOTA_REFRESH_MS, reload, metadata.clock)

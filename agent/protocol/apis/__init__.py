@@ -22,6 +22,7 @@ from ..context import ServerContext
 from . import (
     add_offsets_to_txn,
     add_partitions_to_txn,
+    alter_client_quotas,
     alter_configs,
     alter_partition_reassignments,
     api_versions,
@@ -33,6 +34,7 @@ from . import (
     delete_records,
     delete_topics,
     describe_acls,
+    describe_client_quotas,
     describe_cluster,
     describe_configs,
     describe_groups,
@@ -92,6 +94,7 @@ OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8,
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
 ELECT_LEADERS, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 43, 45, 46
 DESCRIBE_TOPIC_PARTITIONS, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS, ALTER_CONFIGS = 75, 35, 61, 33
+DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
@@ -128,6 +131,8 @@ TABLE: Mapping[int, Api] = {api.key: api for api in (
     Api(DESCRIBE_LOG_DIRS, 1, 4, describe_log_dirs.handle),
     Api(DESCRIBE_PRODUCERS, 0, 0, describe_producers.handle),
     Api(ALTER_CONFIGS, 0, 2, alter_configs.handle),
+    Api(DESCRIBE_CLIENT_QUOTAS, 0, 1, describe_client_quotas.handle),
+    Api(ALTER_CLIENT_QUOTAS, 0, 1, alter_client_quotas.handle),
     Api(DESCRIBE_ACLS, 1, 3, describe_acls.handle),
     Api(CREATE_ACLS, 1, 3, create_acls.handle),
     Api(DELETE_ACLS, 1, 3, delete_acls.handle),

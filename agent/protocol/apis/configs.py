@@ -59,6 +59,8 @@ KAFKA_BROKER_NAMES: dict[str, str] = {
     "agent.max.connections.total": "max.connections",
     "agent.max.connections.per.ip": "max.connections.per.ip",
     "agent.fetch.max.bytes": "fetch.max.bytes",
+    "agent.quota.window.num": "quota.window.num",
+    "agent.quota.window.size.seconds": "quota.window.size.seconds",
     "agent.auto.create.topics.enable": "auto.create.topics.enable",
     "agent.num.partitions": "num.partitions",
     "agent.group.min.session.timeout.ms": "group.min.session.timeout.ms",

@@ -52,6 +52,7 @@ from kio.static.protocol import RequestHeader
 
 import telemetry
 from acl import Operation, ResourceType
+from agent.quotas import FETCH as FETCH_QUOTA
 from fileformat.batch import LAST_OFFSET_DELTA_POS, LENGTH_POS, LOG_OVERHEAD
 from metadata import AbortedTxn, PartitionInfo
 from metadata.errors import OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError
@@ -321,8 +322,15 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
             break
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(woken.wait(), remaining)
+    # Client quotas (agent/quotas.py): the records' bytes against consumer_byte_rate; past
+    # it, as Kafka, the reply carries no records (not counted), says how long to wait, and
+    # the connection is muted that long.
+    throttle_ms = ctx.throttle(FETCH_QUOTA, header.client_id, size)
+    if throttle_ms > 0:
+        ctx.unthrottle(FETCH_QUOTA, header.client_id, size)
+        results = []
     telemetry.fetched((name, sum(r.size for r in reads)) for _, name, reads in results)
-    return response(b, [(ref, reads) for ref, _, reads in results])
+    return response(b, [(ref, reads) for ref, _, reads in results], throttle_ms)
 
 
 # FetchResponse v4-v17 in wire bytes, written here (the hot path) rather than through kio;
@@ -363,7 +371,8 @@ def _aborted(txns: list[AbortedTxn] | None, flexible: bool, replica: bool) -> by
     return bytes(out)
 
 
-def response(b: Builder, results: list[tuple[TopicRef, list[PartitionRead]]]) -> Encoded:
+def response(b: Builder, results: list[tuple[TopicRef, list[PartitionRead]]],
+             throttle_ms: int = 0) -> Encoded:
     """The FetchResponse of `b.version` for `results`: its fields in small buffers, its
     records the cached views themselves."""
     version = b.version
@@ -371,7 +380,8 @@ def response(b: Builder, results: list[tuple[TopicRef, list[PartitionRead]]]) ->
     replica = version >= 11
     none = _aborted(None, flexible, replica)  # read_uncommitted: the same for every one
     parts: list[Buffer] = []
-    out = bytearray(_TOP_V7.pack(0, 0, 0) if version >= 7 else _TOP_V4.pack(0))
+    out = bytearray(_TOP_V7.pack(throttle_ms, 0, 0) if version >= 7
+                    else _TOP_V4.pack(throttle_ms))
     write_array_length(out, len(results), flexible)
     for topic, reads in results:
         if isinstance(topic, uuid.UUID):

@@ -59,6 +59,7 @@ from kio.static.protocol import RequestHeader
 from acl import Operation, ResourceType
 from agent.errors import BufferFullError
 from agent.producer import ProduceFuture
+from agent.quotas import PRODUCE as PRODUCE_QUOTA
 from fileformat import Compression
 from fileformat.batch import (
     ATTRIBUTES_POS,
@@ -317,15 +318,21 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                                  (t.name for t in request.topic_data))
     admitted = await _admit_all(ctx, request, b.version, writable, refused)
     flushed = _when_flushed(ctx, admitted)  # fetches wake at its commit, acks=0 included
+    # Client quotas (agent/quotas.py): the records' bytes against producer_byte_rate; past
+    # it the reply says how long to wait and the connection is muted that long.
+    throttle_ms = ctx.throttle(PRODUCE_QUOTA, header.client_id,
+                               sum(len(p.records or b"") for t in request.topic_data
+                                   for p in t.partition_data))
     if request.acks == 0:
         return None
-    return asyncio.ensure_future(_complete(b, admitted, flushed))
+    return asyncio.ensure_future(_complete(b, admitted, flushed, throttle_ms))
 
 
-async def _complete(b: Builder, admitted: Admitted, flushed: asyncio.Future[None]) -> Encoded:
+async def _complete(b: Builder, admitted: Admitted, flushed: asyncio.Future[None],
+                    throttle_ms: int) -> Encoded:
     await flushed
     return _response(b, [(topic, [(index, _outcome(o)) for index, o in parts])
-                         for topic, parts in admitted])
+                         for topic, parts in admitted], throttle_ms)
 
 
 # ProduceResponse v3-v12 in wire bytes, written here (the hot path) rather than through kio;
@@ -368,7 +375,8 @@ def _record_errors(refused: Refusal, flexible: bool) -> bytes:
     return bytes(out)
 
 
-def _response(b: Builder, results: list[tuple[str, list[tuple[int, Outcome]]]]) -> Encoded:
+def _response(b: Builder, results: list[tuple[str, list[tuple[int, Outcome]]]],
+              throttle_ms: int = 0) -> Encoded:
     version = b.version
     flexible = version >= FLEXIBLE_FROM
     record_errors = (b"" if version < 8 else
@@ -391,7 +399,7 @@ def _response(b: Builder, results: list[tuple[str, list[tuple[int, Outcome]]]]) 
                 out += after_partition
         if flexible:
             out += _NO_TAGS
-    out += _INT32.pack(0)  # throttle_time_ms
+    out += _INT32.pack(throttle_ms)
     if flexible:
         out += _NO_TAGS
     return b.encoded(out)
