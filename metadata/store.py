@@ -127,6 +127,7 @@ class MetadataStore(Database):
     unfinished_transactions = txnstate.unfinished
     add_transaction_offsets = txnstate.add_offsets
     pending_transaction_offsets = txnstate.pending_offsets
+    pending_group_partitions = txnstate.pending_partitions
     complete_transaction = txnstate.complete_transaction
     # the cluster's identity (the object store's marker holds the same id)
     cluster_identity = identity.cluster_identity

@@ -214,6 +214,16 @@ def pending_offsets(db: Database, transactional_id: str) -> list[tuple[str, Offs
                                           int(r.leader_epoch), r.metadata)) for r in rows]
 
 
+def pending_partitions(db: Database, group_id: str) -> set[tuple[str, int]]:
+    """The partitions of `group_id` with offsets a transaction holds, not yet committed or
+    aborted (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them, as
+    Kafka's group coordinator does, KIP-447)."""
+    o = s.transaction_offsets.c
+    with db.read() as conn:
+        return {(r.topic, int(r.partition)) for r in conn.execute(
+            sa.select(o.topic, o.partition).where(o.group_id == group_id).distinct())}
+
+
 # ------------------------------------------------------------------ completion
 
 

@@ -2,11 +2,12 @@
 SQLite and PostgreSQL: commit and abort, consume-transform-produce with the consumer's
 offsets in the transaction, zombie fencing, a producer that vanishes mid-transaction.
 
-What is checked is what the log and the metadata store say once each transaction ends:
-its markers (one per partition, after its records), the partitions' last stable offsets
-(no transaction left open), the aborted-transaction index, the transaction's state and the
-group's committed offsets (visible only once the transaction commits). Consumers read
-read_uncommitted here (read_committed Fetch is the partition side's, issue 24)."""
+What is checked is what consumers read (read_committed: committed records only, exactly
+once; read_uncommitted: every record) and what the log and the metadata store say once
+each transaction ends: its markers (one per partition, after its records), the
+partitions' last stable offsets (no transaction left open), the aborted-transaction index,
+the transaction's state and the group's committed offsets (visible only once the
+transaction commits)."""
 
 from __future__ import annotations
 
@@ -48,11 +49,14 @@ def _ends(md: MetadataStore, topic: str = TOPIC) -> dict[int, tuple[int, int]]:
     return {p.partition: (p.next_offset, p.last_stable_offset) for p in md.partitions(topic)}
 
 
-def _read_all(agent: AgentProcess, topic: str = TOPIC) -> list[tuple[int, int, bytes]]:
-    """Every data record of the topic (read_uncommitted): (partition, offset, value)."""
+def _read_all(agent: AgentProcess, topic: str = TOPIC, *, committed: bool = False
+              ) -> list[tuple[int, int, bytes]]:
+    """The topic's data records (read_uncommitted: every one; `committed`: read_committed,
+    those of committed transactions and plain produces): (partition, offset, value)."""
     consumer = Consumer({"bootstrap.servers": agent.bootstrap, "group.id": "reader",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                         "isolation.level": "read_uncommitted"})
+                         "isolation.level": "read_committed" if committed
+                         else "read_uncommitted"})
     md_parts = range(4 if topic == TOPIC else 1)
     consumer.assign([TopicPartition(topic, p, 0) for p in md_parts])
     got = []
@@ -100,10 +104,13 @@ def test_confluent_commit_and_abort(one: tuple[AgentProcess, MetadataStore]) -> 
     assert {tp[1]: [(a.first_offset, a.last_offset) for a in txns]
             for tp, txns in index.items()} == {0: [(4, 5)], 1: [(4, 5)], 2: [(3, 4)],
                                                  3: [(3, 4)]}
-    # read_uncommitted sees every data record (markers are not records to a consumer).
+    # read_uncommitted sees every data record (markers are not records to a consumer),
+    # read_committed only the committed transaction's.
     values = [v for _, _, v in _read_all(agent)]
     assert sorted(values) == sorted([b"c%d" % i for i in range(10)]
                                     + [b"a%d" % i for i in range(4)])
+    assert sorted(v for _, _, v in _read_all(agent, committed=True)) == sorted(
+        b"c%d" % i for i in range(10))
 
 
 def test_consume_transform_produce(one: tuple[AgentProcess, MetadataStore]) -> None:
@@ -140,8 +147,8 @@ def test_consume_transform_produce(one: tuple[AgentProcess, MetadataStore]) -> N
         consumer.close()
     assert sorted(seen) == [b"%d" % i for i in range(6)]
     assert md.pending_transaction_offsets("etl-1") == []
-    out = [v for _, _, v in _read_all(agent)]
-    assert sorted(out) == [b"x%d" % i for i in range(6)]
+    out = [v for _, _, v in _read_all(agent, committed=True)]
+    assert sorted(out) == [b"x%d" % i for i in range(6)]  # each input once in the output
 
 
 def test_zombie_is_fenced(one: tuple[AgentProcess, MetadataStore]) -> None:
@@ -166,6 +173,7 @@ def test_zombie_is_fenced(one: tuple[AgentProcess, MetadataStore]) -> None:
         [(TOPIC, 0, 0, 10)]).get((TOPIC, 0), [])] == [(0, 1)]
     values = {v for _, _, v in _read_all(agent)}
     assert values == {b"old-1", b"new-1"}
+    assert [v for _, _, v in _read_all(agent, committed=True)] == [b"new-1"]
     assert all(lso == end for end, lso in _ends(md).values())
 
 
@@ -199,6 +207,7 @@ def test_kafka_python_and_aiokafka(one: tuple[AgentProcess, MetadataStore]) -> N
     aio_state = md.load_transaction("aio")
     assert aio_state is not None and aio_state.state == TXN_COMPLETE_ABORT
     assert _ends(md) == {0: (0, 0), 1: (2, 2), 2: (2, 2), 3: (2, 2)}
+    assert sorted(v for _, _, v in _read_all(agent, committed=True)) == [b"aio", b"kp"]
 
 
 def test_a_vanished_producer_is_aborted_after_its_timeout(backend: Backend) -> None:

@@ -17,7 +17,9 @@ from kio.schema.end_txn.v3 import request as et3
 from kio.schema.errors import ErrorCode
 from kio.schema.init_producer_id.v4 import request as ip4
 from kio.schema.list_transactions.v1 import request as lt1
+from kio.schema.offset_fetch.v7 import request as of7
 from kio.schema.produce.v9 import request as p9
+from kio.schema.txn_offset_commit.v3 import request as tc3
 from kio.schema.types import GroupId, ProducerId, TopicName, TransactionalId
 from kio.static.primitive import Records, i16, i32, i32Timedelta, i64
 
@@ -171,3 +173,52 @@ def test_describe_and_list(agent_proc: AgentProcess) -> None:
         assert sorted(s.transactional_id for s in every.transaction_states) == ["idle", "tx"]
     finally:
         client.close()
+
+
+def test_txn_offset_commit_and_require_stable(agent_proc: AgentProcess) -> None:
+    """TxnOffsetCommit's offsets are held by the transaction: OffsetFetch with
+    require_stable answers UNSTABLE_OFFSET_COMMIT until it ends, then the committed ones."""
+    md = agent_proc.metadata()
+    md.create_topic("t", 2)
+    client = RawClient(agent_proc.port)
+    try:
+        _, pid, _ = _init(client, "tx")
+
+        def commit(epoch: int) -> ErrorCode:
+            r = client.call(28, 3, tc3.TxnOffsetCommitRequest(
+                transactional_id=TransactionalId("tx"), group_id=GroupId("g"),
+                producer_id=ProducerId(pid), producer_epoch=i16(epoch),
+                generation_id=i32(-1), member_id="", group_instance_id=None,
+                topics=(tc3.TxnOffsetCommitRequestTopic(name=TopicName("t"), partitions=(
+                    tc3.TxnOffsetCommitRequestPartition(
+                        partition_index=i32(0), committed_offset=i64(7),
+                        committed_leader_epoch=i32(-1), committed_metadata="m"),)),)))
+            code: ErrorCode = r.topics[0].partitions[0].error_code
+            return code
+
+        def fetch(stable: bool) -> tuple[ErrorCode, int]:
+            r = client.call(9, 7, of7.OffsetFetchRequest(
+                group_id=GroupId("g"), topics=(of7.OffsetFetchRequestTopic(
+                    name=TopicName("t"), partition_indexes=(i32(0),)),),
+                require_stable=stable))
+            p = r.topics[0].partitions[0]
+            return p.error_code, int(p.committed_offset)
+
+        assert commit(0) is E.invalid_txn_state  # the group was never added
+        r = client.call(25, 3, ao3.AddOffsetsToTxnRequest(
+            transactional_id=TransactionalId("tx"), producer_id=ProducerId(pid),
+            producer_epoch=i16(0), group_id=GroupId("g")))
+        assert r.error_code is E.none
+        assert commit(1) is E.invalid_producer_epoch  # PRODUCER_FENCED, as verification
+        assert commit(0) is E.none
+        assert fetch(True) == (E.unstable_offset_commit, -1)
+        assert fetch(False) == (E.none, -1)  # not committed yet
+        r = client.call(26, 3, et3.EndTxnRequest(
+            transactional_id=TransactionalId("tx"), producer_id=ProducerId(pid),
+            producer_epoch=i16(0), committed=True))
+        assert r.error_code is E.none
+        assert fetch(True) == (E.none, 7)
+        assert [o.offset for o in md.fetch_offsets("g")] == [7]
+    finally:
+        client.close()
+        md.close()

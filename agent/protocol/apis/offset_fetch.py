@@ -4,7 +4,10 @@ so no coordinator needs to be consulted). A partition with no commit answers off
 `topics` null (v2+) asks for every committed partition; v8+ asks for several groups.
 Authorization (KafkaApis): DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED for it)
 and on each topic: a topic asked for by name that may not be described answers
-TOPIC_AUTHORIZATION_FAILED per partition, and is left out of a request for all."""
+TOPIC_AUTHORIZATION_FAILED per partition, and is left out of a request for all.
+require_stable (v7+, KIP-447, read_committed consumers): a partition whose offset a
+transaction holds (TxnOffsetCommit, not yet committed or aborted) answers
+UNSTABLE_OFFSET_COMMIT, which clients retry, as Kafka's group coordinator does."""
 
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ Request = (v1.OffsetFetchRequest | v2.OffsetFetchRequest | v3.OffsetFetchRequest
            | v7.OffsetFetchRequest | v8.OffsetFetchRequest | v9.OffsetFetchRequest)
 """kio's OffsetFetchRequest of each version served (1-9)."""
 Grouped = v8.OffsetFetchRequest | v9.OffsetFetchRequest  # several groups at once (v8+)
+Stable = v7.OffsetFetchRequest | Grouped  # require_stable (v7+, KIP-447)
 
 
 # (topic, [partition, ...]) asked for; None: all the group has.
@@ -54,8 +58,13 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
         else [(request.group_id, request.topics)]
     suffix = "s" if multi else ""  # v8+ names its nested classes in the plural
 
-    def topics(answer: Answer, denied: Wanted) -> tuple[Entity, ...]:
+    def topics(answer: Answer, denied: Wanted,
+               unstable: set[tuple[str, int]]) -> tuple[Entity, ...]:
         return tuple(b(f"OffsetFetchResponseTopic{suffix}", name=name, partitions=tuple(
+            b(f"OffsetFetchResponsePartition{suffix}", partition_index=i32(p),
+              committed_offset=i64(-1), committed_leader_epoch=i32(-1), metadata="",
+              error_code=ErrorCode.unstable_offset_commit)
+            if (name, p) in unstable else
             b(f"OffsetFetchResponsePartition{suffix}", partition_index=i32(p),
               committed_offset=i64(c.offset if c else -1),
               committed_leader_epoch=i32(c.leader_epoch if c else -1),
@@ -71,24 +80,32 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
     described = authz.allowed(Operation.DESCRIBE, ResourceType.GROUP,
                                (group_id for group_id, _ in asks))
     visible = authz.decider(Operation.DESCRIBE, ResourceType.TOPIC)
-    # Per group: its error, the offsets of topics it may describe, the topics it may not.
-    answers: list[tuple[ErrorCode, Answer, Wanted]] = []
+    # KIP-447 (v7+): partitions with offsets a transaction holds are UNSTABLE_OFFSET_COMMIT.
+    stable = isinstance(request, Stable) and request.require_stable
+    # Per group: its error, the offsets of topics it may describe, the topics it may not,
+    # the partitions whose offsets are not stable.
+    answers: list[tuple[ErrorCode, Answer, Wanted, set[tuple[str, int]]]] = []
     for group_id, wanted in asks:
         if group_id not in described:
-            answers.append((ErrorCode.group_authorization_failed, [], None))
+            answers.append((ErrorCode.group_authorization_failed, [], None, set()))
             continue
+        unstable = await ctx.run(ctx.metadata.pending_group_partitions, group_id) \
+            if stable else set()
         if wanted is None:  # every committed topic it may describe (the others unsaid)
             found = await ctx.run(fetch, ctx, group_id, None)
-            answers.append((ErrorCode.none, [a for a in found if visible(a[0])], None))
+            answers.append((ErrorCode.none, [a for a in found if visible(a[0])], None,
+                            unstable))
             continue
         asked = [(t.name, [int(p) for p in t.partition_indexes]) for t in wanted]
         found = await ctx.run(fetch, ctx, group_id, [a for a in asked if visible(a[0])])
-        answers.append((ErrorCode.none, found, [a for a in asked if not visible(a[0])]))
+        answers.append((ErrorCode.none, found, [a for a in asked if not visible(a[0])],
+                        unstable))
     if multi:
         return b("OffsetFetchResponse", throttle_time=NO_THROTTLE, groups=tuple(
-            b("OffsetFetchResponseGroup", group_id=group_id, topics=topics(found, denied),
-              error_code=error)
-            for (group_id, _), (error, found, denied) in zip(asks, answers, strict=True)))
-    error, found, denied = answers[0]
-    return b("OffsetFetchResponse", throttle_time=NO_THROTTLE, topics=topics(found, denied),
-             error_code=error)
+            b("OffsetFetchResponseGroup", group_id=group_id,
+              topics=topics(found, denied, unstable), error_code=error)
+            for (group_id, _), (error, found, denied, unstable)
+            in zip(asks, answers, strict=True)))
+    error, found, denied, unstable = answers[0]
+    return b("OffsetFetchResponse", throttle_time=NO_THROTTLE,
+             topics=topics(found, denied, unstable), error_code=error)
