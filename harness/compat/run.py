@@ -296,13 +296,13 @@ def main(argv: list[str] | None = None) -> int:
                              " those tests' rows change)")
     args = parser.parse_args(argv)
     only = {t.strip().zfill(4) for t in args.tests.split(",")} if args.tests else None
-    started = time.time()
+    started, head = time.time(), commit()  # what the agents run: the tree at the start
     results = run_suite(only, args.timeout, args.work)
     if args.write:
         from .report import render
 
         previous = args.write.read_text() if only and args.write.exists() else None
-        args.write.write_text(render(results, previous, started, commit()))
+        args.write.write_text(render(results, previous, started, head))
     failed = [r for r in results if r.status == "fail"]
     print(f"{sum(r.status == 'pass' for r in results)} passed, {len(failed)} failed")
     return 1 if failed else 0
