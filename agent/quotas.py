@@ -102,6 +102,15 @@ class QuotaManager:
                 return value, entity
         return None
 
+    def max_window_bytes(self, kind: str, user: str, client_id: str) -> float:
+        """Kafka's getMaxValueInQuotaWindow: quota x (samples - 1) windows, the most one
+        response may carry without certain throttling (infinite without a quota)."""
+        with self._lock:
+            found = self.quota(kind, user, client_id)
+        if found is None:
+            return float("inf")
+        return found[0] * (self.samples - 1) * self.window_ms / 1000
+
     def record(self, kind: str, user: str, client_id: str, nbytes: float,
                now_ms: int) -> int:
         """Record `nbytes` of `kind` for the client; the throttle time in ms (0: within

@@ -216,6 +216,12 @@ class ServerContext:
             held.until = max(held.until, time.monotonic() + ms / 1000)
         return ms
 
+    def quota_window_bytes(self, kind: str, client_id: str | None) -> float:
+        """The most bytes of `kind` one response may carry for the session's user and this
+        client id without certain throttling (infinite without a quota)."""
+        user = SESSION.get().principal.partition(":")[2]
+        return self.quotas.max_window_bytes(kind, user, client_id or "")
+
     def unthrottle(self, kind: str, client_id: str | None, nbytes: float) -> None:
         """Take back bytes `throttle` recorded for a reply not sent as measured."""
         user = SESSION.get().principal.partition(":")[2]

@@ -32,6 +32,9 @@ def test_throttle_time_is_kafkas_formula() -> None:
     assert quotas.record(PRODUCE, "ANONYMOUS", "other", 10**9, 0) == 0  # no quota at all
     quotas.unrecord(PRODUCE, "ANONYMOUS", "slow", 6_000, 0)
     assert quotas.record(PRODUCE, "ANONYMOUS", "slow", 0, 0) == 0
+    # Kafka's getMaxValueInQuotaWindow: what one response may carry, quota x 10 windows
+    assert quotas.max_window_bytes(PRODUCE, "ANONYMOUS", "slow") == 10_000.0
+    assert quotas.max_window_bytes(FETCH, "ANONYMOUS", "slow") == float("inf")
 
 
 def test_precedence_and_sensors_follow_kafkas_default_callback() -> None:

@@ -215,14 +215,16 @@ def requested(request: Request) -> list[tuple[TopicRef, list[Partition]]]:
     return grouped
 
 
-def read_all(ctx: ServerContext, request: Request, readable: Callable[[str], bool]
+def read_all(ctx: ServerContext, request: Request, readable: Callable[[str], bool],
+             quota_bytes: float = float("inf")
              ) -> list[tuple[TopicRef, str, list[PartitionRead]]]:
     """One pass over every requested partition within max_bytes, itself at most the
-    agent's fetch.max.bytes (runs in the pool): (the request's topic, its name, reads).
+    agent's fetch.max.bytes and `quota_bytes` (what the client's fetch quota lets one window
+    carry) (runs in the pool): (the request's topic, its name, reads).
     A topic id that names no topic (none has it, or that topic was deleted) answers
     UNKNOWN_TOPIC_ID for each of its partitions, as Kafka's fetch does; then a topic not
     `readable` (no READ on it) TOPIC_AUTHORIZATION_FAILED, before it is looked up."""
-    budget = min(int(request.max_bytes), ctx.config.fetch_max_bytes)
+    budget = int(min(int(request.max_bytes), ctx.config.fetch_max_bytes, quota_bytes))
     committed = int(request.isolation_level) == READ_COMMITTED
     results: list[tuple[TopicRef, str, list[PartitionRead]]] = []
     first = True
@@ -309,12 +311,15 @@ def add_aborted(ctx: ServerContext, request: Request,
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Encoded:
     readable = ctx.authz.decider(Operation.READ, ResourceType.TOPIC)
+    # As Kafka's getMaxValueInQuotaWindow: never more than the quota lets through before a
+    # throttle is certain (else a big enough response would be throttled, unsent, forever).
+    quota_bytes = ctx.quota_window_bytes(FETCH_QUOTA, header.client_id)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
     min_bytes = int(request.min_bytes)
     while True:
         woken = ctx.committed()  # before reading: a commit during the read is not missed
-        results = await ctx.run(read_all, ctx, request, readable)
+        results = await ctx.run(read_all, ctx, request, readable, quota_bytes)
         size = sum(r.size for _, _, reads in results for r in reads)
         errors = any(r.error for _, _, reads in results for r in reads)
         remaining = deadline - loop.time()
