@@ -38,6 +38,13 @@ SSL_CA_LOCATION = "ssl.ca.location"
 SSL_CLIENT_AUTH = "ssl.client.auth"
 SSL_PRINCIPAL_MAPPING_RULES = "ssl.principal.mapping.rules"
 SSL_RELOAD_INTERVAL_MS = "ssl.reload.interval.ms"
+# SASL on the SASL_PLAINTEXT and SASL_SSL listeners (agent/protocol/authenticator.py).
+SASL_ENABLED_MECHANISMS = "sasl.enabled.mechanisms"
+SASL_SERVER_MAX_RECEIVE_SIZE = "sasl.server.max.receive.size"
+SASL_AUTHENTICATION_TIMEOUT_MS = "sasl.authentication.timeout.ms"
+CONNECTIONS_MAX_REAUTH_MS = "connections.max.reauth.ms"
+CONNECTION_FAILED_AUTHENTICATION_DELAY_MS = "connection.failed.authentication.delay.ms"
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 SOCKET_REQUEST_MAX_BYTES = "socket.request.max.bytes"
 FETCH_CACHE_BYTES = "fetch.cache.bytes"
 QUEUED_MAX_REQUEST_BYTES = "queued.max.request.bytes"
@@ -79,6 +86,10 @@ def _parse_bool(value: str) -> bool:
     if lowered not in ("true", "false"):
         raise ValueError(value)
     return lowered == "true"
+
+
+def _mechanisms(value: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(m.strip().upper() for m in value.split(",") if m.strip()))
 
 
 def _parses(parse: Callable[[str], object]) -> Callable[[str], bool]:
@@ -153,6 +164,32 @@ class AgentConfig(Section):
     ssl_reload_interval_ms: int = integer(
         SSL_RELOAD_INTERVAL_MS, 60_000, lo=100,
         doc="how often the TLS files are checked for a renewed certificate (and on SIGHUP)")
+    # SASL (the SASL_PLAINTEXT and SASL_SSL listeners), Kafka's names: the mechanisms served
+    # (Kafka's default is GSSAPI, not served here: SCRAM needs nothing but the metadata
+    # store), the largest frame before a connection has authenticated (Kafka's default),
+    # how long a session lasts before the client must authenticate again (KIP-368; 0:
+    # forever) and how long a failed authentication's answer waits (doubled for each further
+    # failure from the same address within a minute, up to 64 times). Ours: a connection
+    # that has not authenticated this long after it was accepted is closed.
+    sasl_enabled_mechanisms: str = text(
+        SASL_ENABLED_MECHANISMS, "SCRAM-SHA-256,SCRAM-SHA-512",
+        allowed="a comma-separated list of " + ", ".join(SASL_MECHANISMS),
+        check=lambda v: bool(_mechanisms(v)) and set(_mechanisms(v)) <= set(SASL_MECHANISMS),
+        doc="the SASL mechanisms the SASL listeners serve")
+    sasl_server_max_receive_size: int = integer(
+        SASL_SERVER_MAX_RECEIVE_SIZE, 524_288, lo=64,
+        doc="the largest frame a SASL listener reads before the client authenticated")
+    sasl_authentication_timeout_ms: int = integer(
+        SASL_AUTHENTICATION_TIMEOUT_MS, 30_000, lo=1,
+        doc="a SASL connection not authenticated this long after it was accepted is closed")
+    connections_max_reauth_ms: int = integer(
+        CONNECTIONS_MAX_REAUTH_MS, 0, lo=0,
+        doc="a SASL session's lifetime: past it the connection is closed unless the client"
+            " authenticated again (0: forever)")
+    connection_failed_authentication_delay_ms: int = integer(
+        CONNECTION_FAILED_AUTHENTICATION_DELAY_MS, 100, lo=0,
+        doc="how long the answer to a failed authentication waits (doubled per recent"
+            " failure from the same address)")
     socket_request_max_bytes: int = integer(SOCKET_REQUEST_MAX_BYTES, 100 * 1024 * 1024, lo=8)
     fetch_cache_bytes: int = integer(FETCH_CACHE_BYTES, 64 * 1024 * 1024, lo=0)
     # Kafka's broker settings: whether a Metadata request that allows it creates unknown
@@ -290,6 +327,10 @@ class AgentConfig(Section):
         if self.ssl_client_auth != "none" and not self.ssl_ca_location:
             raise self.invalid(SSL_CA_LOCATION, "", f"the CAs of client certificates when"
                                f" {SSL_CLIENT_AUTH} is {self.ssl_client_auth}")
+
+    def enabled_mechanisms(self) -> tuple[str, ...]:
+        """sasl.enabled.mechanisms, in order."""
+        return _mechanisms(self.sasl_enabled_mechanisms)
 
     def listener_list(self) -> tuple[Listener, ...]:
         """The listeners, parsed (checked when the section was built)."""

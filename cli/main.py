@@ -30,6 +30,7 @@ from . import (
     services,
     topics,
     transactions,
+    users,
 )
 from .context import Context, setting_default
 from .logs import configure_command
@@ -64,6 +65,7 @@ def cli(ctx: click.Context, config_path: Path | None, store: str | None,
 for command in (
     config.config, topics.topics, groups.groups, acls.acls,          # admin
     transactions.transactions,
+    users.users,
     records.produce, records.consume,                                # records in and out
     ops.init, ops.stats, ops.retention, ops.gc, ops.doctor,          # one-off operations
     compaction.plan, compaction.compact,                             # compaction

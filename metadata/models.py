@@ -533,3 +533,15 @@ class TxnLease:
     transactional_id: str
     agent_id: str
     epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredential:
+    """What the cluster keeps of a user's password for one SCRAM mechanism (Kafka's
+    ScramCredential): salt, iterations, StoredKey and ServerKey (agent/sasl/scram.py)."""
+
+    mechanism: str  # SCRAM-SHA-256 or SCRAM-SHA-512
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int

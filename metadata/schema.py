@@ -132,6 +132,13 @@ Version 13 (client quotas):
   (AlterClientQuotas), `entity` the canonical JSON of its (type, name or null for the
   default) pairs sorted by type (quotas.py); the agents enforce the byte rates.
 
+Version 14 (users):
+
+- `scram_credentials(user_name, mechanism, salt, stored_key, server_key, iterations,
+  updated_at_ms)`, PK (user_name, mechanism): SCRAM credentials as Kafka keeps them
+  (mechanism: SCRAM-SHA-256 or SCRAM-SHA-512); never a password.
+  SASL/PLAIN and SCRAM logins on the agents check against them (users.py).
+
 A migration is a function of a connection inside the transaction that also records its
 version; `MIGRATIONS[i]` brings the schema from version i to i + 1. Migrations are frozen once
 released: a later change to a table is a new migration, and `_v1` then gets its own copy of
@@ -633,6 +640,18 @@ aborted_txns = sa.Table(
     sa.CheckConstraint("first_offset <= last_offset", name="aborted_txns_offsets"),
 )
 
+scram_credentials = sa.Table(
+    "scram_credentials",
+    md,
+    sa.Column("user_name", sa.String(255), primary_key=True),
+    sa.Column("mechanism", sa.String(32), primary_key=True),
+    sa.Column("salt", sa.LargeBinary, nullable=False),
+    sa.Column("stored_key", sa.LargeBinary, nullable=False),
+    sa.Column("server_key", sa.LargeBinary, nullable=False),
+    sa.Column("iterations", sa.Integer, nullable=False),
+    sa.Column("updated_at_ms", sa.BigInteger, nullable=False),
+)
+
 
 def _v11(conn: sa.Connection, now_ms: int) -> None:
     """Open transactions and the aborted-transaction index, per partition."""
@@ -640,6 +659,7 @@ def _v11(conn: sa.Connection, now_ms: int) -> None:
     tables = [t.to_metadata(v11) for t in (open_txns, aborted_txns)]
     partitions.to_metadata(v11)  # for the foreign keys to resolve
     v11.create_all(conn, tables=tables)
+
 
 def _v12(conn: sa.Connection, now_ms: int) -> None:
     """Exactly-once streaming sinks: the last batch each committed."""
@@ -662,7 +682,13 @@ def _v13(conn: sa.Connection, now_ms: int) -> None:
     v13.create_all(conn, tables=[client_quotas.to_metadata(v13)])
 
 
+def _v14(conn: sa.Connection, now_ms: int) -> None:
+    """SCRAM credentials (the agents' user database)."""
+    v14 = sa.MetaData()
+    v14.create_all(conn, tables=[scram_credentials.to_metadata(v14)])
+
+
 Migration = Callable[[sa.Connection, int], None]
 MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10, _v11, _v12,
-                               _v13]
+                               _v13, _v14]
 LATEST_VERSION = len(MIGRATIONS)

@@ -10,6 +10,13 @@ leases and state), notify.py (commit notifications across processes) — on the 
 failure model), identity.py (the cluster id and its bound store) and audit.py (`silt
 doctor`'s reads). The methods are those modules' functions, so each is documented where it
 is implemented.
+(idempotent producers), groups.py (consumer groups: coordinator leases, stored groups,
+committed offsets), acls.py (ACL bindings), users.py (SCRAM credentials), txnstate.py
+(transaction coordinators' leases and state), notify.py (commit notifications across
+processes) — on the shared `Database` of engine.py (engine, migrations, transactions,
+the commit helper and its failure model), identity.py (the cluster id and its bound
+store) and audit.py (`silt doctor`'s reads). The methods are those modules' functions, so
+each is documented where it is implemented.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from . import (
     topics,
     txnlog,
     txnstate,
+    users,
 )
 from .engine import DEFAULT_URL, Database
 
@@ -132,6 +140,10 @@ class MetadataStore(Database):
     # the cluster's identity (the object store's marker holds the same id)
     cluster_identity = identity.cluster_identity
     bind_store = identity.bind_store
+    # users: SCRAM credentials (SASL logins read them)
+    scram_credentials = users.scram_credentials
+    scram_users = users.scram_users
+    alter_scram_credentials = users.alter_scram_credentials
     # ACL bindings (agents cache them by version: agent/protocol/authz.py)
     create_acls = acls.create_acls
     delete_acls = acls.delete_acls

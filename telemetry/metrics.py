@@ -74,6 +74,9 @@ FETCH_BYTES = Counter("silt_fetch_bytes", "Record bytes returned to Fetch reques
                       ["topic"])
 REQUESTS = Counter("silt_requests", "Kafka requests dispatched, by API.", ["api"])
 CONNECTIONS = Gauge("silt_connections", "Open Kafka client connections.")
+SASL_AUTHENTICATIONS = Counter("silt_sasl_authentications", "SASL authentications on this"
+                               " agent's SASL listeners, by mechanism and outcome (ok, failed).",
+                               ["mechanism", "outcome"])
 CONNECTIONS_ACCEPTED = Counter("silt_connections_accepted", "Kafka client connections"
                                " accepted.")
 CONNECTIONS_REFUSED = Counter("silt_connections_refused", "Kafka client connections this agent"
@@ -140,7 +143,8 @@ LIVE_SEGMENTS = LatestGauges("silt_live_segments", "Live segments by level.", ("
 REFUSAL_REASONS: Final = ("malformed_request", "frame_too_large", "unsupported_version",
                           "max_connections", "max_connections_per_ip", "read_timeout", "idle",
                           "handler_error", "reply_failed", "tls_handshake",
-                          "ssl_principal")
+                          "ssl_principal", "sasl_state", "sasl_failed", "sasl_timeout",
+                          "sasl_expired")
 
 # The file states whose objects GC deletes (metadata.schema: FILE_RETIRED, ...).
 GC_STATES: Final = ("retired", "abandoned", "deleting")
@@ -195,6 +199,11 @@ def connection_opened() -> None:
 
 def connection_closed() -> None:
     CONNECTIONS.dec()
+
+
+def sasl_authentication(mechanism: str, outcome: str) -> None:
+    """A SASL exchange with `mechanism` ended: "ok" or "failed"."""
+    SASL_AUTHENTICATIONS.labels(mechanism, outcome).inc()
 
 
 def connection_refused(reason: str) -> None:

@@ -172,9 +172,20 @@ def _response_header(api_key: int, version: int) -> type[Any]:
     return header
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class RawToken:
+    """A SASL token sent as a bare size-prefixed frame, with no response header (the
+    answer to a token after a v0 SaslHandshake)."""
+
+    token: bytes
+
+
 def encode_response(correlation_id: int, response: Any) -> list[Buffer]:
     """The size-prefixed frame as buffers to send in order: size, response header (its
-    version from kio) and body (a kio entity, or `Encoded` parts, which are not copied)."""
+    version from kio) and body (a kio entity, or `Encoded` parts, which are not copied);
+    a `RawToken` is its size and bytes alone."""
+    if isinstance(response, RawToken):
+        return [FRAME.pack(len(response.token)) + response.token]
     encoded = isinstance(response, Encoded)
     header_cls = (_response_header(response.api_key, response.version) if encoded
                   else type(response).__header_schema__)

@@ -25,6 +25,7 @@ from agent.transactions.markers import AgentMarkers
 from metadata import AgentInfo, MetadataStore, TopicInfo
 from objectstore import ObjectStore
 
+from .authenticator import SaslService
 from .authz import Authorization
 from .cache import SegmentCache
 from .errors import error_code
@@ -121,6 +122,7 @@ class ServerContext:
     groups: Coordinator = field(init=False)  # the group coordinator (agent/groups/)
     txns: TransactionCoordinator = field(init=False)  # the transaction coordinator
     quotas: QuotaManager = field(init=False)  # client byte rates
+    sasl: SaslService | None = None  # the SASL listeners' side (set by the server)
     authz: Authorization = field(init=False)  # ACL decisions (authz.py)
     _commits: Wakeup = field(default_factory=Wakeup)
     _room: Wakeup = field(default_factory=Wakeup)

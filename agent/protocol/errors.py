@@ -30,6 +30,7 @@ from agent.errors import (
     TransactionalBatchError,
 )
 from agent.groups.errors import CoordinatorClosingError, CoordinatorNotRegisteredError
+from agent.sasl.errors import AuthenticationFailed, UnacceptableCredential, UnsupportedMechanism
 from fileformat.errors import (
     FormatError,
     InvalidBatchError,
@@ -132,6 +133,11 @@ CODES: Final[tuple[tuple[type[BaseException], ErrorCode], ...]] = (
     (InvalidAclError, E.invalid_request),
     (InvalidQuotaError, E.invalid_request),
     (UnsupportedQuotaEntityError, E.unsupported_version),
+    # SASL (agent/sasl/): a failed login, a SCRAM credential Kafka would refuse, a mechanism
+    # not served.
+    (AuthenticationFailed, E.sasl_authentication_failed),
+    (UnacceptableCredential, E.unacceptable_credential),
+    (UnsupportedMechanism, E.unsupported_sasl_mechanism),
 )
 """(exception class, Kafka error code), most specific first: an exception gets the code of
 the first row whose class it is an instance of."""

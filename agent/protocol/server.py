@@ -56,12 +56,12 @@ from agent.producer import Agent
 from metadata import MetadataStore
 from metadata.notify import CommitWatcher
 from objectstore import ObjectStore
-from settings import SettingError
 
 from .apis import API_VERSIONS, TABLE, api_versions
+from .authenticator import AUTH, AUTHENTICATE, Authenticator, SaslService
 from .bounds import walker
 from .cache import SegmentCache
-from .codec import FRAME, PREFIX, Builder, decode_request, encode_response
+from .codec import FRAME, PREFIX, Builder, RawToken, decode_request, encode_response
 from .context import PEER, THROTTLE, EffectiveSetting, ServerContext, Throttle, Wakeup
 from .errors import ProtocolError
 from .health import AgentMetrics
@@ -94,12 +94,13 @@ class _Connection:
     """One client connection: its reader task, whether it waits for a new frame, and what
     the limits look at."""
 
-    __slots__ = ("active", "idle", "ip", "pending", "queued", "reason", "started", "task",
-                 "writer")
+    __slots__ = ("active", "auth", "idle", "ip", "pending", "queued", "reason", "started",
+                 "task", "writer")
 
     def __init__(self, task: asyncio.Task[None], writer: asyncio.StreamWriter,
-                 ip: str) -> None:
+                 ip: str, auth: Authenticator | None = None) -> None:
         self.task = task
+        self.auth = auth  # SASL listeners: the connection's authentication state
         self.writer = writer
         self.ip = ip
         self.idle = True  # waiting for the first byte of a frame
@@ -131,6 +132,8 @@ class Server:
         # The TLS listeners' context (files read now: a bad one stops start-up), reloaded
         # by `_reload_tls` every ssl.reload.interval.ms and on `reload_tls` (SIGHUP).
         self.tls = Tls(ctx.config) if any(lst.tls for lst in listeners) else None
+        if any(lst.sasl for lst in listeners):
+            ctx.sasl = SaslService(ctx.config, ctx.metadata)
         self._reloader: asyncio.Task[None] | None = None
         self._reload_now = asyncio.Event()
 
@@ -214,7 +217,12 @@ class Server:
         if not self._admit(ip, peer):
             writer.transport.abort()  # nothing was read: no reason to linger
             return
-        conn = self._conns[task] = _Connection(task, writer, ip)
+        auth = None
+        if listener.sasl:
+            assert self.ctx.sasl is not None
+            auth = Authenticator(self.ctx.sasl, ip, time.monotonic())
+        AUTH.set(auth)
+        conn = self._conns[task] = _Connection(task, writer, ip, auth)
         self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
         telemetry.connection_opened()
         self.refusals.say("opened", logging.DEBUG, "connection %s: opened", peer)
@@ -226,6 +234,7 @@ class Server:
         SESSION.set(Session(host=ip, listener=listener.name,
                             security_protocol=listener.protocol))
         max_bytes = self.config.socket_request_max_bytes
+        sasl_bytes = self.config.sasl_server_max_receive_size
         try:
             if listener.tls:
                 await self._handshake(conn, listener)
@@ -238,6 +247,10 @@ class Server:
                 first = await reader.readexactly(1)
                 conn.idle, conn.started = False, time.monotonic()
                 size = FRAME.unpack(first + await reader.readexactly(FRAME.size - 1))[0]
+                if auth is not None and not auth.authenticated and size > sasl_bytes:
+                    raise ProtocolError(f"frame of {size} bytes before authentication"
+                                        f" (sasl.server.max.receive.size {sasl_bytes})",
+                                        "frame_too_large")
                 if not PREFIX.size <= size <= max_bytes:
                     raise ProtocolError(f"frame of {size} bytes (socket.request.max.bytes"
                                         f" {max_bytes})", "frame_too_large")
@@ -249,11 +262,18 @@ class Server:
                 conn.started, conn.active = None, time.monotonic()
                 self._take(conn, size)
                 try:
-                    correlation_id, reply = await self._dispatch(payload)
+                    if auth is not None and auth.raw and auth.state == AUTHENTICATE:
+                        correlation_id, reply = -1, await self._raw_token(auth, payload)
+                    else:
+                        correlation_id, reply = await self._dispatch(payload, auth)
                     await replies.put((size, correlation_id, reply))
                 except BaseException:
                     self._release(conn, size)
                     raise
+                if auth is not None and auth.close_after_reply:
+                    self.refusals.refused("sasl_failed", "connection %s: SASL failed, closing"
+                                          " after the answer", peer, level=logging.DEBUG)
+                    break
         except asyncio.IncompleteReadError as exc:
             if conn.reason is not None:
                 self._closed(conn, peer)
@@ -310,7 +330,7 @@ class Server:
                     conn.writer.get_extra_info("ssl_object"), self.tls.mapper)
             except NoMatchingRule as exc:
                 raise ProtocolError(str(exc), "ssl_principal") from None
-            SESSION.set(dataclasses.replace(SESSION.get(), principal=principal))
+            SESSION.set(SESSION.get().with_principal(principal))
             self.refusals.say("authenticated", logging.DEBUG, "connection %s: TLS, principal"
                               " %s", conn.writer.get_extra_info("peername"), principal)
 
@@ -348,6 +368,10 @@ class Server:
             self.refusals.refused("idle", "connection %s: idle for %d ms"
                                   " (connections.max.idle.ms), closed", peer,
                                   self.config.connections_max_idle_ms, level=logging.DEBUG)
+        elif conn.reason == "sasl_timeout":
+            self.refusals.refused("sasl_timeout", "connection %s: not authenticated within %d"
+                                  " ms (sasl.authentication.timeout.ms), closed", peer,
+                                  self.config.sasl_authentication_timeout_ms)
         else:
             self.refusals.refused("read_timeout", "connection %s: frame not received within"
                                   " %d ms of its first byte (request.read.timeout.ms), closed",
@@ -396,7 +420,8 @@ class Server:
         did not arrive within request.read.timeout.ms; sum up suppressed log lines."""
         idle_s = self.config.connections_max_idle_ms / 1000
         read_s = self.config.request_read_timeout_ms / 1000
-        period = min(max(min(idle_s, read_s) / 4, SWEEP_MIN_S), SWEEP_MAX_S)
+        auth_s = self.config.sasl_authentication_timeout_ms / 1000
+        period = min(max(min(idle_s, read_s, auth_s) / 4, SWEEP_MIN_S), SWEEP_MAX_S)
         while True:
             await asyncio.sleep(period)
             now = time.monotonic()
@@ -407,14 +432,34 @@ class Server:
                     conn.reason = "read_timeout"
                 elif conn.idle and not conn.pending and now - conn.active > idle_s:
                     conn.reason = "idle"
+                elif (conn.auth is not None and not conn.auth.authenticated
+                      and now - conn.auth.accepted > auth_s):
+                    conn.reason = "sasl_timeout"
                 else:
                     continue
                 conn.writer.transport.abort()  # its reader sees the end, says conn.reason
             self.refusals.flush()
 
-    async def _dispatch(self, payload: bytes) -> tuple[int, Any]:
-        """(correlation id, reply) of one request; ProtocolError closes the connection."""
+    async def _raw_token(self, auth: Authenticator, token: bytes) -> RawToken:
+        """The answer to a SASL token sent raw (after a v0 SaslHandshake); a failure closes
+        the connection unanswered (v0 has no error frame), after its pacing delay."""
+        outcome, delay = await self.ctx.run(auth.authenticate, token)
+        if outcome.error is not None:
+            await asyncio.sleep(delay)
+            raise ProtocolError(outcome.error, "sasl_failed")
+        if auth.authenticated:
+            SESSION.set(SESSION.get().with_principal(auth.session_principal()))
+        return RawToken(outcome.token)
+
+    async def _dispatch(self, payload: bytes,
+                        auth: Authenticator | None = None) -> tuple[int, Any]:
+        """(correlation id, reply) of one request; ProtocolError closes the connection (a
+        request a SASL connection may not send yet: before it is decoded, as Kafka)."""
         key, version, correlation_id = PREFIX.unpack_from(payload)
+        if auth is not None:
+            why = auth.refusal(key, time.monotonic())
+            if why is not None:
+                raise ProtocolError(why, "sasl_expired" if "expired" in why else "sasl_state")
         api = TABLE.get(key)
         if key == API_VERSIONS and (api is None or not api.supports(version)):
             return correlation_id, api_versions.response(
@@ -501,9 +546,6 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
     effective settings `config` came from, loaded by the entry point (BROKER resources of
     DescribeConfigs)."""
     listeners = config.listener_list()
-    unserved = [lst.name for lst in listeners if lst.sasl]
-    if unserved:
-        raise SettingError(f"listeners {', '.join(unserved)}: SASL is not served yet")
     agent = Agent(store, metadata, config)
     ctx = ServerContext(agent=agent, metadata=metadata, store=store,
                         advertised=config.advertised(),

@@ -10,6 +10,7 @@ else writes it.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 from dataclasses import dataclass
 
 ANONYMOUS = "User:ANONYMOUS"
@@ -23,6 +24,10 @@ class Session:
     host: str = ""
     listener: str = "PLAINTEXT"
     security_protocol: str = "PLAINTEXT"
+
+    def with_principal(self, principal: str) -> Session:
+        """This session once its client authenticated as `principal`."""
+        return dataclasses.replace(self, principal=principal)
 
 
 # The default is frozen, so sharing it between connections is safe.

@@ -25,6 +25,7 @@ from . import (
     alter_client_quotas,
     alter_configs,
     alter_partition_reassignments,
+    alter_user_scram_credentials,
     api_versions,
     create_acls,
     create_partitions,
@@ -42,6 +43,7 @@ from . import (
     describe_producers,
     describe_topic_partitions,
     describe_transactions,
+    describe_user_scram_credentials,
     elect_leaders,
     end_txn,
     fetch,
@@ -60,6 +62,8 @@ from . import (
     offset_delete,
     offset_fetch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
     txn_offset_commit,
 )
@@ -98,6 +102,8 @@ DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 
 TABLE: Mapping[int, Api] = {api.key: api for api in (
     Api(PRODUCE, 3, 12, produce.handle),
@@ -142,4 +148,8 @@ TABLE: Mapping[int, Api] = {api.key: api for api in (
     Api(TXN_OFFSET_COMMIT, 0, 4, txn_offset_commit.handle),
     Api(DESCRIBE_TRANSACTIONS, 0, 0, describe_transactions.handle),
     Api(LIST_TRANSACTIONS, 0, 1, list_transactions.handle),
+    Api(SASL_HANDSHAKE, 0, 1, sasl_handshake.handle),
+    Api(SASL_AUTHENTICATE, 0, 2, sasl_authenticate.handle),
+    Api(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, describe_user_scram_credentials.handle),
+    Api(ALTER_USER_SCRAM_CREDENTIALS, 0, 0, alter_user_scram_credentials.handle),
 )}

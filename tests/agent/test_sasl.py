@@ -1,0 +1,205 @@
+"""The SASL mechanisms and the connection state machine, without sockets: SCRAM against
+RFC 7677's example exchange and an independent client, PLAIN against the same salted
+credentials, and the authenticator's gating, pacing and re-authentication rules."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from collections.abc import Callable
+
+import pytest
+
+from agent.config import AgentConfig
+from agent.protocol.authenticator import (
+    AUTHENTICATE,
+    COMPLETE,
+    Authenticator,
+    SaslService,
+)
+from agent.sasl.errors import AuthenticationFailed, UnacceptableCredential
+from agent.sasl.plain import PlainServer
+from agent.sasl.scram import ScramServer, make_credential
+from metadata import ScramCredential
+
+RFC_SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
+
+
+def test_rfc7677_exchange(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RFC 7677 section 3: user "user", password "pencil": the server's first message and
+    signature are the RFC's, byte for byte, and the RFC's proof is accepted."""
+    monkeypatch.setattr("agent.sasl.scram.secrets.token_urlsafe",
+                        lambda n: "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0")
+    cred = make_credential("SCRAM-SHA-256", "pencil", 4096, RFC_SALT)
+    server = ScramServer("SCRAM-SHA-256", lambda u, m: cred if u == "user" else None)
+    first = server.step(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO")
+    assert first == (b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
+                     b"s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
+    final = server.step(b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
+                        b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
+    assert final == b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
+    assert server.done and server.principal == "user"
+
+
+def _client_final(mech: str, password: str, first: bytes, cnonce: str,
+                  user: str = "alice") -> tuple[bytes, bytes]:
+    """An independent SCRAM client's final message (and the server signature it expects)."""
+    h = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}[mech]
+    fields = dict(p.split("=", 1) for p in first.decode().split(","))
+    salted = hashlib.pbkdf2_hmac(h, password.encode(), base64.b64decode(fields["s"]),
+                                 int(fields["i"]))
+    client_key = hmac.new(salted, b"Client Key", h).digest()
+    stored = hashlib.new(h, client_key).digest()
+    without = f"c=biws,r={fields['r']}"
+    auth = f"n={user},r={cnonce},{first.decode()},{without}".encode()
+    proof = bytes(a ^ b for a, b in zip(client_key, hmac.new(stored, auth, h).digest(),
+                                        strict=True))
+    server_key = hmac.new(salted, b"Server Key", h).digest()
+    return ((without + ",p=" + base64.b64encode(proof).decode()).encode(),
+            b"v=" + base64.b64encode(hmac.new(server_key, auth, h).digest()))
+
+
+@pytest.mark.parametrize("mech", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_scram_accepts_the_password_only(mech: str) -> None:
+    cred = make_credential(mech, "s3cret", 4096)
+    assert b"s3cret" not in cred.stored_key + cred.server_key + cred.salt
+    for password, ok in (("s3cret", True), ("wrong", False)):
+        server = ScramServer(mech, lambda u, m: cred if (u, m) == ("alice", mech) else None)
+        first = server.step(b"n,,n=alice,r=abc")
+        final, signature = _client_final(mech, password, first, "abc")
+        if ok:
+            assert server.step(final) == signature and server.principal == "alice"
+        else:
+            with pytest.raises(AuthenticationFailed, match="invalid client credentials"):
+                server.step(final)
+
+
+@pytest.mark.parametrize(("first", "why"), [
+    (b"n,,n=bob,r=abc", "no SCRAM-SHA-256 credential"),
+    (b"n,a=bob,n=alice,r=abc", "authorization id"),
+    (b"n,,n=alice,r=abc,tokenauth=true", "delegation tokens"),
+    (b"y,,n=alice,r=abc", "invalid SCRAM client-first"),
+    (b"p=tls-unique,,n=alice,r=abc", "invalid SCRAM client-first"),
+    (b"\xff\xfe", "not UTF-8"),
+    (b"n,,n=al=ice,r=abc", "username encoding"),
+])
+def test_scram_refuses_bad_first_messages(first: bytes, why: str) -> None:
+    cred = make_credential("SCRAM-SHA-256", "pw", 4096)
+    server = ScramServer("SCRAM-SHA-256", lambda u, m: cred if u == "alice" else None)
+    with pytest.raises(AuthenticationFailed, match=why):
+        server.step(first)
+
+
+def test_scram_refuses_a_tampered_final_message() -> None:
+    cred = make_credential("SCRAM-SHA-256", "pw", 4096)
+    tampers: list[Callable[[bytes], bytes]] = [
+        lambda f: f.replace(b"c=biws", b"c=eSws"),  # channel binding "y,,"
+        lambda f: f.replace(b"r=abc", b"r=abd"),  # another nonce
+        lambda f: f[:-4] + b"!!!="]  # not base64
+    for tamper in tampers:
+        server = ScramServer("SCRAM-SHA-256", lambda u, m: cred)
+        final, _ = _client_final("SCRAM-SHA-256", "pw", server.step(b"n,,n=alice,r=abc"),
+                                 "abc")
+        with pytest.raises(AuthenticationFailed):
+            server.step(tamper(final))
+
+
+def test_credential_bounds() -> None:
+    with pytest.raises(UnacceptableCredential, match="Too few iterations"):
+        make_credential("SCRAM-SHA-512", "pw", 4095)
+    with pytest.raises(UnacceptableCredential, match="Too many iterations"):
+        make_credential("SCRAM-SHA-512", "pw", 16385)
+
+
+def test_plain_checks_the_scram_credentials() -> None:
+    creds = {"alice": [make_credential("SCRAM-SHA-512", "pw", 4096)]}
+
+    def login(token: bytes) -> str:
+        server = PlainServer(lambda u: creds.get(u, []))
+        assert server.step(token) == b"" and server.done
+        return server.principal
+
+    assert login(b"\0alice\0pw") == "alice"
+    assert login(b"alice\0alice\0pw") == "alice"
+    for bad in (b"\0alice\0nope", b"\0bob\0pw", b"bob\0alice\0pw", b"\0alice\0", b"alice\0pw",
+                b"\0\0pw"):
+        with pytest.raises(AuthenticationFailed):
+            login(bad)
+
+
+class _Users:
+    """A metadata store's SCRAM reads, in memory."""
+
+    def __init__(self, creds: dict[str, list[ScramCredential]]) -> None:
+        self.creds = creds
+
+    def scram_credentials(self, user: str) -> list[ScramCredential]:
+        return self.creds.get(user, [])
+
+
+def _service(now: list[float], **settings: object) -> SaslService:
+    config = AgentConfig(sasl_enabled_mechanisms="PLAIN,SCRAM-SHA-512", **settings)  # type: ignore[arg-type]
+    users = _Users({"alice": [make_credential("SCRAM-SHA-512", "pw", 4096)]})
+    return SaslService(config, users, clock=lambda: now[0])  # type: ignore[arg-type]
+
+
+def test_authenticator_gates_requests_until_authenticated() -> None:
+    now = [100.0]
+    auth = Authenticator(_service(now, connections_max_reauth_ms=60_000), "10.0.0.1", now[0])
+    assert auth.refusal(18, now[0]) is None and auth.refusal(17, now[0]) is None
+    assert "during SASL handshake" in (auth.refusal(3, now[0]) or "")
+    assert "during SASL handshake" in (auth.refusal(36, now[0]) or "")
+    assert not auth.handshake("GSSAPI", 1) and auth.close_after_reply
+    auth = Authenticator(_service(now, connections_max_reauth_ms=60_000), "10.0.0.1", now[0])
+    assert auth.handshake("PLAIN", 1) and auth.state == AUTHENTICATE
+    assert "during SASL authentication" in (auth.refusal(3, now[0]) or "")
+    outcome, delay = auth.authenticate(b"\0alice\0pw")
+    assert outcome.error is None and outcome.lifetime_ms == 60_000 and delay == 0
+    assert auth.state == COMPLETE and auth.principal == "User:alice"
+    assert auth.refusal(3, now[0]) is None
+    now[0] += 61  # past connections.max.reauth.ms: only a new handshake is served
+    assert "expired" in (auth.refusal(3, now[0]) or "")
+    assert auth.refusal(17, now[0]) is None
+    assert auth.handshake("PLAIN", 1)
+    outcome, _ = auth.authenticate(b"\0alice\0pw")
+    assert outcome.error is None and auth.refusal(3, now[0]) is None  # renewed
+
+
+def test_reauthentication_keeps_principal_and_mechanism() -> None:
+    now = [0.0]
+    service = _service(now)
+    service.metadata.creds["bob"] = [make_credential("SCRAM-SHA-512", "pw2", 4096)]  # type: ignore[attr-defined]
+    auth = Authenticator(service, "10.0.0.1", 0)
+    auth.handshake("PLAIN", 1)
+    auth.authenticate(b"\0alice\0pw")
+    auth.handshake("PLAIN", 1)
+    outcome, _ = auth.authenticate(b"\0bob\0pw2")
+    assert outcome.error is not None and auth.close_after_reply
+    auth = Authenticator(service, "10.0.0.1", 0)
+    auth.handshake("PLAIN", 1)
+    auth.authenticate(b"\0alice\0pw")
+    auth.handshake("SCRAM-SHA-512", 1)
+    outcome, _ = auth.authenticate(b"n,,n=alice,r=abc")
+    assert outcome.error is not None and auth.close_after_reply
+
+
+def test_failed_logins_are_paced_per_address() -> None:
+    now = [0.0]
+    service = _service(now, connection_failed_authentication_delay_ms=100)
+    delays = []
+    for _ in range(9):
+        auth = Authenticator(service, "10.0.0.9", now[0])
+        auth.handshake("PLAIN", 1)
+        outcome, delay = auth.authenticate(b"\0alice\0wrong")
+        assert outcome.error == ("Authentication failed during authentication due to invalid"
+                                 " credentials with SASL mechanism PLAIN")
+        delays.append(delay)
+    assert delays == [0.1 * 2 ** min(i, 6) for i in range(9)]
+    other = Authenticator(service, "10.0.0.10", now[0])  # another address: not slowed
+    other.handshake("PLAIN", 1)
+    assert other.authenticate(b"\0alice\0wrong")[1] == 0.1
+    now[0] += 61  # a quiet minute: back to the base delay
+    auth = Authenticator(service, "10.0.0.9", now[0])
+    auth.handshake("PLAIN", 1)
+    assert auth.authenticate(b"\0alice\0wrong")[1] == 0.1
