@@ -9,6 +9,13 @@ class AgentError(Exception):
     retriable = False
 
 
+class NotCachedError(AgentError):
+    """An append asked to use only what the agent has cached (`cached_only`) would have to
+    read the metadata store first (a topic not cached, a partition past the cached count, an
+    idempotent producer's state not known here): nothing was buffered; the caller retries
+    where blocking is allowed. Never reaches a client."""
+
+
 class AgentClosedError(AgentError):
     """The agent was closed; no more records are accepted."""
 

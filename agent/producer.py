@@ -60,6 +60,7 @@ from .errors import (
     BufferFullError,
     FlushError,
     FlushOutcomeUnknownError,
+    NotCachedError,
     RecordTooLargeError,
 )
 from .idempotence import Admit, InFlight, ProducerTracker
@@ -364,7 +365,8 @@ class Agent:
 
     def produce_batches(self, topic: str, partition: int, raw_batches: Sequence[bytes], *,
                         block_s: float | None = None,
-                        coordinator: bool = False) -> list[ProduceFuture]:
+                        coordinator: bool = False,
+                        cached_only: bool = False) -> list[ProduceFuture]:
         """`produce_batch` for each batch, all checked before any is buffered, so a bad one
         stores none of them (what a Produce request's partition needs).
 
@@ -372,7 +374,14 @@ class Agent:
         (None: max.block.ms; 0: not at all) and then raising BufferFullError with nothing
         buffered. The Kafka server passes 0 and waits on the event loop instead
         (`set_room_listener`), so that no thread blocks on a full buffer.
+
+        `cached_only` (one batch; the server's event loop, where nothing may block): raise
+        NotCachedError, nothing buffered, where the append would read the metadata store.
         """
+        if cached_only:
+            rules = self._rules.get(topic)
+            if rules is None or len(raw_batches) != 1 or partition >= rules[0].partitions:
+                raise NotCachedError(f"{topic}/{partition} is not cached")
         info = self.partition_topic(topic, partition)
         checked = [self._check_batch(info, raw, coordinator) for raw in raw_batches]
         if info.config.log_append_time:
@@ -382,7 +391,7 @@ class Agent:
             self._wait_for_room(hold.left, block_s)
             self._in_flight_bytes += hold.left
         try:
-            return [self._produce_checked(info, partition, raw, batch, hold)
+            return [self._produce_checked(info, partition, raw, batch, hold, cached_only)
                     for raw, batch in zip(raw_batches, checked, strict=True)]
         finally:  # room held for batches not buffered (resends, refusals) is given back
             if hold.left:
@@ -427,7 +436,8 @@ class Agent:
         return checked
 
     def _produce_checked(self, info: TopicInfo, partition: int, raw_batch: bytes,
-                         checked: CheckedBatch, hold: _Hold) -> ProduceFuture:
+                         checked: CheckedBatch, hold: _Hold,
+                         cached_only: bool = False) -> ProduceFuture:
         topic = info.name
         header = checked[0]
         if header.producer_id < 0:
@@ -461,7 +471,10 @@ class Agent:
                 return _resolved(tp, decision.base_offset)
             if isinstance(decision, Exception):
                 return _resolved(tp, decision)
-            # Not known here, or refused on what this agent knew: read the committed state.
+            # Not known here, or refused on what this agent knew: read the committed state
+            # (nothing of the call is buffered yet when `cached_only`: it has one batch).
+            if cached_only:
+                raise NotCachedError(f"producer {key[0]}'s state on {topic}/{partition}")
             state = self._metadata.producer_state(*key)
             with self._cond:
                 self._producers.learn(key, state)

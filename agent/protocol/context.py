@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextvars
+import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -125,6 +126,9 @@ class ServerContext:
     sasl: SaslService | None = None  # the SASL listeners' side (set by the server)
     authz: Authorization = field(init=False)  # ACL decisions (authz.py)
     _commits: Wakeup = field(default_factory=Wakeup)
+    # Calls from other threads waiting for the loop (`call_threadsafe`).
+    _calls: list[tuple[Callable[..., object], tuple[Any, ...]]] = field(default_factory=list)
+    _calls_lock: threading.Lock = field(default_factory=threading.Lock)
     _room: Wakeup = field(default_factory=Wakeup)
     _cluster_ns: uuid.UUID | None = None
     # Topics by id: each id handed out (`topic_id`) and the last listing's (`topics_by_id`).
@@ -230,6 +234,26 @@ class ServerContext:
         self.quotas.unrecord(kind, user, client_id or "", nbytes, self.metadata.clock.now_ms())
 
     # ----------------------------------------------------------------- threads and commits
+
+    def call_threadsafe(self, fn: Callable[..., object], *args: Any) -> None:
+        """Call `fn(*args)` on the loop from another thread, coalesced: calls made before
+        the loop runs them share one wake-up (a flush completing many requests costs one
+        cross-thread wake-up, not one per request)."""
+        with self._calls_lock:
+            self._calls.append((fn, args))
+            if len(self._calls) > 1:
+                return  # a wake-up is on its way and will run this call too
+        loop = self.loop
+        if loop is None:
+            raise RuntimeError("call_threadsafe before the server's loop started")
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(self._run_calls)
+
+    def _run_calls(self) -> None:
+        with self._calls_lock:
+            calls, self._calls = self._calls, []
+        for fn, args in calls:
+            fn(*args)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run blocking work (metadata queries, object GETs, agent appends) off the loop."""

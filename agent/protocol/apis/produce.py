@@ -57,7 +57,7 @@ from kio.schema.produce import v3, v4, v5, v6, v7, v8, v9, v10, v11, v12
 from kio.static.protocol import RequestHeader
 
 from acl import Operation, ResourceType
-from agent.errors import BufferFullError
+from agent.errors import BufferFullError, NotCachedError
 from agent.producer import ProduceFuture
 from agent.quotas import PRODUCE as PRODUCE_QUOTA
 from fileformat import Compression
@@ -140,17 +140,20 @@ def check_request_records(batches: list[bytes], version: int) -> None:
 
 
 def _admit(ctx: ServerContext, topic: str, partition: int, records: bytes | None,
-           version: int) -> Admission:
-    """Buffer one partition's batches in the agent, or FULL without waiting (blocking only
-    on metadata reads: runs in the pool)."""
+           version: int, cached_only: bool = False) -> Admission | None:
+    """Buffer one partition's batches in the agent, or FULL without waiting. Blocking only
+    on metadata reads (in the pool), or, `cached_only` (on the event loop), never: None
+    where the agent would have to read the metadata store first."""
     agent = ctx.agent
     try:
-        # Reloads the cached topic once if the partition looks past its end (added through
-        # another agent); out of range after that: UNKNOWN_TOPIC_OR_PARTITION.
-        agent.partition_topic(topic, partition)
         batches = [bytes(batch) for batch in split_frames(records or b"")]
         check_request_records(batches, version)
-        return agent.produce_batches(topic, partition, batches, block_s=0)
+        # Reloads the cached topic once if the partition looks past its end (added through
+        # another agent); out of range after that: UNKNOWN_TOPIC_OR_PARTITION.
+        return agent.produce_batches(topic, partition, batches, block_s=0,
+                                     cached_only=cached_only)
+    except NotCachedError:
+        return None
     except BufferFullError:
         return FULL
     except Exception as exc:
@@ -172,9 +175,31 @@ Outcome = Appended | ErrorCode | Refusal
 Admitted = list[tuple[str, list[tuple[int, "list[ProduceFuture] | ErrorCode | Refusal"]]]]
 
 
+# A request up to this many record bytes is admitted on the event loop when the agent has
+# what it needs cached (the topic, the producer's state): a thread hop costs more than the
+# checks of a small batch. Larger ones go to the pool, as do partitions needing a read.
+INLINE_BYTES = 256 * 1024
+
+
 def _admit_some(ctx: ServerContext, parts: list[tuple[str, Partition]], version: int
                 ) -> list[Admission]:
-    return [_admit(ctx, topic, p.index, p.records, version) for topic, p in parts]
+    return [_admit(ctx, topic, p.index, p.records, version) or FULL for topic, p in parts]
+
+
+async def _try_some(ctx: ServerContext, parts: list[tuple[str, Partition]], version: int,
+                    inline: bool) -> list[Admission]:
+    """`_admit_some`, on the loop for the partitions the agent can take from its caches
+    (`inline`), in the pool for the rest."""
+    if not inline:
+        return await ctx.run(_admit_some, ctx, parts, version)
+    tried = [_admit(ctx, topic, p.index, p.records, version, cached_only=True)
+             for topic, p in parts]
+    rest = [i for i, outcome in enumerate(tried) if outcome is None]
+    if rest:
+        for i, outcome in zip(rest, await ctx.run(_admit_some, ctx, [parts[i] for i in rest],
+                                                  version), strict=True):
+            tried[i] = outcome
+    return [FULL if outcome is None else outcome for outcome in tried]
 
 
 async def _admit_all(ctx: ServerContext, request: Request, version: int,
@@ -193,9 +218,10 @@ async def _admit_all(ctx: ServerContext, request: Request, version: int,
                                  else ErrorCode.topic_authorization_failed
                                  for topic, p in parts]
     waiting = [i for i, outcome in enumerate(outcomes) if outcome is FULL]
+    inline = sum(len(p.records or b"") for _, p in parts) <= INLINE_BYTES
     while True:
         room = ctx.room_freed()  # before trying: room freed during the attempt wakes us
-        tried = await ctx.run(_admit_some, ctx, [parts[i] for i in waiting], version)
+        tried = await _try_some(ctx, [parts[i] for i in waiting], version, inline)
         for i, outcome in zip(waiting, tried, strict=True):
             outcomes[i] = outcome
         waiting = [i for i in waiting if outcomes[i] is FULL]
@@ -211,9 +237,10 @@ async def _admit_all(ctx: ServerContext, request: Request, version: int,
 
 def _when_flushed(ctx: ServerContext, admitted: Admitted) -> asyncio.Future[None]:
     """Resolves on the loop once every future of the request is done, and then wakes the
-    long-polling fetches (acks=0 included). One loop wakeup per request, not one per
-    partition: a flush resolves thousands of partitions' futures at once, on the flusher
-    thread, and each cross-thread wakeup is a syscall under the interpreter lock."""
+    long-polling fetches (acks=0 included). One loop wake-up per flush, not one per
+    request or partition: a flush resolves thousands of futures at once, on the flusher
+    thread, and each cross-thread wake-up is a syscall under the interpreter lock, so the
+    requests it completes are handed over together (`ServerContext.call_threadsafe`)."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
     futures = [f for _, parts in admitted for _, o in parts if isinstance(o, list) for f in o]
@@ -226,8 +253,7 @@ def _when_flushed(ctx: ServerContext, admitted: Admitted) -> asyncio.Future[None
             remaining -= 1
             if remaining:
                 return
-        ctx.notify_commit_threadsafe()
-        loop.call_soon_threadsafe(_resolve, done)
+        ctx.call_threadsafe(_resolve, ctx, done)
 
     for fut in futures:
         fut.add_done_callback(one_done)
@@ -236,7 +262,8 @@ def _when_flushed(ctx: ServerContext, admitted: Admitted) -> asyncio.Future[None
     return done
 
 
-def _resolve(done: asyncio.Future[None]) -> None:
+def _resolve(ctx: ServerContext, done: asyncio.Future[None]) -> None:
+    ctx.notify_commit()
     if not done.done():
         done.set_result(None)
 
