@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from fileformat import (
+    KEY_HASH_SIZE,
     ChunkBuilder,
     ChunkIndex,
     Compression,
@@ -37,14 +38,15 @@ from fileformat import (
     iter_meta_streamed,
 )
 from fileformat.batch import BatchHeader
-from fileformat.datareader import DataReader
-from fileformat.errors import naming
+from fileformat.datareader import DataReader, iter_headers
+from fileformat.errors import CorruptDataError, naming
 from fileformat.filter import filter_batch
 from fileformat.stream import ReadAhead
+from metadata.txnlog import AbortedIndex
 from objectstore import ObjectStore
 from planner import PartitionPlan
 
-from .dedupe import HashSource, Pass1, map_capacity, pass1
+from .dedupe import HashSource, Mask, Pass1, map_capacity, pass1
 from .offsetmap import HashSpool
 
 log = logging.getLogger(__name__)
@@ -107,7 +109,8 @@ class MergeStats:
     batches_reencoded: int = 0
     partitions: int = 0
     partial_cleans: int = 0  # partitions whose offset map filled up
-    null_keys_kept: int = 0
+    null_keys_kept: int = 0  # null keys and transaction markers kept by the map
+    aborted_dropped: int = 0  # records of aborted transactions dropped
     # New cleaner checkpoints (first offset not deduplicated) per partition.
     checkpoints: dict[TopicPartition, int] = field(default_factory=dict)
 
@@ -193,6 +196,7 @@ def merge(
     heartbeat: Callable[[], None] = lambda: None,
     open_input: InputOpener = open_streams,
     after_pass1: Callable[[TopicPartition], None] = lambda tp: None,
+    aborted: Mapping[TopicPartition, AbortedIndex] | None = None,
 ) -> MergeStats:
     """Merge `inputs` into the outputs created on demand by `compacted_out`/`delete_out`.
 
@@ -202,7 +206,12 @@ def merge(
     output; every other partition is copied as it is to the delete-policy output.
     `open_input` opens each input's two sections (default: two streams, two GETs per file).
     `after_pass1` is called after each partition's pass 1, before its pass 2 (the memory
-    benchmark reads the peak there).
+    benchmark reads the peak there). `aborted`: per compacted partition, its aborted
+    transactions (the metadata's index): their records never enter pass 1's map and are
+    dropped in pass 2 whatever their keys, within the range the clean covers (Kafka's
+    CleanedTransactionMetadata). Which records those are is read from the batch headers of
+    the input chunks an aborted transaction overlaps: one more ranged GET per such chunk
+    (headers only are kept), none for a partition without aborted transactions.
     """
     by_tp = {(p.topic, p.partition): p for p in plans}
     stats = MergeStats(input_files=len(inputs))
@@ -221,14 +230,70 @@ def merge(
             tp, live = step
             if live:
                 plan = by_tp.get(tp)
+                txns = (aborted or {}).get(tp) if plan is not None else None
                 with HashSpool() as spool:
                     _merge_partition(tp, live, target(plan is not None), plan, stats, spool,
-                                     capacity=capacity, now_ms=now_ms, after_pass1=after_pass1)
+                                     capacity=capacity, now_ms=now_ms, after_pass1=after_pass1,
+                                     aborted=_aborted_masks(store, live, tp, txns)
+                                     if txns else None)
                 stats.partitions += 1
             heartbeat()
         for i in opened:
             i.finish()
     return stats
+
+
+def _aborted_masks(store: ObjectStore, inputs: Sequence[_Input], tp: TopicPartition,
+                   txns: AbortedIndex) -> list[Mask | None]:
+    """Per input chunk of the partition (in `inputs` order): which of its records belong to
+    an aborted transaction (None: none can, no aborted range overlaps the chunk). The
+    chunk's batch headers are read from one ranged stream of its bytes, record bytes
+    skipped, so memory stays one header."""
+    masks: list[Mask | None] = []
+    for i in inputs:
+        assert i.head is not None
+        ci, base = i.head[0], i.file.segments[tp][0]
+        if not txns.overlaps(base, base + ci.offset_span - 1):
+            masks.append(None)
+            continue
+        mask = np.zeros(ci.record_count, dtype=np.bool_)
+        pos = 0
+        with naming(i.file.object_key), store.open_stream(
+                i.file.object_key, ci.data_pos, ci.data_pos + ci.data_len) as stream:
+            for header in iter_headers(stream, ci.data_len):
+                n = header.record_count
+                if header.is_transactional and not header.is_control and txns.aborted(
+                        header.producer_id, base + header.base_offset):
+                    mask[pos:pos + n] = True
+                pos += n
+        if pos != ci.record_count:
+            raise CorruptDataError(f"{tp[0]}/{tp[1]}: batches hold {pos} records, index says"
+                                   f" {ci.record_count}")
+        masks.append(mask if mask.any() else None)
+    return masks
+
+
+class _Unkeyed:
+    """A HashSource whose records at the masked positions read as null keys (the null
+    hash): aborted records, kept out of pass 1's offset map."""
+
+    __slots__ = ("_mask", "_pos", "_source")
+
+    def __init__(self, source: HashSource, mask: Mask) -> None:
+        self._source = source
+        self._mask = mask
+        self._pos = 0
+
+    def read(self, max_hashes: int, /) -> bytes:
+        data = self._source.read(max_hashes)
+        n = len(data) // KEY_HASH_SIZE
+        part = self._mask[self._pos:self._pos + n]
+        self._pos += n
+        if not part.any():
+            return data
+        out = np.frombuffer(data, dtype=np.uint8).reshape(n, KEY_HASH_SIZE).copy()
+        out[part] = 0
+        return out.tobytes()
 
 
 def _next_partition(opened: Sequence[_Input]) -> tuple[TopicPartition, list[_Input]] | None:
@@ -329,10 +394,12 @@ def _merge_partition(
     capacity: int,
     now_ms: int,
     after_pass1: Callable[[TopicPartition], None],
+    aborted: Sequence[Mask | None] | None = None,
 ) -> None:
     """Pass 1 over the META heads of `inputs` (key hashes into the map and `spool`), then
     pass 2 over their DATA streams; the output chunk goes to `out`. `plan` None: not a
-    compacted partition (copied as it is)."""
+    compacted partition (copied as it is). `aborted`: per input chunk, its records of
+    aborted transactions (`_aborted_masks`)."""
     segs = [i.file.segments[tp] for i in inputs]
     heads: list[_Head] = []
     for i, seg in zip(inputs, segs, strict=True):
@@ -345,13 +412,14 @@ def _merge_partition(
     p1 = None
     if plan is not None and keyed and n:
         p1 = _pass1(tp, inputs, heads, plan, stats, spool, capacity=capacity,
-                    out_last=out_last)
+                    out_last=out_last, aborted=aborted)
     for i in inputs:
         i.advance()  # every entry's hashes were read (or are skipped): its CRC is checked
     after_pass1(tp)
     written = _PartitionOutput(tp, out, out_base, keyed, None if plan is None else plan.codec,
                                stats)
-    _pass2(inputs, heads, written, p1, plan, stats, now_ms=now_ms)
+    _pass2(inputs, heads, written, p1, plan, stats, now_ms=now_ms,
+           aborted=aborted if p1 is not None else None)
     if written.finish():
         out.chunks.append(OutputChunkInfo(tp, out_base, out_last,
                                           _cleaned_at(segs, plan, now_ms)))
@@ -359,7 +427,7 @@ def _merge_partition(
 
 def _pass1(tp: TopicPartition, inputs: Sequence[_Input], heads: Sequence[_Head],
            plan: PartitionPlan, stats: MergeStats, spool: HashSpool, *, capacity: int,
-           out_last: int) -> Pass1:
+           out_last: int, aborted: Sequence[Mask | None] | None = None) -> Pass1:
     """Pass 1: every record's key hash, from stream A only, into the map (the dirty
     cleanable records: from the cleaner checkpoint to the first uncleanable offset) and
     the spool. Records a whole-log clean's new checkpoint, a partial clean (the map
@@ -367,9 +435,12 @@ def _pass1(tp: TopicPartition, inputs: Sequence[_Input], heads: Sequence[_Head],
     n = sum(ci.record_count for ci, _, _ in heads)
     cleanable = _records_below(heads, plan.clean_upto_offset)
     dirty = min(_records_below(heads, plan.dirty_start_offset), n)
-    p1 = pass1([_NamedHashes(i.file.object_key, h) for (_, h, _), i
-                in zip(heads, inputs, strict=True)], (dirty, max(cleanable, dirty)),
-               capacity, spool)
+    sources: list[HashSource] = [_NamedHashes(i.file.object_key, h) for (_, h, _), i
+                                 in zip(heads, inputs, strict=True)]
+    if aborted is not None:
+        sources = [s if m is None else _Unkeyed(s, m)
+                   for s, m in zip(sources, aborted, strict=True)]
+    p1 = pass1(sources, (dirty, max(cleanable, dirty)), capacity, spool)
     topic, partition = tp
     if plan.whole_log:
         # The whole log was rewritten against the map: the dirty records up to the
@@ -382,22 +453,30 @@ def _pass1(tp: TopicPartition, inputs: Sequence[_Input], heads: Sequence[_Head],
                  topic, partition, p1.distinct_keys, _offset_at(heads, p1.map_end))
     if p1.null_keys:
         stats.null_keys_kept += p1.null_keys
-        log.warning("%s/%d: %d records with null keys on a compacted topic were kept",
-                    topic, partition, p1.null_keys)
+        log.info("%s/%d: %d records without a key (null keys, transaction markers, aborted"
+                 " records) were kept out of the offset map", topic, partition, p1.null_keys)
     return p1
 
 
 def _pass2(inputs: Sequence[_Input], heads: Sequence[_Head], written: _PartitionOutput,
            p1: Pass1 | None, plan: PartitionPlan | None, stats: MergeStats, *,
-           now_ms: int) -> None:
-    """Pass 2: survivors from stream B, in the same order, one chunk's records at a time."""
+           now_ms: int, aborted: Sequence[Mask | None] | None = None) -> None:
+    """Pass 2: survivors from stream B, in the same order, one chunk's records at a time;
+    records of aborted transactions go wherever the map's range covers them."""
     start = 0  # position of the chunk's first record among the partition's
-    for (ci, _, base), i in zip(heads, inputs, strict=True):
+    for k, ((ci, _, base), i) in enumerate(zip(heads, inputs, strict=True)):
         cnt = ci.record_count
         batches = i.read_batches(ci)
         offsets = _offsets_of(ci, base)
         all_hashes, keep = p1.take(cnt) if p1 is not None else (b"", np.ones(cnt, np.bool_))
         stats.duplicates_dropped += int(cnt - np.count_nonzero(keep))
+        mask = None if aborted is None else aborted[k]
+        if mask is not None and p1 is not None:
+            drop = keep & mask
+            drop[max(0, p1.map_end - start):] = False  # past the clean: left as they are
+            keep &= ~drop
+            stats.aborted_dropped += int(np.count_nonzero(drop))
+
         tombs = _tombstones(ci, base, offsets) if written.keyed else None
         if tombs is not None and p1 is not None and plan is not None and plan.whole_log:
             stats.tombstones_dropped += _delete_horizon(

@@ -41,7 +41,8 @@ class PlannerSnapshots:
         }
         partitions = {
             (p.topic, p.partition): PartitionState(p.topic, p.partition, p.log_start_offset,
-                                                   p.next_offset, p.clean_offset)
+                                                   p.next_offset, p.clean_offset,
+                                                   p.last_stable_offset)
             for p in snap.partitions
         }
         seen: dict[int, tuple[tuple[SegmentInfo, ...], tuple[SegmentView, ...]]] = {}

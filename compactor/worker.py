@@ -51,6 +51,7 @@ from metadata.models import CompactionOutput, RetentionResult
 from metadata.models import Snapshot as MetadataSnapshot
 from metadata.schema import FILE_PENDING
 from metadata.segments import output_segment
+from metadata.txnlog import AbortedIndex
 from objects import ObjectUpload, abandoning
 from objects.keys import compacted_key
 from objectstore import MTIME_SLACK_MS, ObjectStore, RequestCounts
@@ -305,10 +306,15 @@ class Compactor:
                                           [u.file_id for u in uploads])
                 renewed[0] = self.clock.monotonic()
 
+        # The compacted partitions' aborted transactions below what the job cleans (the
+        # merge drops their records; a partition without any costs nothing more).
+        found = self.metadata.aborted_transactions(
+            [(p.topic, p.partition, 0, p.clean_upto_offset) for p in spec.partitions])
         return merge(self.store, inputs, spec.partitions, compacted_out=make(True),
                      delete_out=make(False), now_ms=self.clock.now_ms(),
                      memory_budget=self.config.memory_budget, heartbeat=heartbeat,
-                     open_input=self.open_input)
+                     open_input=self.open_input,
+                     aborted={tp: AbortedIndex(txns) for tp, txns in found.items()})
 
     # ----------------------------------------------------------------- retention
 

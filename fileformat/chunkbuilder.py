@@ -16,7 +16,7 @@ from fileformat.batch import FRAME_SIZE, stamp_log_append_time, verify_batch, wi
 from fileformat.compression import WRITABLE_COMPRESSIONS, Compression
 from fileformat.encoder import BatchEncoder, seal_batch
 from fileformat.errors import CorruptDataError, UnsupportedError
-from fileformat.keyhash import KEY_HASH_SIZE, KeyHasher
+from fileformat.keyhash import KEY_HASH_SIZE, NULL_KEY_HASH, KeyHasher
 from fileformat.objectfile import (
     FLAG_KEYED,
     MAX_OFFSET_SPAN,
@@ -218,7 +218,9 @@ class ChunkBuilder:
         Returns (first relative offset, record count). The batch is decoded only when
         the chunk is keyed (key hashes, tombstones) or its offsets are not contiguous.
         `checked`: what `check_client_batch(raw, ...)` returned (its checks are not made
-        again). On an error the builder is unchanged.
+        again). A control batch's record (a transaction marker) is no key: in a keyed
+        chunk it gets the null key's hash, so compaction never deduplicates it by key.
+        On an error the builder is unchanged.
         """
         self._check_open()
         hasher = self._need_hasher()
@@ -232,8 +234,12 @@ class ChunkBuilder:
         fast = hasher is None and header.record_count == header.last_offset_delta + 1
         if decoded is None and not fast:
             decoded = check_client_batch(view, True)[1]  # `checked` made for an unkeyed chunk
-        hashes = b"" if hasher is None or decoded is None else hasher.hash_many(
-            k for _, _, _, k in decoded)
+        if hasher is None or decoded is None:
+            hashes = b""
+        elif header.is_control:  # a marker's record is no key: never in the offset map
+            hashes = NULL_KEY_HASH * len(decoded)
+        else:
+            hashes = hasher.hash_many(k for _, _, _, k in decoded)
         # Nothing below fails on the batch: the builder changes only now.
         self._seal_open()
         if fast or decoded is None:

@@ -10,7 +10,18 @@ from typing import Any
 
 import crc32c
 
-from fileformat.batch import FRAME_SIZE, BatchHeader, Record, check_batch, iter_records, read_header
+from fileformat.batch import (
+    FRAME_SIZE,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    BatchHeader,
+    Record,
+    check_batch,
+    iter_records,
+    read_header,
+)
 from fileformat.errors import CorruptDataError
 from fileformat.objectfile import OBJECT_HEADER_SIZE, ChunkIndex
 from fileformat.stream import COPY_BLOCK, Readable, read_exact
@@ -86,6 +97,29 @@ def iter_chunk_records(
     """
     for header, view in _walk_chunk(data, offset_span, index):
         yield from iter_records(view, header, base_offset)
+
+
+def iter_headers(stream: Readable, length: int) -> Iterator[BatchHeader]:
+    """The batch headers of a chunk's `length` bytes read forward from `stream`, record
+    bytes skipped (memory: one header): for readers that need only batch attributes and
+    producers (the compactor finding aborted transactions' records). Framing is checked,
+    CRCs are not (the batches' own reader checks them)."""
+    pos = 0
+    while pos < length:
+        if length - pos < HEADER_SIZE:
+            raise CorruptDataError(f"batch header at {pos} runs past the chunk ({length})")
+        raw = read_exact(stream, HEADER_SIZE, "a batch header")
+        (base, size, epoch, magic, crc, attrs, lod, first_ts, max_ts, pid, pep, bseq,
+         count) = HEADER.unpack_from(raw)
+        total = size + LOG_OVERHEAD
+        if magic != MAGIC or total < HEADER_SIZE or pos + total > length or count < 0:
+            raise CorruptDataError(f"batch at {pos}: bad magic, length or record count")
+        yield BatchHeader(base, total, epoch, crc, attrs, lod, first_ts, max_ts, pid, pep,
+                          bseq, count)
+        rest = total - HEADER_SIZE
+        while rest > 0:
+            rest -= len(read_exact(stream, min(rest, COPY_BLOCK), "skipped records"))
+        pos += total
 
 
 class DataReader:

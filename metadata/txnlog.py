@@ -139,6 +139,11 @@ class AbortedIndex:
     def __bool__(self) -> bool:
         return bool(self._by_producer)
 
+    def overlaps(self, first: int, last: int) -> bool:
+        """Whether an aborted transaction spans any offset of [first, last]."""
+        return any(lo <= last and hi >= first
+                   for ranges in self._by_producer.values() for lo, hi in ranges)
+
     def aborted(self, producer_id: int, offset: int) -> bool:
         """Whether the batch of `producer_id` at `offset` belongs to an aborted transaction."""
         ranges = self._by_producer.get(producer_id)

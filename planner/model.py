@@ -97,13 +97,15 @@ class TopicPolicy:
 
 @dataclass(frozen=True, slots=True)
 class PartitionState:
-    """A partition's log bounds and its cleaner checkpoint (first offset not yet clean)."""
+    """A partition's log bounds, its cleaner checkpoint (first offset not yet clean) and its
+    last stable offset (None: the log end; the cleaner never cleans at or past it)."""
 
     topic: str
     partition: int
     log_start_offset: int
     next_offset: int
     clean_offset: int = 0
+    last_stable_offset: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,7 +107,9 @@ class _Index:
 
     def first_uncleanable(self, tp: TopicPartition) -> int:
         """Kafka's first uncleanable offset: the base of the first dirty segment holding a
-        record younger than min.compaction.lag.ms (by its max timestamp), else the log end."""
+        record younger than min.compaction.lag.ms (by its max timestamp), else the log end;
+        never past the last stable offset (an open transaction's records are not cleaned,
+        nor anything after them: LogCleanerManager's firstUnstableOffset)."""
         hit = self._uncleanable.get(tp)
         if hit is not None:
             return hit
@@ -117,6 +119,8 @@ class _Index:
         state = self.snap.partitions.get(tp)
         if state is not None:
             end = max(end, state.next_offset)
+            if state.last_stable_offset is not None:
+                end = min(end, state.last_stable_offset)
         if policy is not None and policy.min_compaction_lag_ms > 0:
             horizon = self.now_ms - policy.min_compaction_lag_ms
             for s in segs:
