@@ -6,6 +6,8 @@ topic on another within a second."""
 
 from __future__ import annotations
 
+import inspect
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,15 +18,17 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._acl import AclBinding, AclOperation, AclPermissionType
 from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
+from kafka.admin import KafkaAdminClient
 from kio.schema.describe_cluster.v1 import request as dc1
 from kio.schema.describe_groups.v5 import request as dg5
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v10 import request as m10
 from kio.schema.types import GroupId, TopicName
-from kio.static.primitive import i8, i32
+from kio.static.primitive import i8, i16, i32, i64
 
 import acl
 from agent.config import STANDARD_AUTHORIZER
+from agent.protocol.apis import TABLE, Api
 
 from .server import AgentProcess, Backend, RawClient
 from .test_groups_raw import _ms, build, commit
@@ -34,6 +38,7 @@ AUTHORIZER = {"SILT_AGENT_AUTHORIZER_CLASS_NAME": STANDARD_AUTHORIZER}
 ANON = "User:ANONYMOUS"
 Op, R = acl.Operation, acl.ResourceType
 DENIED = ErrorCode.topic_authorization_failed.value
+DENIED_CODE = ErrorCode.topic_authorization_failed
 # Kafka's bitfields of every operation of a type (AclEntry.supportedOperations).
 EVERY_TOPIC_OP = acl.bitfield(acl.SUPPORTED[R.TOPIC])
 EVERY_CLUSTER_OP = acl.bitfield(acl.SUPPORTED[R.CLUSTER])
@@ -316,5 +321,122 @@ def test_list_groups_shows_only_described_groups(local: Backend) -> None:
             time.sleep(0.01)
     finally:
         consumer.close()
+        client.close()
+        proc.terminate()
+
+
+# ------------------------------------------------------------------ every handler
+
+
+# APIs a client may call before it is anyone (Kafka authorizes none of them).
+UNAUTHORIZED_APIS = {"api_versions", "sasl_handshake", "sasl_authenticate"}
+
+
+def test_every_handler_asks_the_authorizer() -> None:
+    """A handler added to the dispatch table without an authorization check fails here
+    (KafkaApis authorizes every API but ApiVersions and SASL)."""
+    def checks(api: Api) -> bool:
+        source = inspect.getsource(sys.modules[api.handler.__module__])
+        return "ctx.authz" in source or "config_refusal(" in source  # configs.py's
+
+    assert [api.name for api in TABLE.values()
+            if api.name not in UNAUTHORIZED_APIS and not checks(api)] == []
+
+
+def test_admin_apis_answer_authorization_failed(local: Backend) -> None:
+    """Topic `open` allows everything, `closed` nothing; the cluster nothing: each admin API
+    answers Kafka's error for what it may not touch, and changes nothing of it."""
+    setup(local, allow(R.TOPIC, "open", Op.ALL), allow(R.TOPIC, "new-ok", Op.CREATE))
+    proc = local.agent("agent", AUTHORIZER).start()
+    client = RawClient(proc.port)
+    admin = KafkaAdminClient(bootstrap_servers=proc.bootstrap)
+    call = client.call
+    try:
+        created = call(19, 7, build(19, 7, timeout=_ms(30_000), validate_only=False, topics=tuple(
+            build(19, 7, "CreatableTopic", name=n, num_partitions=i32(1),
+                  replication_factor=i16(1), assignments=(), configs=())
+            for n in ("new-ok", "new-denied"))))
+        assert [(t.name, t.error_code, t.topic_config_error_code) for t in created.topics] == [
+            ("new-ok", ErrorCode.none, DENIED), ("new-denied", DENIED_CODE, DENIED)]
+        deleted = call(20, 6, build(20, 6, timeout=_ms(30_000), topics=tuple(
+            build(20, 6, "DeleteTopicState", name=n, topic_id=None)
+            for n in ("closed", "nowhere"))))
+        assert [(t.name, t.error_code) for t in deleted.responses] == [
+            ("closed", DENIED_CODE), ("nowhere", DENIED_CODE)]
+        grown = call(37, 3, build(37, 3, timeout=_ms(30_000), validate_only=False, topics=tuple(
+            build(37, 3, "CreatePartitionsTopic", name=n, count=i32(2), assignments=None)
+            for n in ("open", "closed"))))
+        assert [(r.name, r.error_code) for r in grown.results] == [
+            ("open", ErrorCode.none), ("closed", DENIED_CODE)]
+        records = call(21, 2, build(21, 2, timeout=_ms(30_000), topics=tuple(
+            build(21, 2, "DeleteRecordsTopic", name=n, partitions=(
+                build(21, 2, "DeleteRecordsPartition", partition_index=i32(0),
+                      offset=i64(0)),)) for n in ("open", "closed"))))
+        assert [(t.name, t.partitions[0].error_code) for t in records.topics] == [
+            ("open", ErrorCode.none), ("closed", DENIED_CODE)]
+        # Configs: DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, the cluster for a broker.
+        described = call(32, 4, build(32, 4, include_synonyms=False,
+                                      include_documentation=False, resources=tuple(
+            build(32, 4, "DescribeConfigsResource", resource_type=i8(t), resource_name=n,
+                  configuration_keys=None)
+            for t, n in ((2, "open"), (2, "closed"), (4, ""), (32, "g")))))
+        assert [(r.resource_name, r.error_code, bool(r.configs)) for r in described.results] \
+            == [("open", ErrorCode.none, True), ("closed", DENIED_CODE, False),
+                ("", ErrorCode.cluster_authorization_failed, False),
+                ("g", ErrorCode.group_authorization_failed, False)]
+        altered = call(44, 1, build(44, 1, validate_only=False, resources=tuple(
+            build(44, 1, "AlterConfigsResource", resource_type=i8(2), resource_name=n,
+                  configs=(build(44, 1, "AlterableConfig", name="retention.ms",
+                                 config_operation=i8(0), value="1000"),))
+            for n in ("open", "closed"))))
+        assert [(r.resource_name, r.error_code) for r in altered.responses] == [
+            ("open", ErrorCode.none), ("closed", DENIED_CODE)]
+        md = local.metadata()
+        try:
+            assert md.get_topic("closed").partitions == 1
+            assert "retention.ms" not in md.get_topic("closed").configs
+            assert md.get_topic("open").configs["retention.ms"] == "1000"
+            assert [t.name for t in md.list_topics()] == ["closed", "new-ok", "open"]
+        finally:
+            md.close()
+        # The cluster's own APIs.
+        assert call(35, 4, build(35, 4, topics=None)).error_code == \
+            ErrorCode.cluster_authorization_failed
+        assert call(46, 0, build(46, 0, timeout=_ms(30_000), topics=None)).error_code == \
+            ErrorCode.cluster_authorization_failed
+        elected = call(43, 2, build(43, 2, election_type=i8(0), timeout=_ms(30_000),
+                                    topic_partitions=(build(43, 2, "TopicPartitions",
+                                                            topic="open",
+                                                            partitions=(i32(0),)),)))
+        assert elected.error_code == ErrorCode.cluster_authorization_failed
+        assert elected.replica_election_results[0].partition_result[0].error_code == \
+            ErrorCode.cluster_authorization_failed
+        producers = call(61, 0, build(61, 0, topics=tuple(
+            build(61, 0, "TopicRequest", name=n, partition_indexes=(i32(0),))
+            for n in ("open", "closed"))))
+        assert [(t.name, t.partitions[0].error_code) for t in producers.topics] == [
+            ("open", ErrorCode.none), ("closed", DENIED_CODE)]
+        # InitProducerId: WRITE on some topic is enough for an idempotent producer.
+        assert call(22, 4, build(22, 4, transactional_id=None, transaction_timeout=_ms(60_000),
+                                 producer_id=i64(-1), producer_epoch=i16(-1))
+                    ).error_code == ErrorCode.none
+        # A listing shows what it may DESCRIBE: not `closed`, nor `new-ok` (CREATE only).
+        assert sorted(admin.list_topics()) == ["open"]
+    finally:
+        admin.close()
+        client.close()
+        proc.terminate()
+
+
+def test_idempotent_producer_needs_write_somewhere(local: Backend) -> None:
+    setup(local, allow(R.TOPIC, "open", Op.READ))
+    proc = local.agent("agent", AUTHORIZER).start()
+    client = RawClient(proc.port)
+    try:
+        assert client.call(22, 4, build(22, 4, transactional_id=None,
+                                        transaction_timeout=_ms(60_000), producer_id=i64(-1),
+                                        producer_epoch=i16(-1))).error_code == \
+            ErrorCode.cluster_authorization_failed
+    finally:
         client.close()
         proc.terminate()

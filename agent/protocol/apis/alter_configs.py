@@ -7,7 +7,9 @@ validate_only changes nothing. A key given twice keeps its last value (Kafka bui
 a resource named twice is INVALID_REQUEST "Duplicate resource." and changes nothing of it;
 a resource type Kafka does not know UNSUPPORTED_VERSION. BROKER resources are refused as
 IncrementalAlterConfigs refuses them (the agent's settings are static), and so are the
-other known types."""
+other known types.
+ALTER_CONFIGS is needed as for IncrementalAlterConfigs.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from kio.schema.alter_configs import v0, v1, v2
 from kio.schema.errors import ErrorCode
 from kio.static.protocol import Entity, RequestHeader
 
+from acl import Operation
 from metadata.errors import InvalidTopicError
 from metadata.topicconfig import AlterOp, ConfigChange
 from metadata.topics import validate_topic_name
@@ -24,7 +27,7 @@ from metadata.topics import validate_topic_name
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 from ..errors import failed
-from .configs import ResourceType
+from .configs import ResourceType, config_refusal
 from .incremental_alter_configs import Outcome, broker_refusal
 
 Request = v0.AlterConfigsRequest | v1.AlterConfigsRequest | v2.AlterConfigsRequest
@@ -55,12 +58,15 @@ def _topic(ctx: ServerContext, resource: Resource, validate_only: bool) -> Outco
     return ErrorCode.none, None
 
 
-def alter_all(ctx: ServerContext, request: Request) -> list[tuple[Resource, Outcome]]:
-    """Replace each resource's configs (blocking: runs in the pool)."""
+def alter_all(ctx: ServerContext, request: Request, refused: list[Outcome | None]
+              ) -> list[tuple[Resource, Outcome]]:
+    """Replace each resource's configs (blocking: runs in the pool); those `refused` (no
+    ALTER_CONFIGS) answer its error, unchanged."""
     named = Counter((int(r.resource_type), r.resource_name) for r in request.resources)
     answered: set[tuple[int, str]] = set()
     out: list[tuple[Resource, Outcome]] = []
-    for r in request.resources:
+    resources: list[Resource] = list(request.resources)
+    for r, denied in zip(resources, refused, strict=True):
         key = (int(r.resource_type), r.resource_name)
         if key[0] not in KNOWN_TYPES:
             outcome: Outcome = (ErrorCode.unsupported_version,
@@ -70,6 +76,8 @@ def alter_all(ctx: ServerContext, request: Request) -> list[tuple[Resource, Outc
                 continue
             answered.add(key)
             outcome = ErrorCode.invalid_request, "Duplicate resource."
+        elif denied is not None:
+            outcome = denied
         elif key[0] == ResourceType.TOPIC:
             outcome = _topic(ctx, r, bool(request.validate_only))
         elif key[0] == ResourceType.BROKER:
@@ -83,7 +91,10 @@ def alter_all(ctx: ServerContext, request: Request) -> list[tuple[Resource, Outc
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
-    results = await ctx.run(alter_all, ctx, request)
+    refused: list[Outcome | None] = [
+        config_refusal(ctx, Operation.ALTER_CONFIGS, int(r.resource_type), r.resource_name)
+        for r in request.resources]
+    results = await ctx.run(alter_all, ctx, request, refused)
     return b("AlterConfigsResponse", throttle_time=NO_THROTTLE, responses=tuple(
         b("AlterConfigsResourceResponse", error_code=error, error_message=message,
           resource_type=r.resource_type, resource_name=r.resource_name)

@@ -5,13 +5,17 @@ checks it (INVALID_REPLICA_ASSIGNMENT otherwise, Kafka's words: `create_topics.
 assignment_problem`), completes at once with placement unchanged, as CreateTopics'
 assignments do; a cancellation (replicas null) is NO_REASSIGNMENT_IN_PROGRESS, as Kafka
 answers a partition not being reassigned; a partition of no topic, or past its count,
-UNKNOWN_TOPIC_OR_PARTITION (ReplicationControlManager's order and words)."""
+UNKNOWN_TOPIC_OR_PARTITION (ReplicationControlManager's order and words).
+ALTER on the cluster is needed (else CLUSTER_AUTHORIZATION_FAILED).
+"""
 
 from __future__ import annotations
 
 from kio.schema.alter_partition_reassignments import v0
 from kio.schema.errors import ErrorCode
 from kio.static.protocol import Entity, RequestHeader
+
+from acl import CLUSTER_NAME, Operation, ResourceType
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
@@ -21,6 +25,7 @@ from .elect_leaders import partition_counts
 Request = v0.AlterPartitionReassignmentsRequest
 """kio's AlterPartitionReassignmentsRequest of the version served (0)."""
 
+CLUSTER_DENIED = "Cluster authorization failed."  # Kafka's Errors message
 NOT_REASSIGNING = "No partition reassignment is in progress."  # Kafka's Errors message
 
 
@@ -41,6 +46,10 @@ def _answer(counts: dict[str, int], live: set[int], topic: str, partition: int,
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
+    if not ctx.authz.allows(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        return b("AlterPartitionReassignmentsResponse", throttle_time=NO_THROTTLE,
+                 error_code=ErrorCode.cluster_authorization_failed,
+                 error_message=CLUSTER_DENIED, responses=())
     counts = await ctx.run(partition_counts, ctx)
     live = {a.node_id for a in await ctx.run(ctx.live_brokers)}
 

@@ -1,11 +1,15 @@
 """What DescribeConfigs and IncrementalAlterConfigs share: Kafka's resource types, config
-sources and types, and which broker (agent) a BROKER resource names."""
+sources and types, which broker (agent) a BROKER resource names, and who may describe or
+alter a resource's configs."""
 
 from __future__ import annotations
 
 import enum
 
+from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
+
+import acl
 
 from ..context import ServerContext
 
@@ -29,6 +33,33 @@ class ConfigSource(enum.IntEnum):
 # Kafka's ConfigDef.Type as DescribeConfigs v3+ numbers it.
 CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6,
                 "LIST": 7, "CLASS": 8, "PASSWORD": 9}
+
+
+# Kafka's ConfigResource.Type ids decided on the cluster: BROKER, BROKER_LOGGER, CLIENT_METRICS.
+_ON_CLUSTER = frozenset({4, 8, 16})
+_DENIED = {acl.ResourceType.CLUSTER: (ErrorCode.cluster_authorization_failed,
+                                      "Cluster authorization failed."),
+           acl.ResourceType.TOPIC: (ErrorCode.topic_authorization_failed,
+                                    "Topic authorization failed."),
+           acl.ResourceType.GROUP: (ErrorCode.group_authorization_failed,
+                                    "Group authorization failed.")}
+
+
+def config_refusal(ctx: ServerContext, op: acl.Operation, resource_type: int, name: str
+            ) -> tuple[ErrorCode, str] | None:
+    """Why the client may not do `op` (DESCRIBE_CONFIGS, ALTER_CONFIGS) on a config resource,
+    None if it may (or the type is one the handlers refuse anyway): a BROKER (or broker
+    logger, client metrics) resource is decided on the CLUSTER, a TOPIC or GROUP on itself,
+    with KafkaApis' error and words for each."""
+    if resource_type in _ON_CLUSTER:
+        rtype, rname = acl.ResourceType.CLUSTER, acl.CLUSTER_NAME
+    elif resource_type == ResourceType.TOPIC:
+        rtype, rname = acl.ResourceType.TOPIC, name
+    elif resource_type == ResourceType.GROUP:
+        rtype, rname = acl.ResourceType.GROUP, name
+    else:
+        return None
+    return None if ctx.authz.allows(op, rtype, rname) else _DENIED[rtype]
 
 
 def config_type(name: str) -> i8:

@@ -8,7 +8,8 @@ checks one (`create_topics.assignment_problem`). The lists must agree in length 
 other; Kafka also holds them to the topic's replication factor, which silt does not store.
 A topic named twice gets INVALID_REQUEST. A change the metadata
 store did not make is that topic's REQUEST_TIMED_OUT (not applied: retry) or
-UNKNOWN_SERVER_ERROR (`errors.ADMIN`).
+UNKNOWN_SERVER_ERROR (`errors.ADMIN`). ALTER on the topic is needed (else
+TOPIC_AUTHORIZATION_FAILED).
 
 Limits as for CreateTopics: a request adding more than max.partitions.per.request
 partitions in all gets POLICY_VIOLATION for every topic (Kafka's controller bounds the
@@ -19,12 +20,13 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kio.schema.create_partitions import v0, v1, v2, v3
 from kio.schema.errors import ErrorCode
 from kio.static.protocol import Entity, RequestHeader
 
+from acl import Operation, ResourceType
 from metadata.errors import UnknownTopicError
 
 from ..codec import NO_THROTTLE, Builder
@@ -40,18 +42,28 @@ Topic = (v0.request.CreatePartitionsTopic | v1.request.CreatePartitionsTopic
 
 
 Outcome = tuple[str, ErrorCode, str | None]
+DENIED = "The topic authorization is failed."  # KafkaApis' words
 
 
-def grow_all(ctx: ServerContext, request: Request) -> list[Outcome]:
-    """Grow each topic (blocking: runs in the pool)."""
+def grow_all(ctx: ServerContext, request: Request, alterable: Callable[[str], bool]
+             ) -> list[Outcome]:
+    """Grow each topic (blocking: runs in the pool); one not `alterable` (no ALTER on it)
+    answers TOPIC_AUTHORIZATION_FAILED, after the duplicates' INVALID_REQUEST (KafkaApis)."""
     counts = Counter(t.name for t in request.topics)
-    if _added(ctx, request.topics) > ctx.config.max_partitions_per_request:
-        return [(t.name, ErrorCode.policy_violation, TOO_MANY) for t in request.topics]
+    allowed = [t for t in request.topics if counts[t.name] == 1 and alterable(t.name)]
+    if _added(ctx, allowed) > ctx.config.max_partitions_per_request:
+        return [(t.name, ErrorCode.policy_violation, TOO_MANY) if t in allowed
+                else (t.name, ErrorCode.topic_authorization_failed, DENIED)
+                if counts[t.name] == 1
+                else (t.name, ErrorCode.invalid_request, "Duplicate topic in request.")
+                for t in request.topics]
     out: list[Outcome] = []
     for t in request.topics:
         if counts[t.name] > 1:
             out.append((t.name, ErrorCode.invalid_request,
                         f"topic {t.name!r} is named more than once"))
+        elif not alterable(t.name):
+            out.append((t.name, ErrorCode.topic_authorization_failed, DENIED))
         elif t.assignments and (problem := _assignments_problem(ctx, t)) is not None:
             out.append((t.name, ErrorCode.invalid_replica_assignment, problem))
         else:
@@ -101,7 +113,8 @@ def _added(ctx: ServerContext, topics: Sequence[Topic]) -> int:
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
-    results = await ctx.run(grow_all, ctx, request)
+    results = await ctx.run(grow_all, ctx, request,
+                            ctx.authz.decider(Operation.ALTER, ResourceType.TOPIC))
     return b("CreatePartitionsResponse", throttle_time=NO_THROTTLE, results=tuple(
         b("CreatePartitionsTopicResult", name=name, error_code=error, error_message=message)
         for name, error, message in results))

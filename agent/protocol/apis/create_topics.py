@@ -9,6 +9,9 @@ every topic before anything is looked at (validateTotalNumberOfPartitions, KAFKA
 name given twice INVALID_REQUEST; a replication factor of 0 or below -1
 INVALID_REPLICATION_FACTOR; a partition count of 0 or below -1 INVALID_PARTITIONS; an
 illegal name INVALID_TOPIC_EXCEPTION; no room under max.partitions POLICY_VIOLATION.
+Authorization first (KafkaApis, before the controller): CREATE on the cluster or on the
+topic, else TOPIC_AUTHORIZATION_FAILED; without DESCRIBE_CONFIGS on it a created topic's
+topic_config_error_code is TOPIC_AUTHORIZATION_FAILED (v5+).
 
 num_partitions -1 means the agent's num.partitions (Kafka's default, 1); replication factor
 and replica assignments are not stored (the object store holds the durability, any agent
@@ -25,13 +28,14 @@ INVALID_REPLICA_ASSIGNMENT (validateManualPartitionAssignment's words).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from kio.schema.create_topics import v2, v3, v4, v5, v6, v7
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32
 from kio.static.protocol import Entity, RequestHeader
 
+from acl import CLUSTER_NAME, Operation, ResourceType
 from metadata import MetadataStore, TopicInfo
 
 from ..codec import NO_THROTTLE, Builder
@@ -137,27 +141,52 @@ def requested_partitions(topics: Sequence[Topic], default_partitions: int) -> in
     return total
 
 
-def create_all(ctx: ServerContext, request: Request) -> list[tuple[Topic, Outcome]]:
+def create_all(ctx: ServerContext, request: Request, creatable: Callable[[str], bool]
+               ) -> list[tuple[Topic, Outcome]]:
+    """Create each topic (blocking: runs in the pool). A duplicate is INVALID_REQUEST, then
+    one not `creatable` (CREATE on neither the cluster nor it) TOPIC_AUTHORIZATION_FAILED,
+    as KafkaApis checks before the controller sees the others."""
     default = ctx.config.num_partitions
-    if requested_partitions(request.topics, default) > ctx.config.max_partitions_per_request:
-        return [(t, (ErrorCode.policy_violation, TOO_MANY, None)) for t in request.topics]
     counts = Counter(t.name for t in request.topics)
+    refused: dict[str, Outcome] = {}
+    for t in request.topics:
+        if counts[t.name] > 1:
+            refused[t.name] = (ErrorCode.invalid_request, "Duplicate topic name.", None)
+        elif not creatable(t.name):
+            refused[t.name] = (ErrorCode.topic_authorization_failed, "Authorization failed.",
+                               None)
+    wanted = [t for t in request.topics if t.name not in refused]
+    if requested_partitions(wanted, default) > ctx.config.max_partitions_per_request:
+        return [(t, refused.get(t.name, (ErrorCode.policy_violation, TOO_MANY, None)))
+                for t in request.topics]
     validate_only = request.validate_only  # every version served (2+) has it
     live = {a.node_id for a in ctx.live_brokers()} if any(t.assignments for t in
-                                                           request.topics) else set()
-    return [(t, (ErrorCode.invalid_request, "Duplicate topic name.", None)
-             if counts[t.name] > 1 else create(ctx.metadata, t, validate_only, default, live))
+                                                           wanted) else set()
+    return [(t, refused[t.name] if t.name in refused
+             else create(ctx.metadata, t, validate_only, default, live))
             for t in request.topics]
 
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
-    results = await ctx.run(create_all, ctx, request)
+    authz = ctx.authz
+    creatable = (_anything if authz.allows(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
+                 else authz.decider(Operation.CREATE, ResourceType.TOPIC))
+    results = await ctx.run(create_all, ctx, request, creatable)
+    # Without DESCRIBE_CONFIGS on a topic its configs are not shown (v5+: the config error).
+    described = authz.allowed(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC,
+                              (t.name for t in request.topics))
     replicas = len(await ctx.run(ctx.live_brokers))
     return b("CreateTopicsResponse", throttle_time=NO_THROTTLE, topics=tuple(
         b("CreatableTopicResult", name=t.name, error_code=error, error_message=message,
           topic_id=None if info is None else ctx.topic_id(info),
           num_partitions=i32(-1 if info is None else info.partitions),
           replication_factor=i16(-1 if info is None else replicas),
-          configs=None if info is None else ())
+          configs=None if info is None else (),
+          topic_config_error_code=i16(0 if t.name in described
+                                      else ErrorCode.topic_authorization_failed.value))
         for t, (error, message, info) in results))
+
+
+def _anything(name: str) -> bool:
+    return True

@@ -5,6 +5,7 @@ OFFSET_OUT_OF_RANGE (above the high watermark), UNKNOWN_TOPIC_OR_PARTITION, or
 POLICY_VIOLATION (the topic's cleanup.policy lacks `delete`, as Kafka refuses it). A
 commit the metadata store did not make is every partition's REQUEST_TIMED_OUT (not applied:
 retry) or UNKNOWN_SERVER_ERROR (`errors.ADMIN`).
+DELETE on the topic is needed (else TOPIC_AUTHORIZATION_FAILED per partition, untouched).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from kio.schema.delete_records import v0, v1, v2
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 from kio.static.protocol import Entity, RequestHeader
+
+from acl import Operation, ResourceType
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
@@ -32,20 +35,29 @@ def _code(result: int | Exception) -> int | ErrorCode:
     return result if isinstance(result, int) else failed("deleting records", result)[0]
 
 
-def delete_all(ctx: ServerContext, request: Request) -> Results:
-    """Move every partition's log start in one transaction (blocking: runs in the pool)."""
+def delete_all(ctx: ServerContext, request: Request, deletable: set[str]) -> Results:
+    """Move every partition's log start in one transaction (blocking: runs in the pool);
+    partitions of topics not `deletable` (no DELETE on them) answer
+    TOPIC_AUTHORIZATION_FAILED, before their existence is checked (KafkaApis)."""
+    denied: Results = {(t.name, int(p.partition_index)): ErrorCode.topic_authorization_failed
+                       for t in request.topics if t.name not in deletable
+                       for p in t.partitions}
     offsets: dict[tuple[str, int], int] = {(t.name, int(p.partition_index)): int(p.offset)
-               for t in request.topics for p in t.partitions}
+               for t in request.topics if t.name in deletable for p in t.partitions}
+    if not offsets:
+        return denied
     try:
         results = ctx.metadata.delete_records(offsets)
     except Exception as exc:
-        return dict.fromkeys(offsets, failed("deleting records", exc)[0])
-    return {tp: _code(result) for tp, result in results.items()}
+        return {**dict.fromkeys(offsets, failed("deleting records", exc)[0]), **denied}
+    return {**{tp: _code(result) for tp, result in results.items()}, **denied}
 
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
-    results = await ctx.run(delete_all, ctx, request)
+    deletable = ctx.authz.allowed(Operation.DELETE, ResourceType.TOPIC,
+                                  (t.name for t in request.topics))
+    results = await ctx.run(delete_all, ctx, request, deletable)
 
     def partition(name: str, index: int) -> Entity:
         result = results[(name, index)]

@@ -4,17 +4,21 @@ topic id in v6 (UNKNOWN_TOPIC_ID if no topic has it). A topic named twice in one
 gets INVALID_REQUEST, as Kafka answers duplicates. The deleting agent forgets the topic at
 once (its produces then get UNKNOWN_TOPIC_OR_PARTITION). A deletion the metadata store did
 not make is that topic's REQUEST_TIMED_OUT (not applied: retry) or UNKNOWN_SERVER_ERROR
-(`errors.ADMIN`).
+(`errors.ADMIN`). DELETE on the topic is needed (and DESCRIBE to be told about one named by
+id): else TOPIC_AUTHORIZATION_FAILED, as KafkaApis answers.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections import Counter
+from collections.abc import Callable
 
 from kio.schema.delete_topics import v1, v2, v3, v4, v5, v6
 from kio.schema.errors import ErrorCode
 from kio.static.protocol import Entity, RequestHeader
+
+from acl import Operation, ResourceType
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
@@ -25,6 +29,7 @@ Request = (v1.DeleteTopicsRequest | v2.DeleteTopicsRequest | v3.DeleteTopicsRequ
 """kio's DeleteTopicsRequest of each version served (1-6)."""
 
 
+DENIED = "Authorization failed."
 # (name, topic id, error, message) of one topic of the request.
 Outcome = tuple[str | None, uuid.UUID | None, ErrorCode, str | None]
 
@@ -35,8 +40,11 @@ def _wanted(request: Request) -> list[tuple[str | None, uuid.UUID | None]]:
     return [(name, None) for name in request.topic_names]
 
 
-def delete_all(ctx: ServerContext, request: Request) -> list[Outcome]:
-    """Delete each topic asked for (blocking: runs in the pool)."""
+def delete_all(ctx: ServerContext, request: Request, described: Callable[[str], bool],
+               deletable: Callable[[str], bool]) -> list[Outcome]:
+    """Delete each topic asked for (blocking: runs in the pool). One named by an id it may
+    not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED without its name, one it may not DELETE
+    TOPIC_AUTHORIZATION_FAILED, both before its existence is checked (KafkaApis)."""
     wanted = _wanted(request)
     counts = Counter(name or topic_id for name, topic_id in wanted)
     try:
@@ -57,6 +65,12 @@ def delete_all(ctx: ServerContext, request: Request) -> list[Outcome]:
                 out.append((None, topic_id, ErrorCode.unknown_topic_id,
                             f"no topic has id {topic_id}"))
                 continue
+            if not described(name):
+                out.append((None, topic_id, ErrorCode.topic_authorization_failed, DENIED))
+                continue
+        if not deletable(name):
+            out.append((name, topic_id, ErrorCode.topic_authorization_failed, DENIED))
+            continue
         try:
             info = ctx.metadata.delete_topic(name)
         except Exception as exc:
@@ -69,7 +83,10 @@ def delete_all(ctx: ServerContext, request: Request) -> list[Outcome]:
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
-    results = await ctx.run(delete_all, ctx, request)
+    authz = ctx.authz
+    results = await ctx.run(delete_all, ctx, request,
+                            authz.decider(Operation.DESCRIBE, ResourceType.TOPIC),
+                            authz.decider(Operation.DELETE, ResourceType.TOPIC))
     return b("DeleteTopicsResponse", throttle_time=NO_THROTTLE, responses=tuple(
         b("DeletableTopicResult", name=name, topic_id=topic_id or uuid.UUID(int=0),
           error_code=error, error_message=message)

@@ -15,6 +15,8 @@ or not, as Kafka 4.0's ConfigHelper) list Kafka 4.0's GroupConfig keys at Kafka'
 silt does not serve (its groups are all classic), so no group here has others; an empty
 group name is INVALID_REQUEST. An unknown topic gets UNKNOWN_TOPIC_OR_PARTITION, another
 resource type INVALID_REQUEST (as ConfigHelper answers an unsupported one).
+DESCRIBE_CONFIGS is needed on the topic or group, on the cluster for a BROKER resource (else
+TOPIC_, GROUP_ or CLUSTER_AUTHORIZATION_FAILED for that resource, as KafkaApis).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from kio.schema.describe_configs import v1, v2, v3, v4
 from kio.schema.errors import ErrorCode
 from kio.static.protocol import Entity, RequestHeader
 
+from acl import Operation
 from metadata.errors import InvalidTopicError, UnknownTopicError
 from metadata.topicconfig import DEFAULTS, DESCRIPTIONS
 from metadata.topics import validate_topic_name
@@ -40,6 +43,7 @@ from .configs import (
     ConfigSource,
     ResourceType,
     broker_error,
+    config_refusal,
     config_type,
 )
 
@@ -145,10 +149,17 @@ def _group(name: str) -> Described:
         for key, default, kind, broker in GROUP_CONFIGS]
 
 
-def describe_all(ctx: ServerContext, request: Request) -> list[tuple[Resource, Described]]:
-    """Each resource's configs (blocking: runs in the pool)."""
+def describe_all(ctx: ServerContext, request: Request,
+                 refused: list[tuple[ErrorCode, str] | None]
+                 ) -> list[tuple[Resource, Described]]:
+    """Each resource's configs (blocking: runs in the pool); those `refused` (no
+    DESCRIBE_CONFIGS) answer its error without configs."""
     out: list[tuple[Resource, Described]] = []
-    for r in request.resources:
+    resources: list[Resource] = list(request.resources)
+    for r, denied in zip(resources, refused, strict=True):
+        if denied is not None:
+            out.append((r, (*denied, [])))
+            continue
         if int(r.resource_type) == ResourceType.TOPIC:
             described = _topic(ctx, r.resource_name)
         elif int(r.resource_type) == ResourceType.BROKER:
@@ -167,7 +178,9 @@ def describe_all(ctx: ServerContext, request: Request) -> list[tuple[Resource, D
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
-    results = await ctx.run(describe_all, ctx, request)
+    refused = [config_refusal(ctx, Operation.DESCRIBE_CONFIGS, int(r.resource_type),
+                              r.resource_name) for r in request.resources]
+    results = await ctx.run(describe_all, ctx, request, refused)
     synonyms = request.include_synonyms  # every version served (1+) has it
     docs = isinstance(request, v3.DescribeConfigsRequest | v4.DescribeConfigsRequest) \
         and request.include_documentation

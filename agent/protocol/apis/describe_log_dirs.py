@@ -5,7 +5,9 @@ partitions that do not exist are left out, as Kafka leaves out what a broker doe
 each partition's size the bytes of its live segments from its log start (the metadata
 store's sums, `MetadataStore.partition_summaries`), offset lag 0 (no follower to lag) and
 never a future replica. The store's total and usable bytes are unknown (-1, Kafka's
-UNKNOWN_VOLUME_BYTES)."""
+UNKNOWN_VOLUME_BYTES).
+DESCRIBE on the cluster is needed (else CLUSTER_AUTHORIZATION_FAILED, no results).
+"""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 from kio.static.protocol import Entity, RequestHeader
 
+from acl import CLUSTER_NAME, Operation, ResourceType
 from metadata.errors import UnknownTopicError
 
 from ..codec import NO_THROTTLE, Builder
@@ -49,6 +52,9 @@ def sizes(ctx: ServerContext, request: Request) -> Sizes:
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
+    if not ctx.authz.allows(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return b("DescribeLogDirsResponse", throttle_time=NO_THROTTLE,
+                 error_code=ErrorCode.cluster_authorization_failed, results=())
     found = await ctx.run(sizes, ctx, request)
     topics = tuple(b("DescribeLogDirsTopic", name=name, partitions=tuple(
         b("DescribeLogDirsPartition", partition_index=i32(p), partition_size=i64(size),

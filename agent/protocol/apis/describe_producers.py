@@ -4,7 +4,9 @@ producer.id.expiration.ms), as Kafka's ProducerStateManager lists them: id, epoc
 sequence of its last batch, last timestamp (here the time its last batch was committed:
 the store keeps no record timestamps for producers), coordinator epoch and transaction
 start -1 (no transaction open). Any agent answers for any partition (leaderless: no
-NOT_LEADER_OR_FOLLOWER); one of no topic or past its count is UNKNOWN_TOPIC_OR_PARTITION."""
+NOT_LEADER_OR_FOLLOWER); one of no topic or past its count is UNKNOWN_TOPIC_OR_PARTITION.
+READ on the topic is needed (else TOPIC_AUTHORIZATION_FAILED per partition).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 from kio.static.protocol import Entity, RequestHeader
 
+from acl import Operation, ResourceType
 from metadata import ProducerState
 from metadata.errors import UnknownTopicError
 
@@ -26,10 +29,16 @@ Request = v0.DescribeProducersRequest
 Found = dict[tuple[str, int], "list[ProducerState] | ErrorCode"]
 
 
-def producers(ctx: ServerContext, request: Request) -> Found:
-    """Each asked-for partition's producers or error (blocking: metadata reads)."""
+def producers(ctx: ServerContext, request: Request, readable: set[str]) -> Found:
+    """Each asked-for partition's producers or error (blocking: metadata reads); those of
+    topics not `readable` (no READ on them) TOPIC_AUTHORIZATION_FAILED, before their
+    existence is checked (KafkaApis)."""
     out: Found = {}
     for t in request.topics:
+        if t.name not in readable:
+            out.update(((t.name, int(p)), ErrorCode.topic_authorization_failed)
+                       for p in t.partition_indexes)
+            continue
         try:
             count = ctx.metadata.get_topic(t.name).partitions
         except UnknownTopicError:
@@ -49,7 +58,9 @@ def producers(ctx: ServerContext, request: Request) -> Found:
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
-    found = await ctx.run(producers, ctx, request)
+    readable = ctx.authz.allowed(Operation.READ, ResourceType.TOPIC,
+                                 (t.name for t in request.topics))
+    found = await ctx.run(producers, ctx, request, readable)
 
     def partition(name: str, index: int) -> Entity:
         states = found[(name, index)]

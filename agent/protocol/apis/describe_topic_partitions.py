@@ -8,7 +8,10 @@ asks for every topic (unknown names then cannot occur); a named topic that does 
 is UNKNOWN_TOPIC_OR_PARTITION, or INVALID_TOPIC_EXCEPTION if its name is illegal. A
 cursor whose topic is not among those named, or whose partition is negative, is
 INVALID_REQUEST for every topic named (DescribeTopicPartitionsRequestHandler's checks).
-Eligible leader replicas (KIP-966's ELR) are empty: every replica is in sync."""
+Eligible leader replicas (KIP-966's ELR) are empty: every replica is in sync.
+Topics the client may not DESCRIBE are left out of a listing of all, else answered
+TOPIC_AUTHORIZATION_FAILED; each topic carries its authorized-operations bitfield.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32
 from kio.static.protocol import Entity, RequestHeader
 
+from acl import Operation, ResourceType
 from agent.placement import leader
 from metadata import AgentInfo, TopicInfo
 from metadata.errors import InvalidTopicError
@@ -62,6 +66,11 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
               name=t.name, topic_id=NO_ID, partitions=()) for t in request.topics),
             next_cursor=None)
     topics = await ctx.run(_topics, ctx, request)
+    # Topics the client may not DESCRIBE: left out of a listing of all, else answered
+    # TOPIC_AUTHORIZATION_FAILED after the page, their existence not disclosed (KafkaApis).
+    visible = ctx.authz.allowed(Operation.DESCRIBE, ResourceType.TOPIC, topics)
+    denied = sorted(n for n in named if n not in visible)
+    topics = {name: t for name, t in topics.items() if name in visible}
     brokers = await ctx.run(ctx.live_brokers, SESSION.get().listener)
     ids = tuple(i32(br.node_id) for br in brokers)
     remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, int(request.response_partition_limit)),
@@ -72,20 +81,26 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
         if remaining == 0:  # the previous topics filled the page: go on at this one
             next_cursor = b("Cursor", topic_name=name, partition_index=i32(0))
             break
+        operations = i32(ctx.authz.operations(ResourceType.TOPIC, name))
         if isinstance(topic, ErrorCode):
             out.append(b("DescribeTopicPartitionsResponseTopic", error_code=topic, name=name,
-                         topic_id=NO_ID, partitions=()))
+                         topic_id=NO_ID, partitions=(),
+                         topic_authorized_operations=operations))
             continue
         first = int(cursor.partition_index) if cursor and cursor.topic_name == name else 0
         upper = min(topic.partitions, first + remaining)
         out.append(b("DescribeTopicPartitionsResponseTopic", error_code=ErrorCode.none,
                      name=name, topic_id=ctx.topic_id(topic), is_internal=False,
                      partitions=tuple(_partition(b, topic, p, brokers, ids)
-                                      for p in range(first, upper))))
+                                      for p in range(first, upper)),
+                     topic_authorized_operations=operations))
         if upper < topic.partitions:
             next_cursor = b("Cursor", topic_name=name, partition_index=i32(upper))
             break
         remaining -= max(upper - first, 0)
+    out += [b("DescribeTopicPartitionsResponseTopic",
+              error_code=ErrorCode.topic_authorization_failed, name=name, topic_id=NO_ID,
+              partitions=()) for name in denied]
     return b("DescribeTopicPartitionsResponse", throttle_time=NO_THROTTLE, topics=tuple(out),
              next_cursor=next_cursor)
 

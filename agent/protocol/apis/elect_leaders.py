@@ -5,7 +5,9 @@ partition that has its preferred leader (or, unclean, any leader), each named pa
 ELECTION_NOT_NEEDED; one of no topic or past its count UNKNOWN_TOPIC_OR_PARTITION; with
 topic_partitions null (every partition) each topic is listed without partitions, as Kafka
 leaves out those whose election was not needed. An election type other than preferred (0)
-or unclean (1) is INVALID_REQUEST for the whole request (Kafka: "Unknown election type")."""
+or unclean (1) is INVALID_REQUEST for the whole request (Kafka: "Unknown election type").
+ALTER on the cluster is needed (else CLUSTER_AUTHORIZATION_FAILED, on every partition too).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from kio.schema.elect_leaders import v0, v1, v2
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32
 from kio.static.protocol import Entity, RequestHeader
+
+from acl import CLUSTER_NAME, Operation, ResourceType
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
@@ -31,6 +35,15 @@ def partition_counts(ctx: ServerContext) -> dict[str, int]:
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
+    if not ctx.authz.allows(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        # KafkaApis: the error at the top and on every partition named.
+        denied = ErrorCode.cluster_authorization_failed
+        return b("ElectLeadersResponse", throttle_time=NO_THROTTLE, error_code=denied,
+                 replica_election_results=tuple(
+                     b("ReplicaElectionResult", topic=t.topic, partition_result=tuple(
+                         b("PartitionResult", partition_id=i32(p), error_code=denied,
+                           error_message=None) for p in t.partitions))
+                     for t in request.topic_partitions or ()))
     kind = int(request.election_type) if isinstance(request, Typed) else PREFERRED
     counts = await ctx.run(partition_counts, ctx)
     error = ErrorCode.none

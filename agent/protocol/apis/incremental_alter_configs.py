@@ -10,6 +10,8 @@ make REQUEST_TIMED_OUT (not applied: retry) or UNKNOWN_SERVER_ERROR
 (`errors.ADMIN`). BROKER resources: the agent's settings are static (file,
 environment, flags), so every change gets what Kafka answers for configs it cannot update
 dynamically (INVALID_REQUEST, "Cannot update these configs dynamically").
+ALTER_CONFIGS is needed on the topic, on the cluster for a BROKER resource (else that
+resource is TOPIC_ or CLUSTER_AUTHORIZATION_FAILED, unchanged).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs import v0, v1
 from kio.static.protocol import Entity, RequestHeader
 
+from acl import Operation
 from metadata.errors import InvalidTopicError
 from metadata.topicconfig import AlterOp, ConfigChange
 from metadata.topics import validate_topic_name
@@ -27,7 +30,7 @@ from metadata.topics import validate_topic_name
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 from ..errors import failed
-from .configs import ResourceType, broker_error
+from .configs import ResourceType, broker_error, config_refusal
 
 Request = (v0.IncrementalAlterConfigsRequest | v1.IncrementalAlterConfigsRequest)
 """kio's IncrementalAlterConfigsRequest of each version served (0-1)."""
@@ -71,14 +74,19 @@ def broker_refusal(ctx: ServerContext, name: str, keys: list[str]) -> Outcome:
     return ErrorCode.invalid_request, problem
 
 
-def alter_all(ctx: ServerContext, request: Request) -> list[tuple[Resource, Outcome]]:
-    """Alter each resource (blocking: runs in the pool)."""
+def alter_all(ctx: ServerContext, request: Request, refused: list[Outcome | None]
+              ) -> list[tuple[Resource, Outcome]]:
+    """Alter each resource (blocking: runs in the pool); those `refused` (no ALTER_CONFIGS)
+    answer its error, unaltered."""
     out: list[tuple[Resource, Outcome]] = []
-    for r in request.resources:
+    resources: list[Resource] = list(request.resources)
+    for r, denied in zip(resources, refused, strict=True):
         twice = [k for k, n in Counter(c.name for c in r.configs).items() if n > 1]
-        if twice:
-            outcome: Outcome = (ErrorCode.invalid_request,
-                                f"duplicate config keys: {', '.join(sorted(twice))}")
+        if denied is not None:
+            outcome: Outcome = denied
+        elif twice:
+            outcome = (ErrorCode.invalid_request,
+                       f"duplicate config keys: {', '.join(sorted(twice))}")
         elif int(r.resource_type) == ResourceType.TOPIC:
             outcome = _topic(ctx, r, bool(request.validate_only))
         elif int(r.resource_type) == ResourceType.BROKER:
@@ -92,7 +100,9 @@ def alter_all(ctx: ServerContext, request: Request) -> list[tuple[Resource, Outc
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
-    results = await ctx.run(alter_all, ctx, request)
+    refused = [config_refusal(ctx, Operation.ALTER_CONFIGS, int(r.resource_type), r.resource_name)
+               for r in request.resources]
+    results = await ctx.run(alter_all, ctx, request, refused)
     return b("IncrementalAlterConfigsResponse", throttle_time=NO_THROTTLE, responses=tuple(
         b("AlterConfigsResourceResponse", error_code=error, error_message=message,
           resource_type=r.resource_type, resource_name=r.resource_name)

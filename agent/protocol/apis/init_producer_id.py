@@ -6,6 +6,9 @@ producer and aborting its open transaction (CONCURRENT_TRANSACTIONS until that a
 complete), bounded by transaction.max.timeout.ms (INVALID_TRANSACTION_TIMEOUT); v3+ may
 name the producer id and epoch the client has (KIP-360: one of them -1 without the other:
 INVALID_REQUEST). PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v4, as KafkaApis answers.
+Authorization first (KafkaApis): WRITE on the transactional id (else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent producer needs IDEMPOTENT_WRITE on
+the cluster or WRITE on some topic (Kafka 3.0+), else CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from kio.schema.init_producer_id import v0, v1, v2, v3, v4
 from kio.static.primitive import i16, i64
 from kio.static.protocol import Entity, RequestHeader
 
+from acl import CLUSTER_NAME, Operation, ResourceType
 from agent.transactions.transitions import InitProducer
 
 from ..codec import NO_THROTTLE, Builder
@@ -29,8 +33,17 @@ FENCED_SINCE = 4  # clients of older versions get INVALID_PRODUCER_EPOCH
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
+    authz = ctx.authz
     if request.transactional_id is not None:
+        if not authz.allows(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                            request.transactional_id):
+            return _response(b, ErrorCode.transactional_id_authorization_failed)
         return await _transactional(ctx, request, b)
+    # An idempotent producer: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic
+    # (Kafka 3.0+, KIP-679: authorizeByResourceType), else CLUSTER_AUTHORIZATION_FAILED.
+    if not (authz.allows(Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME)
+            or authz.allows_any(Operation.WRITE, ResourceType.TOPIC)):
+        return _response(b, ErrorCode.cluster_authorization_failed)
     try:
         producer_id = await ctx.run(ctx.metadata.allocate_producer_id)
     except Exception as exc:
