@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._acl import AclBinding, AclOperation, AclPermissionType
 from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
@@ -437,6 +437,31 @@ def test_idempotent_producer_needs_write_somewhere(local: Backend) -> None:
                                         transaction_timeout=_ms(60_000), producer_id=i64(-1),
                                         producer_epoch=i16(-1))).error_code == \
             ErrorCode.cluster_authorization_failed
+    finally:
+        client.close()
+        proc.terminate()
+
+
+def test_transactions_and_quotas_need_their_acls(local: Backend) -> None:
+    """A transactional producer without WRITE on its transactional id is refused at
+    init_transactions (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, fatal); with it, its records
+    commit; the quota APIs need DESCRIBE_CONFIGS / ALTER_CONFIGS on the cluster."""
+    setup(local, allow(R.TOPIC, "open", Op.ALL), allow(R.TRANSACTIONAL_ID, "tx-ok", Op.WRITE))
+    proc = local.agent("agent", AUTHORIZER).start()
+    client = RawClient(proc.port)
+    try:
+        denied = Producer({"bootstrap.servers": proc.bootstrap, "transactional.id": "tx-no"})
+        with pytest.raises(KafkaException) as refused:
+            denied.init_transactions(30)
+        assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        allowed = Producer({"bootstrap.servers": proc.bootstrap, "transactional.id": "tx-ok"})
+        allowed.init_transactions(30)
+        allowed.begin_transaction()
+        allowed.produce("open", b"v", partition=0)
+        allowed.commit_transaction(30)
+        assert next_offset(local, "open") == 2  # the record and its commit marker
+        quotas = client.call(48, 1, build(48, 1, components=(), strict=False))
+        assert quotas.error_code == ErrorCode.cluster_authorization_failed
     finally:
         client.close()
         proc.terminate()

@@ -4,7 +4,10 @@ A partition that does not exist fails the whole request as Kafka's KafkaApis doe
 UNKNOWN_TOPIC_OR_PARTITION and every other OPERATION_NOT_ATTEMPTED. The coordinator's
 answer (INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED, CONCURRENT_TRANSACTIONS, ...) is every
 partition's; PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v2. v4+ (brokers' batched
-verification) is not served: every agent verifies produces itself."""
+verification) is not served: every agent verifies produces itself.
+WRITE on the transactional id (else every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+and on each topic (else TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32
 from kio.static.protocol import Entity, RequestHeader
 
+from acl import Operation, ResourceType
 from agent.transactions.transitions import AddPartitions
 
 from ..codec import NO_THROTTLE, Builder
@@ -44,10 +48,21 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
     topics = request.v3_and_below_topics
     partitions = [(t.name, int(p)) for t in topics for p in t.partitions]
-    missing = await ctx.run(_missing, ctx, partitions)
-    if missing:
-        errors = {tp: E.unknown_topic_or_partition if tp in missing else
-                  E.operation_not_attempted for tp in partitions}
+    authz = ctx.authz
+    denied: set[tuple[str, int]] = set()
+    missing: set[tuple[str, int]] = set()
+    txn_denied = not authz.allows(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                  request.v3_and_below_transactional_id)
+    if not txn_denied:
+        writable = authz.allowed(Operation.WRITE, ResourceType.TOPIC, (t.name for t in topics))
+        denied = {tp for tp in partitions if tp[0] not in writable}
+        missing = await ctx.run(_missing, ctx, [tp for tp in partitions if tp not in denied])
+    if txn_denied:
+        errors = dict.fromkeys(partitions, E.transactional_id_authorization_failed)
+    elif denied or missing:
+        errors = {tp: E.topic_authorization_failed if tp in denied
+                  else E.unknown_topic_or_partition if tp in missing
+                  else E.operation_not_attempted for tp in partitions}
     else:
         reply = await ctx.txns.request(request.v3_and_below_transactional_id, AddPartitions(
             int(request.v3_and_below_producer_id), int(request.v3_and_below_producer_epoch),

@@ -5,7 +5,9 @@ with Kafka's words for an empty or mixed entity, an unknown type, a key named tw
 entity named twice, an unknown key, a value not above 0, a fractional byte rate. Keys:
 producer_byte_rate and consumer_byte_rate (enforced by every agent: agent/quotas.py),
 request_percentage and controller_mutation_rate (stored and described, not enforced here),
-connection_creation_rate for ip entities (likewise)."""
+connection_creation_rate for ip entities (likewise).
+ALTER_CONFIGS on the cluster is needed (else every entry CLUSTER_AUTHORIZATION_FAILED).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from kio.schema.alter_client_quotas import v0, v1
 from kio.schema.errors import ErrorCode
 from kio.static.protocol import Entity, RequestHeader
 
+from acl import CLUSTER_NAME, Operation, ResourceType
 from metadata.errors import InvalidQuotaError
 from metadata.quotas import Alteration, entity_of
 from metadata.quotas import Entity as QuotaEntity
@@ -79,8 +82,13 @@ def alter_all(ctx: ServerContext, request: Request) -> list[Outcome]:
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
-    outcomes = await ctx.run(alter_all, ctx, request)
     entries: Sequence[Entry] = request.entries
+    if not ctx.authz.allows(Operation.ALTER_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
+        outcomes: list[tuple[ErrorCode, str | None]] = [
+            (ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
+        ] * len(entries)
+    else:
+        outcomes = await ctx.run(alter_all, ctx, request)
     if any(code is ErrorCode.none for code, _ in outcomes) and not request.validate_only:
         ctx.quotas_changed()
     return b("AlterClientQuotasResponse", throttle_time=NO_THROTTLE, entries=tuple(

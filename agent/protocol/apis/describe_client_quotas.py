@@ -4,7 +4,9 @@ component an entity type that must be present with that name (EXACT), as the def
 (DEFAULT) or with any name (SPECIFIED); `strict`: no other type either. A filter Kafka
 refuses is the whole request's INVALID_REQUEST (an empty type, a type twice, a match string
 where none belongs or none where one does, an ip component with user or client-id), an
-unknown entity type UNSUPPORTED_VERSION, with Kafka's words."""
+unknown entity type UNSUPPORTED_VERSION, with Kafka's words.
+DESCRIBE_CONFIGS on the cluster is needed (else CLUSTER_AUTHORIZATION_FAILED).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import f64
 from kio.static.protocol import Entity, RequestHeader
 
+from acl import CLUSTER_NAME, Operation, ResourceType
 from metadata.errors import InvalidQuotaError, UnsupportedQuotaEntityError
 from metadata.quotas import CLIENT_ID, IP, USER
 from metadata.quotas import Entity as QuotaEntity
@@ -78,6 +81,10 @@ def matches(entity: QuotaEntity, exact: dict[str, str | None], present: set[str]
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
+    if not ctx.authz.allows(Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
+        return b("DescribeClientQuotasResponse", throttle_time=NO_THROTTLE,
+                 error_code=ErrorCode.cluster_authorization_failed,
+                 error_message="Cluster authorization failed.", entries=None)
     try:
         exact, present = parse_filter(request)
     except (InvalidQuotaError, UnsupportedQuotaEntityError) as exc:

@@ -3,7 +3,10 @@
 partitions. Answered where FindCoordinator sends the client: another live agent holding
 the id's lease NOT_COORDINATOR; an empty id INVALID_REQUEST; an id never initialised (or
 Dead) TRANSACTIONAL_ID_NOT_FOUND, as Kafka's TransactionCoordinator answers (an error's
-other fields 0, the schema's defaults; a transaction not started has start time -1)."""
+other fields 0, the schema's defaults; a transaction not started has start time -1).
+DESCRIBE on the transactional id is needed (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+only the partitions of topics it may DESCRIBE are listed.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i64
 from kio.static.protocol import Entity, RequestHeader
 
+from acl import Operation, ResourceType
 from metadata import TransactionRecord
 from metadata.models import TXN_DEAD
 
@@ -47,11 +51,17 @@ def _ms(ms: int) -> datetime.datetime:
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Entity:
     states = []
+    authz = ctx.authz
+    visible = authz.decider(Operation.DESCRIBE, ResourceType.TOPIC)
     for txn_id in request.transactional_ids:
-        error, r = await ctx.run(describe, ctx, txn_id)
+        if not authz.allows(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
+            error, r = ErrorCode.transactional_id_authorization_failed, None
+        else:
+            error, r = await ctx.run(describe, ctx, txn_id)
         topics: dict[str, list[int]] = {}
         for topic, partition in (r.partitions if r else ()):
-            topics.setdefault(topic, []).append(partition)
+            if visible(topic):  # only the partitions it may describe (KafkaApis)
+                topics.setdefault(topic, []).append(partition)
         states.append(b(
             "TransactionState", error_code=error, transactional_id=txn_id,
             transaction_state=r.state if r else "",

@@ -3,7 +3,9 @@ and the stored ones nobody live coordinates that FindCoordinator sends here, so 
 client asking every agent (kafka-transactions.sh list) sees each once; filtered by state
 and producer id, and (v1+) by running longer than `duration_filter` ms. State names
 Kafka does not have are answered in `unknown_state_filters`. COORDINATOR_NOT_AVAILABLE
-before the agent registered."""
+before the agent registered.
+Only the transactions whose id the client may DESCRIBE are listed.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from kio.schema.list_transactions import v0, v1
 from kio.static.primitive import i64
 from kio.static.protocol import Entity, RequestHeader
 
+from acl import Operation, ResourceType
 from agent.placement import coordinator
 from metadata import TransactionRecord
 from metadata.models import TXN_DEAD, TXN_STATES
@@ -55,6 +58,9 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
     now = ctx.metadata.clock.now_ms()
     if duration >= 0:
         records = [r for r in records if now - r.start_ms > duration]
+    visible = ctx.authz.allowed(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                                (r.transactional_id for r in records))
+    records = [r for r in records if r.transactional_id in visible]
     return b("ListTransactionsResponse", throttle_time=NO_THROTTLE,
              error_code=ErrorCode.none, unknown_state_filters=unknown,
              transaction_states=tuple(

@@ -324,7 +324,8 @@ async def _unverified(ctx: ServerContext, request: Request, version: int
     if not producers:
         return {}
     txn_id = request.transactional_id
-    if txn_id is None:
+    if txn_id is None or not ctx.authz.allows(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                              txn_id):  # KafkaApis, before anything else
         return None
     if len(set(producers.values())) > 1:  # ReplicaManager's InvalidPidMappingException
         return dict.fromkeys(producers, ErrorCode.invalid_producer_id_mapping)
