@@ -197,6 +197,20 @@ def run_groups_suite(quick: bool) -> list[dict[str, Any]]:
         return run_groups(p, pg_url)
 
 
+def run_transactions_suite(quick: bool) -> list[dict[str, Any]]:
+    """Transactional producers against `silt agent` (confluent-kafka): EndTxn latency,
+    transactions/s per agent core, PUTs and metadata rows per transaction, on SQLite and
+    PostgreSQL (not with --quick)."""
+    from .transactions import TransactionsParams, run_transactions
+
+    if quick:
+        return run_transactions(TransactionsParams(transactions=3, producers=2, seconds=1.0,
+                                                   counted=3))
+    p = TransactionsParams(transactions=100, producers=8, seconds=20.0, counted=50)
+    with postgres_database() as pg_url:
+        return run_transactions(p, pg_url)
+
+
 # The latency runs' steady load: just below saturation with librdkafka's defaults, which
 # send a request per linger.ms (5 ms) carrying the few records each partition gathered
 # meanwhile (~2,000 requests/s here: the request rate, not the bytes, loads the agent).
@@ -216,7 +230,8 @@ def run_scale_suite(quick: bool) -> list[dict[str, Any]]:
 SUITES = {"ingest": run_ingest_suite, "compaction": run_compaction_suite,
           "planning": run_planning_suite, "consume": run_consume_suite,
           "memory": run_memory_suite, "codecs": run_codecs_suite, "wire": run_wire_suite,
-          "groups": run_groups_suite, "scale": run_scale_suite}
+          "groups": run_groups_suite, "scale": run_scale_suite,
+          "transactions": run_transactions_suite}
 
 
 def main(argv: list[str] | None = None) -> int:

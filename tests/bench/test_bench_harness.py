@@ -159,3 +159,21 @@ def test_scale_counts_commits_rows_and_database_cpu(postgres_url: str) -> None:
     page = render({"machine": machine(), "results": [row]})
     assert "## The scale envelope" in page
     assert "| " + " | ".join(title for _, title in SCALE_COLUMNS) + " |" in page
+
+
+def test_transactions_suite(tmp_path: Path) -> None:
+    """The transactions figures: EndTxn latencies, throughput, and per transaction two
+    PUTs (the records' flush and the markers') and the transaction row's three writes."""
+    from bench.report import render
+    from bench.run import machine
+    from bench.transactions import TransactionsParams, run_transactions_on
+
+    p = TransactionsParams(transactions=2, producers=2, seconds=0.5, counted=2)
+    rows = run_transactions_on(f"sqlite:///{tmp_path}/md.db", tmp_path, p)
+    by = {r["measure"]: r for r in rows}
+    assert 0 < by["latency"]["end_txn_ms_p50"] <= by["latency"]["txn_ms_p99"]
+    assert by["throughput"]["transactions"] > 0
+    assert by["cost"]["puts_per_txn"] == 2.0  # nothing else shared the two flushes
+    assert "transactions 3.00" in by["cost"]["rows_by_table_per_txn"]
+    page = render({"machine": machine(), "results": rows})
+    assert "## Transactions" in page and "| sqlite | 2 | 2.0 |" in page
