@@ -104,9 +104,9 @@ own process and is not counted.
 
 Rerun: `make bench` (JSON on stdout and this page rewritten). One suite, JSON only:
 `.venv/bin/python -m bench.run --suite ingest` (also `compaction`, `planning`, `consume`,
-`memory`, `codecs`, `wire`, `groups`, `scale`, `transactions`; `--quick` for tiny sizes);
-with `--write docs/benchmarks.md` too, only that suite's section of this page is
-rewritten. Figures vary with the machine: compare runs on one machine.
+`memory`, `codecs`, `wire`, `groups`, `scale`, `transactions`, `spark`; `--quick` for
+tiny sizes); with `--write docs/benchmarks.md` too, only that suite's section of this
+page is rewritten. Figures vary with the machine: compare runs on one machine.
 """
 
 
@@ -388,11 +388,49 @@ docs/scaling.md extrapolates from the database's own CPU per commit.
 """
 
 
+SPARK_STREAM_COLUMNS = [
+    ("side", "side"), ("records", "records"), ("value_bytes", "value B"),
+    ("partitions", "partitions"), ("objects", "objects"), ("batches", "micro-batches"),
+    ("records_per_s_per_core", "records/s per executor core"),
+    ("mib_per_s_per_core", "MiB/s per executor core"), ("gets_per_batch", "GETs per batch"),
+    ("add_batch_ms_median", "addBatch ms median"),
+]
+SPARK_LATENCY_COLUMNS = [
+    ("samples", "records"), ("p50_ms", "p50 ms"), ("p90_ms", "p90 ms"), ("max_ms", "max ms"),
+]
+
+
+def _spark(report: dict[str, Any]) -> str:
+    return f"""\
+## Spark Structured Streaming (format("silt") source and sink, local[1], file://, SQLite)
+
+{_table(_rows(report, "spark_stream"), SPARK_STREAM_COLUMNS)}
+
+End to end at the default trigger (micro-batches back to back), a record handed to an agent
+(default linger 250 ms) until it is readable in the sink topic:
+
+{_table(_rows(report, "spark_stream_latency"), SPARK_LATENCY_COLUMNS)}
+
+One executor core (`local[1]`): the source's rate is a micro-batch's records over its
+median `addBatch` (the task reading, Trigger.AvailableNow into Spark's `noop` sink,
+`maxOffsetsPerTrigger` per batch; medians leave out the first batch's Python worker
+start); the sink's is over the difference of the medians of the same run into
+`writeStream.format("silt")` (one object per task and one metadata commit per batch).
+The "in process" rows time the executors' own work (`read` of every task, `write` of
+every row, CPU seconds in this process): what Spark's scheduling, Python workers and Arrow
+hand-over cost besides is the gap between the rows. MiB/s counts key and value bytes. GETs
+per micro-batch count each batch's plan: one ranged GET per object holding its offsets (the
+agent's objects hold all 16 partitions side by side), not one per partition. Latency is the
+agent's flush (up to linger.ms), a micro-batch's planning (one metadata snapshot), its read
+and its sink commit, polled every 10 ms.
+"""
+
+
 # The page's sections in order, by the suite (bench/run.py SUITES) that measures them.
 SECTIONS = {"ingest": _ingest, "compaction": _compaction, "planning": _planning,
             "consume": _consume,
             "codecs": _codecs, "wire": _wire, "memory": _memory, "groups": _groups,
-            "scale": _scale, "transactions": _transactions}
+            "scale": _scale, "transactions": _transactions, "spark": _spark}
 
 
 def render(report: dict[str, Any]) -> str:

@@ -227,11 +227,21 @@ def run_scale_suite(quick: bool) -> list[dict[str, Any]]:
     return sweep(postgres_database, quick)
 
 
+def run_spark_suite(quick: bool) -> list[dict[str, Any]]:
+    """Structured Streaming source and sink on one executor core, GETs per micro-batch, and
+    end-to-end latency at the default trigger (pyspark imported only here)."""
+    from .spark_stream import run_spark_stream
+
+    if quick:
+        return run_spark_stream(4_000, 1024, 1_000, samples=3)
+    return run_spark_stream(100_000, 1024, 20_000, samples=20)
+
+
 SUITES = {"ingest": run_ingest_suite, "compaction": run_compaction_suite,
           "planning": run_planning_suite, "consume": run_consume_suite,
           "memory": run_memory_suite, "codecs": run_codecs_suite, "wire": run_wire_suite,
           "groups": run_groups_suite, "scale": run_scale_suite,
-          "transactions": run_transactions_suite}
+          "transactions": run_transactions_suite, "spark": run_spark_suite}
 
 
 def main(argv: list[str] | None = None) -> int:

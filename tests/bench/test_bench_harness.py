@@ -177,3 +177,18 @@ def test_transactions_suite(tmp_path: Path) -> None:
     assert "transactions 3.00" in by["cost"]["rows_by_table_per_txn"]
     page = render({"machine": machine(), "results": rows})
     assert "## Transactions" in page and "| sqlite | 2 | 2.0 |" in page
+
+
+def test_spark_stream_section_renders() -> None:
+    """The Spark suite's section from its rows (the suite itself needs a JVM: `make bench`)."""
+    from bench.report import render
+    from bench.run import SUITES, machine
+
+    assert "spark" in SUITES
+    rows = [{"benchmark": "spark_stream", "side": "source (to noop)", "records": 10,
+             "gets_per_batch": "1-2", "records_per_s_per_core": 123},
+            {"benchmark": "spark_stream_latency", "samples": 3, "p50_ms": 456}]
+    page = render({"machine": machine(), "results": rows})
+    assert "## Spark Structured Streaming" in page
+    assert "| source (to noop) | 10 |" in page and "| 123 |" in page and "| 1-2 |" in page
+    assert "| 3 | 456 |" in page
