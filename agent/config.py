@@ -45,6 +45,13 @@ SASL_AUTHENTICATION_TIMEOUT_MS = "sasl.authentication.timeout.ms"
 CONNECTIONS_MAX_REAUTH_MS = "connections.max.reauth.ms"
 CONNECTION_FAILED_AUTHENTICATION_DELAY_MS = "connection.failed.authentication.delay.ms"
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+SASL_OAUTHBEARER_JWKS_ENDPOINT_URL = "sasl.oauthbearer.jwks.endpoint.url"
+SASL_OAUTHBEARER_EXPECTED_ISSUER = "sasl.oauthbearer.expected.issuer"
+SASL_OAUTHBEARER_EXPECTED_AUDIENCE = "sasl.oauthbearer.expected.audience"
+SASL_OAUTHBEARER_SUB_CLAIM_NAME = "sasl.oauthbearer.sub.claim.name"
+SASL_OAUTHBEARER_SCOPE_CLAIM_NAME = "sasl.oauthbearer.scope.claim.name"
+SASL_OAUTHBEARER_CLOCK_SKEW_SECONDS = "sasl.oauthbearer.clock.skew.seconds"
+SASL_OAUTHBEARER_JWKS_ENDPOINT_REFRESH_MS = "sasl.oauthbearer.jwks.endpoint.refresh.ms"
 SOCKET_REQUEST_MAX_BYTES = "socket.request.max.bytes"
 FETCH_CACHE_BYTES = "fetch.cache.bytes"
 QUEUED_MAX_REQUEST_BYTES = "queued.max.request.bytes"
@@ -186,6 +193,33 @@ class AgentConfig(Section):
         CONNECTIONS_MAX_REAUTH_MS, 0, lo=0,
         doc="a SASL session's lifetime: past it the connection is closed unless the client"
             " authenticated again (0: forever)")
+    # OAUTHBEARER (agent/sasl/oauth.py), Kafka's broker names: where the signing keys are
+    # (JWKS: an https URL, or a file), the issuer and audiences tokens must name ("": not
+    # checked), the claims holding the principal and the scopes, the clock skew allowed,
+    # and how long fetched keys are kept.
+    sasl_oauthbearer_jwks_endpoint_url: str = text(
+        SASL_OAUTHBEARER_JWKS_ENDPOINT_URL, "", allowed="an https URL, a file path or empty",
+        check=lambda v: True, doc="the JWKS OAUTHBEARER tokens are checked against (URL or"
+                                  " file)")
+    sasl_oauthbearer_expected_issuer: str = text(
+        SASL_OAUTHBEARER_EXPECTED_ISSUER, "", allowed="text", check=lambda v: True,
+        doc="the iss an OAUTHBEARER token must have (empty: not checked)")
+    sasl_oauthbearer_expected_audience: str = text(
+        SASL_OAUTHBEARER_EXPECTED_AUDIENCE, "", allowed="comma-separated audiences",
+        check=lambda v: True,
+        doc="audiences one of which an OAUTHBEARER token's aud must name (empty: not checked)")
+    sasl_oauthbearer_sub_claim_name: str = text(
+        SASL_OAUTHBEARER_SUB_CLAIM_NAME, "sub", allowed="a claim name", check=bool,
+        doc="the token claim naming the principal")
+    sasl_oauthbearer_scope_claim_name: str = text(
+        SASL_OAUTHBEARER_SCOPE_CLAIM_NAME, "scope", allowed="a claim name", check=bool,
+        doc="the token claim holding its scopes (a string or a list of strings)")
+    sasl_oauthbearer_clock_skew_seconds: int = integer(
+        SASL_OAUTHBEARER_CLOCK_SKEW_SECONDS, 30, lo=0,
+        doc="clock skew allowed when checking a token's exp, nbf and iat")
+    sasl_oauthbearer_jwks_endpoint_refresh_ms: int = integer(
+        SASL_OAUTHBEARER_JWKS_ENDPOINT_REFRESH_MS, 3_600_000, lo=1000,
+        doc="how long keys fetched from a JWKS URL are kept")
     connection_failed_authentication_delay_ms: int = integer(
         CONNECTION_FAILED_AUTHENTICATION_DELAY_MS, 100, lo=0,
         doc="how long the answer to a failed authentication waits (doubled per recent"
@@ -324,6 +358,10 @@ class AgentConfig(Section):
         if tls and not self.ssl_certificate_location:
             raise self.invalid(SSL_CERTIFICATE_LOCATION, "",
                                f"a certificate file: listeners {', '.join(tls)} use TLS")
+        if "OAUTHBEARER" in self.enabled_mechanisms() and \
+                not self.sasl_oauthbearer_jwks_endpoint_url:
+            raise self.invalid(SASL_OAUTHBEARER_JWKS_ENDPOINT_URL, "",
+                               "the JWKS when sasl.enabled.mechanisms has OAUTHBEARER")
         if self.ssl_client_auth != "none" and not self.ssl_ca_location:
             raise self.invalid(SSL_CA_LOCATION, "", f"the CAs of client certificates when"
                                f" {SSL_CLIENT_AUTH} is {self.ssl_client_auth}")

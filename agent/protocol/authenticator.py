@@ -37,6 +37,8 @@ from typing import Protocol
 import telemetry
 from agent.config import AgentConfig
 from agent.sasl.errors import AuthenticationFailed
+from agent.sasl.oauth import NAME as OAUTHBEARER
+from agent.sasl.oauth import Keys, OAuthBearerServer, OAuthSettings
 from agent.sasl.plain import NAME as PLAIN
 from agent.sasl.plain import PlainServer
 from agent.sasl.scram import MECHANISMS as SCRAM
@@ -83,7 +85,14 @@ class SaslService:
         self.mechanisms = config.enabled_mechanisms()
         self.clock = clock
         self._failures: dict[str, tuple[int, float]] = {}  # ip -> (recent count, last)
-        self.oauth: Callable[[], Exchange] | None = None  # set when OAUTHBEARER is enabled
+        self._keys = None if OAUTHBEARER not in self.mechanisms else Keys(OAuthSettings(
+            config.sasl_oauthbearer_jwks_endpoint_url,
+            config.sasl_oauthbearer_expected_issuer,
+            tuple(a.strip() for a in config.sasl_oauthbearer_expected_audience.split(",")
+                  if a.strip()),
+            config.sasl_oauthbearer_sub_claim_name, config.sasl_oauthbearer_scope_claim_name,
+            config.sasl_oauthbearer_clock_skew_seconds,
+            config.sasl_oauthbearer_jwks_endpoint_refresh_ms))
 
     def exchange(self, mechanism: str) -> Exchange:
         """A new exchange of an enabled `mechanism`."""
@@ -91,8 +100,8 @@ class SaslService:
             return PlainServer(self.metadata.scram_credentials)
         if mechanism in SCRAM:
             return ScramServer(mechanism, self._scram_credential)
-        assert self.oauth is not None, mechanism
-        return self.oauth()
+        assert self._keys is not None and mechanism == OAUTHBEARER, mechanism
+        return OAuthBearerServer(self._keys)
 
     def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return next((c for c in self.metadata.scram_credentials(user)
@@ -193,7 +202,7 @@ class Authenticator:
             return Outcome(message), self.service.failure_delay(self.ip)
         self.principal, self.state, self._exchange = principal, COMPLETE, None
         lifetime_ms = self.service.config.connections_max_reauth_ms
-        token_ms = getattr(exchange, "lifetime_ms", None)  # OAUTHBEARER: the token's
+        token_ms: int | None = getattr(exchange, "lifetime_ms", None)  # OAUTHBEARER's
         if token_ms is not None:
             lifetime_ms = min(lifetime_ms, token_ms) if lifetime_ms else token_ms
         now = self.service.clock()

@@ -7,9 +7,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
+import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
+import jwt
 import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from agent.config import AgentConfig
 from agent.protocol.authenticator import (
@@ -19,6 +25,7 @@ from agent.protocol.authenticator import (
     SaslService,
 )
 from agent.sasl.errors import AuthenticationFailed, UnacceptableCredential
+from agent.sasl.oauth import Keys, OAuthBearerServer, OAuthSettings
 from agent.sasl.plain import PlainServer
 from agent.sasl.scram import ScramServer, make_credential
 from metadata import ScramCredential
@@ -203,3 +210,68 @@ def test_failed_logins_are_paced_per_address() -> None:
     auth = Authenticator(service, "10.0.0.9", now[0])
     auth.handshake("PLAIN", 1)
     assert auth.authenticate(b"\0alice\0wrong")[1] == 0.1
+
+
+# ------------------------------------------------------------------ OAUTHBEARER
+
+def _jwks(tmp_path: Path) -> tuple[Any, Path]:
+    """A signing key made here and its JWKS file."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    path = tmp_path / "jwks.json"
+    path.write_text(json.dumps({"keys": [{**jwk, "kid": "k1", "alg": "RS256", "use": "sig"}]}))
+    return key, path
+
+
+def _token(key: Any, **claims: Any) -> str:
+    now = int(time.time())
+    body = {"sub": "svc-orders", "iss": "https://idp.example", "aud": "kafka",
+            "iat": now, "exp": now + 300, "scope": "produce consume", **claims}
+    return jwt.encode({k: v for k, v in body.items() if v is not None}, key,
+                      algorithm="RS256", headers={"kid": "k1"})
+
+
+def _message(token: str) -> bytes:
+    return f"n,,\x01auth=Bearer {token}\x01\x01".encode()
+
+
+def test_oauthbearer_validates_the_jwt(tmp_path: Path) -> None:
+    key, path = _jwks(tmp_path)
+    keys = Keys(OAuthSettings(str(path), "https://idp.example", ("kafka",)))
+    server = OAuthBearerServer(keys)
+    assert server.step(_message(_token(key))) == b"" and server.done
+    assert server.principal == "svc-orders" and 290_000 < (server.lifetime_ms or 0) <= 300_000
+    (tmp_path / "other").mkdir()
+    other, _ = _jwks(tmp_path / "other")
+    now = int(time.time())
+    for bad, why in [(_token(key, exp=now - 100), "expired"),
+                     (_token(key, nbf=now + 100), "not yet valid"),
+                     (_token(key, iss="https://evil"), "(?i)issuer"),
+                     (_token(key, aud="other"), "(?i)audience"),
+                     (_token(key, exp=None), "exp"),
+                     (_token(key, sub=None), "'sub'"),
+                     (_token(key, scope=7), "'scope'"),
+                     (_token(other), "Signature"),
+                     (jwt.encode({"sub": "x", "exp": now + 60}, "s" * 32, algorithm="HS256",
+                                 headers={"kid": "k1"}), "alg value is not allowed")]:
+        server = OAuthBearerServer(keys)
+        assert server.step(_message(bad)) == b'{"status": "invalid_token"}'
+        with pytest.raises(AuthenticationFailed, match=why):
+            server.step(b"\x01")
+    for garbage in (b"n,,auth=Bearer x", b"\xff" * 40, b"n,,\x01auth=Basic abc\x01\x01"):
+        with pytest.raises(AuthenticationFailed):
+            OAuthBearerServer(keys).step(garbage)
+
+
+def test_oauthbearer_session_lasts_as_long_as_the_token(tmp_path: Path) -> None:
+    key, path = _jwks(tmp_path)
+    now = [0.0]
+    config = AgentConfig(sasl_enabled_mechanisms="OAUTHBEARER",
+                         sasl_oauthbearer_jwks_endpoint_url=f"file://{path}",
+                         connections_max_reauth_ms=3_600_000)
+    service = SaslService(config, _Users({}), clock=lambda: now[0])  # type: ignore[arg-type]
+    auth = Authenticator(service, "10.0.0.1", 0)
+    assert auth.handshake("OAUTHBEARER", 1)
+    outcome, _ = auth.authenticate(_message(_token(key, iss=None, aud=None)))
+    assert outcome.error is None and auth.principal == "User:svc-orders"
+    assert 290_000 < outcome.lifetime_ms <= 300_000  # the token's, shorter than reauth's

@@ -6,6 +6,7 @@ authentication failure, and nothing served before authentication."""
 from __future__ import annotations
 
 import ssl
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -238,3 +239,59 @@ def test_scram_credentials_through_the_admin_api(sasl_agent: AgentProcess,
         denied.list_topics(timeout=10)
     denied.poll(1)
     assert any(e.code() == KafkaError._AUTHENTICATION for e in errors)
+
+
+def test_oauthbearer_with_confluent_kafka(tmp_path: Path) -> None:
+    """confluent-kafka's oauth_cb hands the agent JWTs signed by a key this test made (its
+    JWKS in a file): a valid one produces and consumes; one not yet valid is the client's
+    authentication failure (librdkafka itself refuses to send an expired one)."""
+    import json
+
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text(json.dumps({"keys": [{**jwk, "kid": "k1", "alg": "RS256"}]}))
+    proc = AgentProcess(f"file://{tmp_path}/objects", f"sqlite:///{tmp_path}/md.db",
+                        tmp_path / "agent.log", {
+                            "SILT_AGENT_SASL_ENABLED_MECHANISMS": "OAUTHBEARER",
+                            "SILT_AGENT_SASL_OAUTHBEARER_JWKS_ENDPOINT_URL": str(jwks),
+                            "SILT_AGENT_SASL_OAUTHBEARER_EXPECTED_ISSUER": "https://idp",
+                            "SILT_AGENT_SASL_OAUTHBEARER_EXPECTED_AUDIENCE": "kafka",
+                            "SILT_AGENT_CONNECTION_FAILED_AUTHENTICATION_DELAY_MS": "10",
+                            "SILT_AGENT_LOG_LEVEL": "info"})
+    proc.listeners = {"SASL_PLAINTEXT": "SASL_PLAINTEXT"}
+    proc.start()
+    try:
+        with proc.metadata() as md:
+            md.create_topic("oauth", 1)
+
+        def tokens(not_before_s: int = 0) -> Any:
+            def oauth_cb(config: object) -> tuple[str, float]:
+                now = int(time.time())
+                token = jwt.encode({"sub": "svc-orders", "iss": "https://idp", "aud": "kafka",
+                                    "iat": now, "nbf": now + not_before_s, "exp": now + 300,
+                                    "scope": "kafka"}, key, algorithm="RS256",
+                                   headers={"kid": "k1"})
+                return token, float(now + 300)
+            return oauth_cb
+
+        conf = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "OAUTHBEARER",
+                "oauth_cb": tokens()}
+        bootstrap = proc.address("SASL_PLAINTEXT")
+        assert secure_clients.confluent(bootstrap, conf, "oauth") == secure_clients.VALUES
+        assert "authenticated as User:svc-orders (SASL OAUTHBEARER)" in proc.log()
+        errors: list[KafkaError] = []
+        early: dict[str, Any] = {**conf, "oauth_cb": tokens(not_before_s=600),
+                                   "bootstrap.servers": bootstrap, "error_cb": errors.append}
+        admin = AdminClient(early)
+        with pytest.raises(KafkaException):
+            admin.list_topics(timeout=10)
+        admin.poll(1)
+        assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+        assert "SASL OAUTHBEARER authentication failed (invalid JWT: The token is not yet" \
+            " valid (nbf))" in proc.log()
+    finally:
+        proc.terminate()
