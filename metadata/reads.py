@@ -77,6 +77,76 @@ def _find_segments_query(limited: bool) -> sa.Select[Any]:
     )
 
 
+def find_segments_many(
+    db: Database, topic: str, wanted: Sequence[tuple[int, int]], *, limit: int
+) -> dict[int, list[SegmentInfo] | OffsetOutOfRangeError]:
+    """`find_segments` for many (partition, from_offset) of one topic in ONE statement (a
+    Fetch of N partitions costs one round trip, not N): each partition's first `limit` live
+    segments from its offset, or its OffsetOutOfRangeError (below its log start). A
+    partition the topic does not have is left out; UnknownTopicError if the topic is gone.
+    The statement is a UNION ALL of `find_segments`' own, one arm per partition, so each
+    arm is the same bounded index range scan."""
+    out: dict[int, list[SegmentInfo] | OffsetOutOfRangeError] = {}
+    if not wanted:
+        return out
+    froms = dict(wanted)  # a partition named twice: its last offset, as the fetch keeps it
+    items = sorted(froms.items())
+    rows: list[Any] = []
+    with db.read() as conn:
+        for start in range(0, len(items), _ARMS_PER_STATEMENT):
+            chunk = items[start:start + _ARMS_PER_STATEMENT]
+            params: dict[str, Any] = {"topic": topic, "limit": max(limit, 1)}
+            for i, (partition, from_offset) in enumerate(chunk):
+                params[f"partition_{i}"], params[f"from_{i}"] = partition, from_offset
+            rows += conn.execute(_find_many_query(len(chunk)), params).all()
+        if not rows and conn.execute(sa.select(s.topics.c.id).where(
+                s.topics.c.name == topic)).first() is None:
+            raise UnknownTopicError(f"unknown topic {topic!r}")
+    by_partition: dict[int, list[Any]] = {}
+    for r in rows:
+        by_partition.setdefault(int(r.partition_index), []).append(r)
+    for partition, found in by_partition.items():
+        log_start, from_offset = found[0].log_start_offset, froms[partition]
+        if from_offset < log_start:
+            out[partition] = OffsetOutOfRangeError(
+                f"offset {from_offset} of {topic}/{partition} is below log start {log_start}")
+            continue
+        live = sorted((r for r in found if r.id is not None), key=lambda r: r.last_offset)
+        out[partition] = [segment_info(r) for r in live]
+    return out
+
+
+_ARMS_PER_STATEMENT = 100  # partitions per statement (bind parameters stay few hundred)
+
+
+@functools.cache
+def _find_many_query(arms: int) -> sa.CompoundSelect[Any]:
+    """`find_segments_many`'s statement for `arms` partitions (parameters topic, limit,
+    partition_i, from_i), built once per size."""
+    t, p, sg, f = s.topics, s.partitions, s.segments, s.files
+    topic = sa.bindparam("topic", type_=t.c.name.type)
+    topic_id = sa.select(t.c.id).where(t.c.name == topic).scalar_subquery()
+    limit = sa.bindparam("limit", type_=sa.Integer())
+    selects = []
+    for i in range(arms):
+        partition = sa.bindparam(f"partition_{i}", type_=p.c.partition.type)
+        seg = (
+            sa.select(*sg.c, f.c.object_key, f.c.size.label("file_size"))
+            .select_from(sg.join(f, f.c.id == sg.c.file_id))
+            .where(sg.c.topic_id == topic_id, sg.c.partition == partition, s.LIVE,
+                   sg.c.last_offset >= sa.bindparam(f"from_{i}",
+                                                    type_=sg.c.last_offset.type))
+            .order_by(sg.c.last_offset).limit(limit)
+            .subquery(f"seg_{i}")
+        )
+        selects.append(
+            sa.select(p.c.log_start_offset, p.c.partition.label("partition_index"),
+                      t.c.name.label("topic"), *seg.c)
+            .select_from(t.join(p, p.c.topic_id == t.c.id).outerjoin(seg, sa.true()))
+            .where(t.c.name == topic, p.c.partition == partition))
+    return sa.union_all(*selects)
+
+
 def _raise_unknown(conn: sa.Connection, topic: str, partition: int) -> None:
     n = conn.execute(sa.select(s.topics.c.partitions).where(s.topics.c.name == topic)).scalar()
     if n is None:

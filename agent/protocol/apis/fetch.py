@@ -54,7 +54,7 @@ import telemetry
 from acl import Operation, ResourceType
 from agent.quotas import FETCH as FETCH_QUOTA
 from fileformat.batch import LAST_OFFSET_DELTA_POS, LENGTH_POS, LOG_OVERHEAD
-from metadata import AbortedTxn, PartitionInfo
+from metadata import AbortedTxn, PartitionInfo, SegmentInfo
 from metadata.errors import OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError
 
 from ..codec import Buffer, Builder, Encoded, write_array_length, write_topic_head, write_uvarint
@@ -142,12 +142,18 @@ def end_offset(view: memoryview) -> int:
     return last + 1
 
 
+Found = dict[int, list[SegmentInfo] | OffsetOutOfRangeError]
+"""Each partition's first segments from its fetch offset, read for all at once."""
+
+
 def read_partition(ctx: ServerContext, topic: str, p: Partition, offsets: dict[int, PartitionInfo],
-                   budget: int, first: bool, committed: bool = False) -> PartitionRead:
+                   budget: int, first: bool, committed: bool = False,
+                   found: Found | None = None) -> PartitionRead:
     """Read one partition from its fetch offset (`committed`: read_committed, below the last
-    stable offset), or its error without records (blocking: runs in the pool)."""
+    stable offset), or its error without records (blocking: runs in the pool). `found`: its
+    first segments, if already read with the other partitions' (`first_segments`)."""
     try:
-        return _read_partition(ctx, topic, p, offsets, budget, first, committed)
+        return _read_partition(ctx, topic, p, offsets, budget, first, committed, found or {})
     except Exception as exc:  # the topic deleted since `offsets` was read, a store failure
         return PartitionRead(int(p.partition),
                              failed(f"reading {topic}/{p.partition}", exc, FETCH)[0])
@@ -155,7 +161,7 @@ def read_partition(ctx: ServerContext, topic: str, p: Partition, offsets: dict[i
 
 def _read_partition(ctx: ServerContext, topic: str, p: Partition,
                     offsets: dict[int, PartitionInfo], budget: int,
-                    first: bool, committed: bool) -> PartitionRead:
+                    first: bool, committed: bool, found: Found) -> PartitionRead:
     index, offset = int(p.partition), int(p.fetch_offset)
     info = offsets.get(index)
     if info is None:
@@ -169,10 +175,16 @@ def _read_partition(ctx: ServerContext, topic: str, p: Partition,
     budget = min(budget, int(p.partition_max_bytes))
     limit = stable if committed else info.next_offset
     position = offset
+    prefetched = found.get(index)
     while position < limit:
         try:
-            segments = ctx.metadata.find_segments(topic, index, position,
-                                                  limit=SEGMENTS_PER_QUERY)
+            if prefetched is None:
+                segments = ctx.metadata.find_segments(topic, index, position,
+                                                      limit=SEGMENTS_PER_QUERY)
+            elif isinstance(prefetched, OffsetOutOfRangeError):
+                raise prefetched
+            else:
+                segments, prefetched = prefetched, None
         except OffsetOutOfRangeError as exc:  # retention moved the log start meanwhile
             read.error = error_code(exc, FETCH)
             read.records, read.size = [], 0
@@ -260,9 +272,11 @@ def read_all(ctx: ServerContext, request: Request, readable: Callable[[str], boo
             results.append((ref, "", [PartitionRead(int(p.partition), code)
                                       for p in partitions]))
             continue
+        found = first_segments(ctx, topic, partitions, offsets, committed)
         reads = []
         for p in partitions:
-            read = read_partition(ctx, topic, p, offsets, max(budget, 0), first, committed)
+            read = read_partition(ctx, topic, p, offsets, max(budget, 0), first, committed,
+                                  found)
             budget -= read.size
             first = first and not read.size
             reads.append(read)
@@ -270,6 +284,27 @@ def read_all(ctx: ServerContext, request: Request, readable: Callable[[str], boo
     if committed:
         add_aborted(ctx, request, results)
     return results
+
+
+def first_segments(ctx: ServerContext, topic: str, partitions: list[Partition],
+                   offsets: dict[int, PartitionInfo], committed: bool) -> Found:
+    """The first segments of every partition with something to read from its fetch offset,
+    in one metadata statement (a fetch's metadata cost does not grow with its partitions);
+    {} if that read fails (each partition then reads its own and answers its error)."""
+    wanted = []
+    for p in partitions:
+        info = offsets.get(int(p.partition))
+        if info is None:
+            continue
+        end = info.last_stable_offset if committed else info.next_offset
+        if info.log_start_offset <= int(p.fetch_offset) < end:
+            wanted.append((int(p.partition), int(p.fetch_offset)))
+    if len(wanted) < 2:  # one partition: its own query is as cheap
+        return {}
+    try:
+        return ctx.metadata.find_segments_many(topic, wanted, limit=SEGMENTS_PER_QUERY)
+    except Exception:  # each partition's own read then answers its error
+        return {}
 
 
 def denied(partitions: list[Partition]) -> list[PartitionRead]:
