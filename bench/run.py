@@ -170,6 +170,13 @@ def run_codecs_suite(quick: bool) -> list[dict[str, Any]]:
     return run_codecs(quick)
 
 
+def run_authz_suite(quick: bool) -> list[dict[str, Any]]:
+    """The authorizer's cost per decision with 1,000 ACLs (bench/authz.py)."""
+    from .authz import run_authz
+
+    return run_authz(quick)
+
+
 def run_wire_suite(quick: bool) -> list[dict[str, Any]]:
     """`silt agent` driven by confluent-kafka: produce, fetch and ack latency on file://,
     ack latency on moto S3 (SQLite metadata both); the client imported only here."""
@@ -239,8 +246,8 @@ def run_spark_suite(quick: bool) -> list[dict[str, Any]]:
 
 SUITES = {"ingest": run_ingest_suite, "compaction": run_compaction_suite,
           "planning": run_planning_suite, "consume": run_consume_suite,
-          "memory": run_memory_suite, "codecs": run_codecs_suite, "wire": run_wire_suite,
-          "groups": run_groups_suite, "scale": run_scale_suite,
+          "memory": run_memory_suite, "codecs": run_codecs_suite, "authz": run_authz_suite,
+          "wire": run_wire_suite, "groups": run_groups_suite, "scale": run_scale_suite,
           "transactions": run_transactions_suite, "spark": run_spark_suite}
 
 

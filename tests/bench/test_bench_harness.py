@@ -56,6 +56,16 @@ def test_codec_suite_compares_identical_bytes() -> None:
     assert all(r["decode_produce_us"] > 0 and r["encode_fetch_us"] > 0 for r in rows)
 
 
+def test_authz_suite_times_each_decision_under_the_goal() -> None:
+    from bench.authz import bindings, run_authz
+
+    assert len(bindings(1_000)) == 1_000
+    rows = run_authz(quick=True)
+    assert {r["acls"] for r in rows} == {1_000, 10_000}
+    single = [r for r in rows if "operations" not in r["case"] and "any" not in r["case"]]
+    assert all(0 < r["us_per_decision"] < 50 for r in single)  # loose: a shared CI machine
+
+
 def test_wire_suite_measures_a_real_agent(tmp_path: Path) -> None:
     from bench.report import render
     from bench.run import machine
