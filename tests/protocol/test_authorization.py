@@ -465,3 +465,59 @@ def test_transactions_and_quotas_need_their_acls(local: Backend) -> None:
     finally:
         client.close()
         proc.terminate()
+
+
+# ------------------------------------------------------------------ named SCRAM users
+
+
+def test_scram_users_are_authorized_by_name(local: Backend) -> None:
+    """Over SASL_PLAINTEXT with SCRAM-SHA-256, alice (ALLOW WRITE and READ on `t`) produces
+    and reads; bob, authenticated but named in no ACL, gets TOPIC_AUTHORIZATION_FAILED and
+    stores nothing; a DENY for User:alice from her host then stops her within a second."""
+    from agent.sasl.scram import make_credential
+
+    proc = local.agent("agent", {**AUTHORIZER,
+                                 "SILT_AGENT_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-256",
+                                 "SILT_AGENT_CONNECTION_FAILED_AUTHENTICATION_DELAY_MS": "10",
+                                 "SILT_AGENT_LOG_LEVEL": "info"})
+    proc.listeners = {"SASL_PLAINTEXT": "SASL_PLAINTEXT"}
+    md = local.metadata()
+    try:
+        md.create_topic("t", 1)
+        for user in ("alice", "bob"):
+            md.alter_scram_credentials([], [(user, make_credential("SCRAM-SHA-256",
+                                                                    f"{user}-pw", 4096))])
+        md.create_acls([acl.Acl(R.TOPIC, "t", acl.PatternType.LITERAL, "User:alice", "*", op,
+                                acl.Permission.ALLOW) for op in (Op.WRITE, Op.READ)])
+    finally:
+        md.close()
+    proc.start()
+
+    def produce_as(user: str) -> KafkaError | None:
+        outcome: list[KafkaError | None] = []
+        producer = Producer({"bootstrap.servers": proc.address("SASL_PLAINTEXT"),
+                             "security.protocol": "SASL_PLAINTEXT",
+                             "sasl.mechanisms": "SCRAM-SHA-256", "sasl.username": user,
+                             "sasl.password": f"{user}-pw", "enable.idempotence": False})
+        producer.produce("t", b"v", partition=0, on_delivery=lambda e, m: outcome.append(e))
+        assert producer.flush(30) == 0
+        return outcome[0]
+
+    try:
+        assert produce_as("alice") is None
+        denied = produce_as("bob")
+        assert denied is not None and denied.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        assert next_offset(local, "t") == 1
+        assert "authenticated as User:bob" in proc.log()
+        md = local.metadata()
+        try:
+            md.create_acls([acl.Acl(R.TOPIC, "t", acl.PatternType.LITERAL, "User:alice",
+                                    "127.0.0.1", Op.WRITE, acl.Permission.DENY)])
+        finally:
+            md.close()
+        time.sleep(1.0)  # within a second every agent decides from the new ACLs
+        stopped = produce_as("alice")
+        assert stopped is not None and stopped.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        assert next_offset(local, "t") == 1
+    finally:
+        proc.terminate()
