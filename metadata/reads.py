@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from . import schema as s
 from . import txnlog
@@ -15,7 +17,7 @@ from .engine import Database
 from .errors import OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError
 from .files import file_info, held_jobs
 from .models import LevelStats, SegmentInfo, Snapshot, StoreStats
-from .segments import SNAPSHOT_COLUMNS, live_segment_info, segment_info
+from .segments import SNAPSHOT_COLUMNS, live_segment_info, segment_info, segment_infos
 from .topics import partition_info, topic_info
 
 
@@ -95,27 +97,41 @@ def find_segments_many(
     with db.read() as conn:
         for start in range(0, len(items), _ARMS_PER_STATEMENT):
             chunk = items[start:start + _ARMS_PER_STATEMENT]
-            params: dict[str, Any] = {"topic": topic, "limit": max(limit, 1)}
+            values: dict[str, Any] = {"topic": topic, "limit": max(limit, 1)}
             for i, (partition, from_offset) in enumerate(chunk):
-                params[f"partition_{i}"], params[f"from_{i}"] = partition, from_offset
-            rows += conn.execute(_find_many_query(len(chunk)), params).all()
+                values[f"partition_{i}"], values[f"from_{i}"] = partition, from_offset
+            compiled = _find_many_compiled(conn.dialect, len(chunk))
+            params = compiled.construct_params(values)
+            rows += conn.exec_driver_sql(str(compiled), tuple(
+                params[k] for k in compiled.positiontup or ()) if compiled.positional
+                else params).all()
         if not rows and conn.execute(sa.select(s.topics.c.id).where(
                 s.topics.c.name == topic)).first() is None:
             raise UnknownTopicError(f"unknown topic {topic!r}")
+    # Columns 0-1 are the partition's log start and number; the segment's id is column 3.
     by_partition: dict[int, list[Any]] = {}
     for r in rows:
-        by_partition.setdefault(int(r.partition_index), []).append(r)
+        by_partition.setdefault(int(r[1]), []).append(r)
     for partition, found in by_partition.items():
-        log_start, from_offset = found[0].log_start_offset, froms[partition]
+        log_start, from_offset = found[0][0], froms[partition]
         if from_offset < log_start:
             out[partition] = OffsetOutOfRangeError(
                 f"offset {from_offset} of {topic}/{partition} is below log start {log_start}")
             continue
-        live = sorted((r for r in found if r.id is not None), key=lambda r: r.last_offset)
-        out[partition] = [segment_info(r) for r in live]
+        out[partition] = sorted(segment_infos([r for r in found if r[3] is not None]),
+                                key=_LAST_OFFSET)
     return out
 
 
+@functools.lru_cache(maxsize=64)
+def _find_many_compiled(dialect: sa.Dialect, arms: int) -> SQLCompiler:
+    """`_find_many_query(arms)` compiled once per dialect, run with `exec_driver_sql`: a
+    statement of many arms would otherwise be walked for its cache key at every execution
+    (more than the query itself costs)."""
+    return _find_many_query(arms).compile(dialect=dialect)
+
+
+_LAST_OFFSET = operator.attrgetter("last_offset")
 _ARMS_PER_STATEMENT = 100  # partitions per statement (bind parameters stay few hundred)
 
 

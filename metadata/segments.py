@@ -148,6 +148,16 @@ def live_segment_info(row: Sequence[Any], topic: str, object_key: str,
     return SegmentInfo(*(topic, *row[:-1], True, row[-1], object_key, file_size))
 
 
+def segment_infos(rows: Sequence[sa.Row[Any]]) -> list[SegmentInfo]:
+    """`segment_info` of many rows of one result: their columns found by name once, then
+    each row read by position (a fetch builds thousands)."""
+    if not rows:
+        return []
+    names = rows[0]._fields
+    at = [names.index(name) for name in _INFO_FIELDS]
+    return [SegmentInfo(*[row[i] for i in at]) for row in rows]
+
+
 def segment_info(row: sa.Row[Any]) -> SegmentInfo:
     """A SegmentInfo from a row holding (at least) `INFO_COLUMNS` by name. A plain dict, not
     the row's mapping: reads build thousands of these, and name lookups on a row mapping

@@ -268,6 +268,29 @@ def test_fetch_limits_offsets_and_range(agent_proc: AgentProcess, client: RawCli
     assert fetch(client, "nope", 0, 0).error_code == ErrorCode.unknown_topic_or_partition
 
 
+def test_fetch_of_many_partitions_reads_past_their_first_segments(
+        agent_proc: AgentProcess, client: RawClient) -> None:
+    from agent.protocol.apis.fetch import FIRST_SEGMENTS
+
+    md = agent_proc.metadata()
+    md.create_topic("many", 3)
+    md.close()
+    flushes = FIRST_SEGMENTS + 3  # one produce request per flush: a segment per partition
+    for n in range(flushes):
+        assert produce(client, {("many", 0): batch(2), ("many", 1): batch(2)}) == {
+            ("many", 0): (ErrorCode.none, 2 * n), ("many", 1): (ErrorCode.none, 2 * n)}
+    req = f12.FetchRequest(
+        max_wait=_ms(0), min_bytes=i32(1), max_bytes=i32(50 << 20), isolation_level=i8(0),
+        topics=(f12.FetchTopic(topic=TopicName("many"), partitions=tuple(
+            f12.FetchPartition(partition=i32(q), fetch_offset=i64(o),
+                               partition_max_bytes=i32(1 << 20))
+            for q, o in ((0, 0), (1, 5), (2, 0)))),), forgotten_topics_data=())
+    parts = {int(p.partition_index): p for p in client.call(1, 12, req).responses[0].partitions}
+    assert [b for b, _ in batch_bases(parts[0].records)] == [2 * n for n in range(flushes)]
+    assert [b for b, _ in batch_bases(parts[1].records)] == [2 * n for n in range(2, flushes)]
+    assert parts[2].error_code == ErrorCode.none and not parts[2].records
+
+
 def test_fetch_below_log_start_is_out_of_range(agent_proc: AgentProcess,
                                                client: RawClient) -> None:
     md = agent_proc.metadata()

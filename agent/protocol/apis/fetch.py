@@ -80,6 +80,9 @@ TopicRef = str | uuid.UUID
 
 
 SEGMENTS_PER_QUERY = 32
+# Segments read per partition for all of a fetch's partitions at once: most fetches take a
+# partition's next few segments; one that needs more pages on with SEGMENTS_PER_QUERY.
+FIRST_SEGMENTS = 8
 READ_COMMITTED = 1  # isolation_level: records below the last stable offset, and the
 # aborted transactions among them (else aborted_transactions null, as Kafka sends)
 _BASE = struct.Struct(">q")
@@ -179,12 +182,12 @@ def _read_partition(ctx: ServerContext, topic: str, p: Partition,
     while position < limit:
         try:
             if prefetched is None:
-                segments = ctx.metadata.find_segments(topic, index, position,
-                                                      limit=SEGMENTS_PER_QUERY)
+                page = SEGMENTS_PER_QUERY
+                segments = ctx.metadata.find_segments(topic, index, position, limit=page)
             elif isinstance(prefetched, OffsetOutOfRangeError):
                 raise prefetched
             else:
-                segments, prefetched = prefetched, None
+                page, segments, prefetched = FIRST_SEGMENTS, prefetched, None
         except OffsetOutOfRangeError as exc:  # retention moved the log start meanwhile
             read.error = error_code(exc, FETCH)
             read.records, read.size = [], 0
@@ -202,7 +205,7 @@ def _read_partition(ctx: ServerContext, topic: str, p: Partition,
             if full:
                 return read
             position = seg.last_offset + 1
-        if len(segments) < SEGMENTS_PER_QUERY:
+        if len(segments) < page:
             break
     return read
 
@@ -302,7 +305,7 @@ def first_segments(ctx: ServerContext, topic: str, partitions: list[Partition],
     if len(wanted) < 2:  # one partition: its own query is as cheap
         return {}
     try:
-        return ctx.metadata.find_segments_many(topic, wanted, limit=SEGMENTS_PER_QUERY)
+        return ctx.metadata.find_segments_many(topic, wanted, limit=FIRST_SEGMENTS)
     except Exception:  # each partition's own read then answers its error
         return {}
 
