@@ -9,6 +9,7 @@ from typing import ClassVar
 from fileformat import PRODUCER, TOPIC_COMPRESSIONS, Compression
 from planner import PlannerConfig
 from settings import Section, choice, integer, number
+from telemetry import MetricsSecurity
 from telemetry import config as metrics
 
 from .dedupe import DEFAULT_MEMORY_BUDGET
@@ -66,6 +67,17 @@ class CompactorConfig(Section):
     # `silt compactor`'s metrics port (telemetry/: /metrics, /healthz, /readyz; "" = none).
     # Its gauges are computed once per round, from the round's own plan.
     metrics_listeners: str = metrics.listeners()
+    # TLS and basic auth of the metrics port (telemetry/server.py; "" = off).
+    metrics_ssl_certificate_location: str = metrics.ssl_certificate_location()
+    metrics_ssl_key_location: str = metrics.ssl_key_location()
+    metrics_basic_auth_user: str = metrics.basic_auth_user()
+    metrics_basic_auth_password_file: str = metrics.basic_auth_password_file()
+
+    def metrics_security(self) -> MetricsSecurity:
+        """The metrics port's TLS and basic auth."""
+        return MetricsSecurity(self.metrics_ssl_certificate_location,
+                               self.metrics_ssl_key_location, self.metrics_basic_auth_user,
+                               self.metrics_basic_auth_password_file)
     planner: PlannerConfig = field(default_factory=PlannerConfig)
 
     @property

@@ -49,4 +49,5 @@ def metrics_server(comp: Compactor) -> telemetry.MetricsServer:
     comp.store.set_request_listener(telemetry.store_request)
     comp.store.set_failure_listener(telemetry.store_failure)
     return telemetry.MetricsServer(comp.config.metrics_listeners,
-                                   lambda: ready(comp.metadata), "silt compactor metrics")
+                                   lambda: ready(comp.metadata), "silt compactor metrics",
+                                   comp.config.metrics_security())

@@ -26,11 +26,12 @@ from .metrics import (
     store_request,
     store_state,
 )
-from .server import MetricsServer, Readiness, serving
+from .server import MetricsSecurity, MetricsServer, Readiness, serving
 
 __all__ = [
     "METRICS_LISTENERS",
     "METRICS_REFRESH_INTERVAL_MS",
+    "MetricsSecurity",
     "MetricsServer",
     "Readiness",
     "commit_done",

@@ -8,6 +8,10 @@ from settings import integer, parse_host_port, text
 
 METRICS_LISTENERS = "metrics.listeners"
 METRICS_REFRESH_INTERVAL_MS = "metrics.refresh.interval.ms"
+METRICS_SSL_CERTIFICATE_LOCATION = "metrics.ssl.certificate.location"
+METRICS_SSL_KEY_LOCATION = "metrics.ssl.key.location"
+METRICS_BASIC_AUTH_USER = "metrics.basic.auth.user"
+METRICS_BASIC_AUTH_PASSWORD_FILE = "metrics.basic.auth.password.file"
 
 
 def listeners() -> str:
@@ -22,3 +26,32 @@ def refresh_interval_ms() -> int:
     """`metrics.refresh.interval.ms`: how often gauges that need a metadata read are
     computed (15 s, Prometheus' default scrape interval); never per scrape."""
     return integer(METRICS_REFRESH_INTERVAL_MS, 15_000, lo=100)
+
+
+def ssl_certificate_location() -> str:
+    """`metrics.ssl.certificate.location`: serve the metrics port over TLS (1.2 and up) with
+    this PEM certificate chain ("" = plain HTTP)."""
+    return text(METRICS_SSL_CERTIFICATE_LOCATION, "", allowed="a PEM file path or empty",
+                check=lambda v: True,
+                doc="the metrics port's TLS certificate chain (PEM; empty: plain HTTP)")
+
+
+def ssl_key_location() -> str:
+    """`metrics.ssl.key.location`: its private key ("" = in the certificate file)."""
+    return text(METRICS_SSL_KEY_LOCATION, "", allowed="a PEM file path or empty",
+                check=lambda v: True, doc="the metrics port's TLS private key (PEM)")
+
+
+def basic_auth_user() -> str:
+    """`metrics.basic.auth.user`: /metrics asks for HTTP basic auth as this user ("" =
+    none; /healthz and /readyz stay open for probes)."""
+    return text(METRICS_BASIC_AUTH_USER, "", allowed="a user name or empty",
+                check=lambda v: ":" not in v,
+                doc="/metrics asks for HTTP basic auth as this user (empty: none)")
+
+
+def basic_auth_password_file() -> str:
+    """`metrics.basic.auth.password.file`: the file whose first line is that user's
+    password (a file, so it is in no setting or process list)."""
+    return text(METRICS_BASIC_AUTH_PASSWORD_FILE, "", allowed="a file path or empty",
+                check=lambda v: True, doc="the file holding the metrics user's password")

@@ -10,10 +10,14 @@ GC collectors) in the text format, or OpenMetrics when the scraper asks for it.
 
 from __future__ import annotations
 
+import base64
+import hmac
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
@@ -42,14 +46,39 @@ def _always_ready() -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class MetricsSecurity:
+    """TLS and basic auth of a metrics port (the service's metrics.ssl.* and
+    metrics.basic.auth.* settings; "" = off)."""
+
+    certificate: str = ""
+    key: str = ""
+    user: str = ""
+    password_file: str = ""
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], ready: Readiness) -> None:
+    def __init__(self, address: tuple[str, int], ready: Readiness,
+                 security: MetricsSecurity) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         self.ready = ready
+        self.credentials: bytes | None = None  # the expected "user:password"
+        if security.user:
+            with open(security.password_file, encoding="utf-8") as f:
+                password = (f.read().splitlines() or [""])[0]
+            self.credentials = f"{security.user}:{password}".encode()
         super().__init__(address, _Handler)
+        if security.certificate:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            context.load_cert_chain(security.certificate, security.key or None)
+            # The handshake happens at the first read, in the request's own thread: a slow
+            # client never holds up the accept loop.
+            self.socket = context.wrap_socket(self.socket, server_side=True,
+                                              do_handshake_on_connect=False)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -57,7 +86,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
-        if path == "/metrics":
+        if path == "/metrics" and not self._authorized():
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="silt metrics"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif path == "/metrics":
             encode, content_type = choose_encoder(self.headers.get("Accept", ""))
             self._reply(200, encode(REGISTRY), content_type)
         elif path == "/healthz":
@@ -73,6 +107,18 @@ class _Handler(BaseHTTPRequestHandler):
                 self._reply(503, f"not ready: {why}\n".encode())
         else:
             self._reply(404, b"not found: /metrics, /healthz, /readyz\n")
+
+    def _authorized(self) -> bool:
+        """Whether the request carries the basic-auth credentials (or none are needed)."""
+        expected = self.server.credentials
+        if expected is None:
+            return True
+        scheme, _, value = self.headers.get("Authorization", "").partition(" ")
+        try:
+            given = base64.b64decode(value.strip(), validate=True)
+        except ValueError:
+            return False
+        return scheme.lower() == "basic" and hmac.compare_digest(given, expected)
 
     def _reply(self, status: int, body: bytes,
                content_type: str = "text/plain; charset=utf-8") -> None:
@@ -91,10 +137,11 @@ class MetricsServer:
     do nothing). `ready` says why the service is not ready, or None when it is."""
 
     def __init__(self, listen: str, ready: Readiness = _always_ready,
-                 name: str = "metrics") -> None:
+                 name: str = "metrics", security: MetricsSecurity | None = None) -> None:
         self.listen = listen
         self.ready = ready
         self.name = name
+        self.security = security or MetricsSecurity()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -117,17 +164,20 @@ class MetricsServer:
             raise SettingError(f"invalid setting {METRICS_LISTENERS}={self.listen}:"
                                " must be HOST:PORT")
         try:
-            self._server = _Server(address, self.ready)
-        except OSError as exc:
+            self._server = _Server(address, self.ready, self.security)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
             raise SettingError(f"cannot serve metrics on {self.listen}"
-                               f" ({METRICS_LISTENERS}): {exc.strerror or exc}") from exc
+                               f" ({METRICS_LISTENERS}):"
+                               f" {getattr(exc, 'strerror', None) or exc}") from exc
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         name=f"silt-{self.name}", daemon=True)
         self._thread.start()
         with _serving_lock:
             _serving += 1
         host, port = self.address or address
-        log.warning("%s on http://%s:%d/metrics (/healthz, /readyz)", self.name, host, port)
+        scheme = "https" if self.security.certificate else "http"
+        log.warning("%s on %s://%s:%d/metrics (/healthz, /readyz)", self.name, scheme, host,
+                    port)
         return self
 
     def stop(self) -> None:

@@ -42,7 +42,8 @@ class AgentMetrics:
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
         self.server = telemetry.MetricsServer(ctx.config.metrics_listeners,
-                                              lambda: ready(ctx), "silt agent metrics")
+                                              lambda: ready(ctx), "silt agent metrics",
+                                              ctx.config.metrics_security())
         self.timer = Periodic("silt-metrics", ctx.config.metrics_refresh_interval_ms,
                               lambda: refresh_group_lag(ctx), ctx.metadata.clock)
 

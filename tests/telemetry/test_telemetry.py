@@ -211,3 +211,39 @@ def test_a_round_sets_live_data_per_level_and_the_gc_backlog(tmp_path: Path) -> 
     assert (sample("silt_gc_backlog_files", state="abandoned"),
             sample("silt_gc_backlog_files", state="retired")) == (1, 0)
     assert REGISTRY.get_sample_value("silt_compaction_max_dirty_ratio", {"topic": "t"}) == 0
+
+
+def test_metrics_port_behind_tls_and_basic_auth(tmp_path: Path) -> None:
+    """With metrics.ssl.* the port speaks TLS only; with metrics.basic.auth.* /metrics asks
+    for the user and password (the probes stay open)."""
+    import base64
+    import ssl
+
+    from harness.certs import CertificateAuthority
+
+    ca = CertificateAuthority(tmp_path / "certs")
+    pem = ca.issue("metrics", "CN=localhost", server=True)
+    secret = tmp_path / "metrics.pw"
+    secret.write_text("sc4pe\n")
+    security = telemetry.MetricsSecurity(str(pem.cert), str(pem.key), "prom", str(secret))
+    context = ssl.create_default_context(cafile=str(ca.path))
+
+    def fetch(port: int, path: str, auth: str | None) -> int:
+        headers = {"Authorization": "Basic " + base64.b64encode(auth.encode()).decode()} \
+            if auth else {}
+        req = urllib.request.Request(f"https://localhost:{port}{path}", headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=10, context=context) as resp:
+                return int(resp.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    with telemetry.MetricsServer("127.0.0.1:0", security=security) as server:
+        assert server.address is not None
+        port = server.address[1]
+        assert fetch(port, "/metrics", "prom:sc4pe") == 200
+        assert fetch(port, "/metrics", "prom:wrong") == 401
+        assert fetch(port, "/metrics", None) == 401
+        assert fetch(port, "/healthz", None) == 200
+        with pytest.raises((urllib.error.URLError, ConnectionError)):  # plain HTTP: closed
+            get(port, "/healthz")
