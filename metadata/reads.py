@@ -6,10 +6,10 @@ import functools
 import itertools
 import operator
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.sql.compiler import SQLCompiler
 
 from . import schema as s
 from . import txnlog
@@ -95,16 +95,11 @@ def find_segments_many(
     items = sorted(froms.items())
     rows: list[Any] = []
     with db.read() as conn:
+        arm = _find_one_arm(conn.dialect)
         for start in range(0, len(items), _ARMS_PER_STATEMENT):
-            chunk = items[start:start + _ARMS_PER_STATEMENT]
-            values: dict[str, Any] = {"topic": topic, "limit": max(limit, 1)}
-            for i, (partition, from_offset) in enumerate(chunk):
-                values[f"partition_{i}"], values[f"from_{i}"] = partition, from_offset
-            compiled = _find_many_compiled(conn.dialect, len(chunk))
-            params = compiled.construct_params(values)
-            rows += conn.exec_driver_sql(str(compiled), tuple(
-                params[k] for k in compiled.positiontup or ()) if compiled.positional
-                else params).all()
+            sql, params = arm.statement(topic, max(limit, 1),
+                                        items[start:start + _ARMS_PER_STATEMENT])
+            rows += conn.exec_driver_sql(sql, params).all()
         if not rows and conn.execute(sa.select(s.topics.c.id).where(
                 s.topics.c.name == topic)).first() is None:
             raise UnknownTopicError(f"unknown topic {topic!r}")
@@ -123,22 +118,55 @@ def find_segments_many(
     return out
 
 
-@functools.lru_cache(maxsize=64)
-def _find_many_compiled(dialect: sa.Dialect, arms: int) -> SQLCompiler:
-    """`_find_many_query(arms)` compiled once per dialect, run with `exec_driver_sql`: a
-    statement of many arms would otherwise be walked for its cache key at every execution
-    (more than the query itself costs)."""
-    return _find_many_query(arms).compile(dialect=dialect)
+@dataclass(frozen=True)
+class _Arm:
+    """`find_segments_many`'s statement for one partition, compiled once per dialect; n
+    partitions are n copies joined by UNION ALL, their parameters renamed or repeated as the
+    driver's style needs (building and compiling a statement of n arms through SQLAlchemy
+    costs ~1 ms an arm, more than running it)."""
+
+    sql: str
+    names: tuple[str, ...] | None  # a positional driver's parameter order, by name
+    defaults: dict[str, Any]
+
+    def statement(self, topic: str, limit: int, items: Sequence[tuple[int, int]]
+                  ) -> tuple[str, Any]:
+        """The SQL text and parameters for `items` (partition, from_offset)."""
+        values = {**self.defaults, "topic": topic, "limit": limit}
+        if self.names is not None:  # qmark (SQLite): each arm's parameters in order
+            params: list[Any] = []
+            for partition, from_offset in items:
+                values["partition_0"], values["from_0"] = partition, from_offset
+                params += [values[name] for name in self.names]
+            return " UNION ALL ".join([self.sql] * len(items)), tuple(params)
+        arms = []  # named (psycopg's pyformat): arm i's own partition_i and from_i
+        for i, (partition, from_offset) in enumerate(items):
+            values[f"partition_{i}"], values[f"from_{i}"] = partition, from_offset
+            arms.append(self.sql.replace("%(partition_0)s", f"%(partition_{i})s")
+                        .replace("%(from_0)s", f"%(from_{i})s"))
+        return " UNION ALL ".join(arms), values
+
+
+@functools.lru_cache(maxsize=16)
+def _find_one_arm(dialect: sa.Dialect) -> _Arm:
+    compiled = _find_many_query(1).compile(dialect=dialect)
+    # Values of the parameters SQLAlchemy adds itself (SQLite's LIMIT ... OFFSET).
+    defaults = dict(compiled.construct_params(
+        {"topic": "", "limit": 1, "partition_0": 0, "from_0": 0}))
+    if compiled.positional:
+        return _Arm(str(compiled), tuple(compiled.positiontup or ()), defaults)
+    if "%(partition_0)s" not in str(compiled):
+        raise AssertionError(f"unexpected parameter style: {compiled}")
+    return _Arm(str(compiled), None, defaults)
 
 
 _LAST_OFFSET = operator.attrgetter("last_offset")
 _ARMS_PER_STATEMENT = 100  # partitions per statement (bind parameters stay few hundred)
 
 
-@functools.cache
 def _find_many_query(arms: int) -> sa.CompoundSelect[Any]:
-    """`find_segments_many`'s statement for `arms` partitions (parameters topic, limit,
-    partition_i, from_i), built once per size."""
+    """`find_segments_many`'s statement for `arms` partitions as SQLAlchemy builds it
+    (parameters topic, limit, partition_i, from_i): `_Arm` compiles its first arm."""
     t, p, sg, f = s.topics, s.partitions, s.segments, s.files
     topic = sa.bindparam("topic", type_=t.c.name.type)
     topic_id = sa.select(t.c.id).where(t.c.name == topic).scalar_subquery()
