@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 INGEST_COLUMNS = [
@@ -35,6 +36,11 @@ CONSUME_COLUMNS = [
     ("mib_per_s_per_core", "MiB/s per core"), ("records_per_s_per_core", "records/s per core"),
     ("gets", "GETs"),
 ]
+SECURE_SETUP_COLUMNS = [("listener", "listener and mechanism"), ("median_ms", "median ms")]
+SECURE_WIRE_COLUMNS = [("round", "round"), ("listener", "listener"), ("measure", "measure"),
+                       ("records", "records"), ("agent_cpu_s", "agent CPU s"),
+                       ("mib_per_s_per_agent_core", "MiB/s per agent core"),
+                       ("mib_per_s_wall", "MiB/s wall")]
 AUTHZ_COLUMNS = [("acls", "ACLs"), ("case", "decision"), ("us_per_decision", "µs")]
 CODECS_COLUMNS = [
     ("library", "library"), ("produce_v9_bytes", "Produce v9 B"),
@@ -105,7 +111,7 @@ own process and is not counted.
 
 Rerun: `make bench` (JSON on stdout and this page rewritten). One suite, JSON only:
 `.venv/bin/python -m bench.run --suite ingest` (also `compaction`, `planning`, `consume`,
-`memory`, `codecs`, `authz`, `wire`, `groups`, `scale`, `transactions`, `spark`;
+`memory`, `codecs`, `authz`, `wire`, `groups`, `scale`, `transactions`, `spark`, `secure`;
 `--quick` for tiny sizes); with `--write docs/benchmarks.md` too, only that suite's section
 of this page is rewritten. Figures vary with the machine: compare runs on one machine.
 """
@@ -447,11 +453,49 @@ and its sink commit, polled every 10 ms.
 """
 
 
+def _secure(report: dict[str, Any]) -> str:
+    rows = _rows(report, "secure")
+    setup = [r for r in rows if r.get("measure") == "connection_setup_ms"]
+    wire = [r for r in rows if r.get("measure") != "connection_setup_ms"]
+    medians = {(listener, measure): statistics.median(
+        r["mib_per_s_per_agent_core"] for r in wire
+        if (r["listener"], r["measure"]) == (listener, measure))
+        for listener, measure in {(r["listener"], r["measure"]) for r in wire}}
+    tls, plain = "SASL_SSL SCRAM-SHA-512", "PLAINTEXT"
+    summary = "; ".join(
+        f"{measure} {medians[(plain, measure)]:.1f} -> {medians[(tls, measure)]:.1f} MiB/s"
+        f" per agent core ({medians[(tls, measure)] / medians[(plain, measure)] - 1:+.0%})"
+        for measure in ("produce", "fetch") if (plain, measure) in medians)
+    return f"""\
+## TLS and SASL on the wire (one `silt agent`, confluent-kafka, 16 partitions, 1 KiB values)
+
+Connection set-up, a new client until its first Metadata answer (median):
+
+{_table(setup, SECURE_SETUP_COLUMNS)}
+
+Produce (acks=all) and fetch through the PLAINTEXT listener and the SASL_SSL listener
+(SCRAM-SHA-512 over TLS) of the same agent, alternated (bench/secure_wire.py):
+
+{_table(wire, SECURE_WIRE_COLUMNS)}
+
+Medians, PLAINTEXT -> SASL_SSL: {summary}.
+
+The machine is shared: rounds vary, compare within one round. Goal: SASL_SSL within 15 % of
+PLAINTEXT per agent core; not met. TLS costs the agent the encryption (OpenSSL through
+asyncio's SSL protocol) and the zero-copy reply path: a TLS connection's replies go through
+the transport's `writelines` (copied and encrypted), not `os.writev` of the segment cache's
+buffers, which is why fetch pays more than produce.
+Authentication is paid once per connection: SCRAM's PBKDF2 iterations are the client's (the
+server checks HMACs against the stored keys); PLAIN's check runs them on the agent.
+"""
+
+
 # The page's sections in order, by the suite (bench/run.py SUITES) that measures them.
 SECTIONS = {"ingest": _ingest, "compaction": _compaction, "planning": _planning,
             "consume": _consume,
             "codecs": _codecs, "authz": _authz, "wire": _wire, "memory": _memory,
-            "groups": _groups, "scale": _scale, "transactions": _transactions, "spark": _spark}
+            "groups": _groups, "scale": _scale, "transactions": _transactions, "spark": _spark,
+            "secure": _secure}
 
 
 def render(report: dict[str, Any]) -> str:

@@ -244,11 +244,19 @@ def run_spark_suite(quick: bool) -> list[dict[str, Any]]:
     return run_spark_stream(100_000, 1024, 20_000, samples=20)
 
 
+def run_secure_suite(quick: bool) -> list[dict[str, Any]]:
+    """The wire suite over SASL_SSL next to PLAINTEXT, and set-up time per mechanism."""
+    from .secure_wire import run
+
+    return run(5_000, 1, 3) if quick else run(200_000, 3, 20)
+
+
 SUITES = {"ingest": run_ingest_suite, "compaction": run_compaction_suite,
           "planning": run_planning_suite, "consume": run_consume_suite,
           "memory": run_memory_suite, "codecs": run_codecs_suite, "authz": run_authz_suite,
           "wire": run_wire_suite, "groups": run_groups_suite, "scale": run_scale_suite,
-          "transactions": run_transactions_suite, "spark": run_spark_suite}
+          "transactions": run_transactions_suite, "spark": run_spark_suite,
+          "secure": run_secure_suite}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -57,8 +57,8 @@ def _store_name(store: str) -> str:
     return "file" if store == "file" else "s3 (moto server)"
 
 
-def _producer(bootstrap: str) -> Producer:
-    return Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+def _producer(bootstrap: str, conf: dict[str, Any] | None = None) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "acks": "all", **(conf or {})})
 
 
 def _produce(producer: Producer, partition: int, key: bytes, value: bytes,
@@ -79,9 +79,11 @@ def _drain(producer: Producer, errors: list[KafkaError]) -> None:
         raise RuntimeError(f"{len(errors)} deliveries failed, first: {errors[0]}")
 
 
-def run_produce(agent: AgentProcess, p: WireParams) -> dict[str, Any]:
-    """Produce `p.records` records as fast as the producer goes; every one acked."""
-    producer = _producer(agent.bootstrap)
+def run_produce(agent: AgentProcess, p: WireParams, bootstrap: str | None = None,
+                conf: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Produce `p.records` records as fast as the producer goes; every one acked (through
+    `bootstrap` with client settings `conf`: another listener, TLS, SASL)."""
+    producer = _producer(bootstrap or agent.bootstrap, conf)
     errors: list[KafkaError] = []
 
     def acked(err: KafkaError | None, _: Message) -> None:
@@ -143,10 +145,12 @@ def run_latency(agent: AgentProcess, store: ObjectStore, p: WireParams) -> dict[
             "puts_per_s": round(objects / elapsed, 2)}
 
 
-def run_fetch(agent: AgentProcess, p: WireParams, records: int) -> dict[str, Any]:
+def run_fetch(agent: AgentProcess, p: WireParams, records: int, bootstrap: str | None = None,
+              conf: dict[str, Any] | None = None) -> dict[str, Any]:
     """Read `records` records back from offset 0 of every partition (assign, no group)."""
-    consumer = Consumer({"bootstrap.servers": agent.bootstrap, "group.id": "wire-bench",
-                         "enable.auto.commit": False, "auto.offset.reset": "error"})
+    consumer = Consumer({"bootstrap.servers": bootstrap or agent.bootstrap,
+                         "group.id": "wire-bench", "enable.auto.commit": False,
+                         "auto.offset.reset": "error", **(conf or {})})
     cpu0, wall0 = agent.cpu_seconds(), time.perf_counter()
     consumer.assign([TopicPartition(TOPIC, i, 0) for i in range(p.partitions)])
     got = nbytes = 0

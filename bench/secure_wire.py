@@ -1,0 +1,99 @@
+"""The wire suite over SASL_SSL next to PLAINTEXT, on ONE agent in the same run: produce and
+fetch MiB/s per agent core through its PLAINTEXT listener and through its SASL_SSL listener
+(SCRAM-SHA-512, TLS 1.2+ with a certificate made here), alternated; and the connection
+set-up time per mechanism (a fresh confluent-kafka client until its first Metadata answer,
+median of `connections`), PLAINTEXT, SSL, SASL_PLAINTEXT PLAIN and SCRAM-SHA-512, SASL_SSL
+SCRAM-SHA-512. `python -m bench.secure_wire [records] [rounds]` prints the rows as JSON."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+
+from agent.sasl.scram import make_credential
+from harness.agent_process import AgentProcess
+from harness.certs import CertificateAuthority
+from metadata import MetadataStore
+
+from .wire import TOPIC, WireParams, run_fetch, run_produce
+
+PASSWORD = "bench-pw"
+
+
+def _setup_ms(bootstrap: str, conf: dict[str, Any], connections: int) -> float:
+    """Median ms from a new client to its first Metadata answer."""
+    times = []
+    for _ in range(connections):
+        start = time.perf_counter()
+        admin = AdminClient({"bootstrap.servers": bootstrap, **conf})
+        admin.list_topics(timeout=30)
+        times.append((time.perf_counter() - start) * 1000)
+        del admin
+    return round(statistics.median(times), 1)
+
+
+def run(records: int = 100_000, rounds: int = 2, connections: int = 15) -> list[dict[str, Any]]:
+    """The rows (benchmark "secure"): set-up times, then `rounds` alternated produce and
+    fetch runs of `records` 1 KiB records through each of the two listeners."""
+    return [{"benchmark": "secure", **row} for row in _run(records, rounds, connections)]
+
+
+def _run(records: int, rounds: int, connections: int) -> list[dict[str, Any]]:
+    p = WireParams(store="file", records=records, rate_mib_s=0, seconds=0, partitions=16)
+    with tempfile.TemporaryDirectory(prefix="silt-secure-wire-") as tmp:
+        ca = CertificateAuthority(Path(tmp) / "certs")
+        server = ca.issue("server", "CN=localhost", server=True)
+        md_url = f"sqlite:///{tmp}/md.db"
+        with MetadataStore.open(md_url, create=True) as md:
+            md.create_topic(TOPIC, p.partitions)
+            md.alter_scram_credentials([], [
+                ("bench", make_credential("SCRAM-SHA-512", PASSWORD, 4096))])
+        agent = AgentProcess(f"file://{tmp}/objects", md_url, Path(tmp) / "agent.log", {
+            "SILT_AGENT_SSL_CERTIFICATE_LOCATION": str(server.cert),
+            "SILT_AGENT_SSL_KEY_LOCATION": str(server.key),
+            "SILT_AGENT_SASL_ENABLED_MECHANISMS": "PLAIN,SCRAM-SHA-512"})
+        agent.listeners = {"SSL": "SSL", "SASL_PLAINTEXT": "SASL_PLAINTEXT",
+                           "SASL_SSL": "SASL_SSL"}
+        agent.start()
+        tls = {"ssl.ca.location": str(ca.path)}
+        scram = {"sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "bench",
+                 "sasl.password": PASSWORD}
+        plain = {**scram, "sasl.mechanisms": "PLAIN"}
+        ways = {
+            "PLAINTEXT": (agent.bootstrap, {}),
+            "SSL": (agent.address("SSL"), {"security.protocol": "SSL", **tls}),
+            "SASL_PLAINTEXT PLAIN": (agent.address("SASL_PLAINTEXT"),
+                                     {"security.protocol": "SASL_PLAINTEXT", **plain}),
+            "SASL_PLAINTEXT SCRAM-SHA-512": (agent.address("SASL_PLAINTEXT"),
+                                             {"security.protocol": "SASL_PLAINTEXT", **scram}),
+            "SASL_SSL SCRAM-SHA-512": (agent.address("SASL_SSL"),
+                                       {"security.protocol": "SASL_SSL", **tls, **scram}),
+        }
+        rows: list[dict[str, Any]] = []
+        try:
+            for name, (bootstrap, conf) in ways.items():
+                rows.append({"measure": "connection_setup_ms", "listener": name,
+                             "median_ms": _setup_ms(bootstrap, conf, connections)})
+            for rnd in range(rounds):
+                for name in ("PLAINTEXT", "SASL_SSL SCRAM-SHA-512"):
+                    bootstrap, conf = ways[name]
+                    rows.append({"round": rnd, "listener": name,
+                                 **run_produce(agent, p, bootstrap, conf)})
+                    rows.append({"round": rnd, "listener": name,
+                                 **run_fetch(agent, p, records, bootstrap, conf)})
+        finally:
+            agent.terminate()
+    return rows
+
+
+if __name__ == "__main__":
+    args = [int(a) for a in sys.argv[1:]]
+    for row in run(*args):
+        print(json.dumps(row))
