@@ -295,3 +295,47 @@ def test_oauthbearer_with_confluent_kafka(tmp_path: Path) -> None:
             " valid (nbf))" in proc.log()
     finally:
         proc.terminate()
+
+
+def test_session_lifetime_and_pre_auth_deadline(tmp_path: Path) -> None:
+    """connections.max.reauth.ms: SaslAuthenticate v1+ answers the session's lifetime and a
+    request past it closes the connection (re-authenticating renews it); a connection that
+    never authenticates is closed after sasl.authentication.timeout.ms."""
+    proc = AgentProcess(f"file://{tmp_path}/objects", f"sqlite:///{tmp_path}/md.db",
+                        tmp_path / "agent.log", {
+                            "SILT_AGENT_SASL_ENABLED_MECHANISMS": "PLAIN",
+                            "SILT_AGENT_CONNECTIONS_MAX_REAUTH_MS": "1500",
+                            "SILT_AGENT_SASL_AUTHENTICATION_TIMEOUT_MS": "1000"})
+    proc.listeners = {"SASL_PLAINTEXT": "SASL_PLAINTEXT"}
+    proc.start()
+    try:
+        with proc.metadata() as md:
+            md.alter_scram_credentials([], [
+                ("alice", make_credential("SCRAM-SHA-512", PASSWORD, 4096))])
+        port = proc.ports["SASL_PLAINTEXT"]
+        metadata = m12.MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                       include_topic_authorized_operations=False)
+
+        def login(client: RawClient) -> int:
+            client.call(17, 1, sh1.SaslHandshakeRequest(mechanism="PLAIN"))
+            answer = client.call(36, 2, sa2.SaslAuthenticateRequest(
+                auth_bytes=f"\0alice\0{PASSWORD}".encode()))
+            assert answer.error_code == ErrorCode.none
+            return int(answer.session_lifetime.total_seconds() * 1000)
+
+        idle = RawClient(port)  # never authenticates
+        client = RawClient(port)
+        assert login(client) == 1500
+        client.call(3, 12, metadata)
+        time.sleep(1.0)
+        assert login(client) == 1500  # renewed before it ended
+        time.sleep(1.0)
+        client.call(3, 12, metadata)  # 2 s after the first login: served
+        assert idle.closed_by_server()  # past the pre-auth deadline
+        time.sleep(1.0)
+        client.send_raw(client.frame(3, 12, metadata))  # past the renewed session
+        assert client.closed_by_server()
+        client.close()
+        idle.close()
+    finally:
+        proc.terminate()
