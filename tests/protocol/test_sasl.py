@@ -242,9 +242,10 @@ def test_scram_credentials_through_the_admin_api(sasl_agent: AgentProcess,
 
 
 def test_oauthbearer_with_confluent_kafka(tmp_path: Path) -> None:
-    """confluent-kafka's oauth_cb hands the agent JWTs signed by a key this test made (its
-    JWKS in a file): a valid one produces and consumes; one not yet valid is the client's
-    authentication failure (librdkafka itself refuses to send an expired one)."""
+    """confluent-kafka's oauth_cb, kafka-python's and aiokafka's token providers hand the
+    agent JWTs signed by a key this test made (its JWKS in a file): a valid one produces and
+    consumes; one not yet valid is the client's authentication failure (librdkafka itself
+    refuses to send an expired one)."""
     import json
 
     import jwt
@@ -283,6 +284,25 @@ def test_oauthbearer_with_confluent_kafka(tmp_path: Path) -> None:
         bootstrap = proc.address("SASL_PLAINTEXT")
         assert secure_clients.confluent(bootstrap, conf, "oauth") == secure_clients.VALUES
         assert "authenticated as User:svc-orders (SASL OAUTHBEARER)" in proc.log()
+        from aiokafka.abc import AbstractTokenProvider as AioTokenProvider
+        from kafka.net.sasl.oauth import AbstractTokenProvider
+
+        class Tokens(AbstractTokenProvider):  # type: ignore[misc]
+            def token(self) -> str:
+                return str(tokens()(None)[0])
+
+        class AioTokens(AioTokenProvider):  # type: ignore[misc]
+            async def token(self) -> str:
+                return str(tokens()(None)[0])
+
+        got = secure_clients.kafka_python(bootstrap, {
+            "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "OAUTHBEARER",
+            "sasl_oauth_token_provider": Tokens()}, "oauth")
+        assert got[-3:] == secure_clients.VALUES
+        got = secure_clients.aiokafka(bootstrap, {
+            "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "OAUTHBEARER",
+            "sasl_oauth_token_provider": AioTokens()}, "oauth")
+        assert got == secure_clients.VALUES
         errors: list[KafkaError] = []
         early: dict[str, Any] = {**conf, "oauth_cb": tokens(not_before_s=600),
                                    "bootstrap.servers": bootstrap, "error_cb": errors.append}
