@@ -183,7 +183,8 @@ def run_wire_suite(quick: bool) -> list[dict[str, Any]]:
     from .wire import WireParams, run_wire
 
     records, seconds = (5_000, 2.0) if quick else (200_000, 20.0)
-    rows = run_wire(WireParams("file", records, WIRE_LOAD_MIB_S, seconds))
+    rows = run_wire(WireParams("file", records, WIRE_LOAD_MIB_S, seconds,
+                               small_producers=True))
     with moto_server_process() as endpoint:
         bucket = new_bucket(endpoint)
         rows += run_wire(WireParams(f"s3://{bucket}/wire", 0, WIRE_LOAD_MIB_S, seconds))

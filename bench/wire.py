@@ -10,6 +10,8 @@ every 250 ms or 8 MiB):
   second (objects listed under the store's data/ prefix, before and after).
 - fetch: a consumer assigned every partition from offset 0 reads the produce run's records
   back; MiB/s per agent core and wall.
+- many small producers: 50 producer clients at their defaults, 20 KiB/s each; agent CPU per
+  Produce request (counted by the agent's /metrics) and per MiB, ack p50/p99.
 MiB are value bytes (keys and framing not counted). The client runs in this process and
 shares the machine's cores with the agent: wall figures depend on both.
 """
@@ -20,6 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +30,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from harness.agent_process import AgentProcess
+from harness.agent_process import AgentProcess, free_port
 from metadata import MetadataStore
 from objects.keys import DATA_PREFIX
 from objectstore import ObjectStore, open_store
@@ -47,6 +50,7 @@ class WireParams:
     seconds: float  # the latency run's length
     partitions: int = 100
     value_size: int = 1024
+    small_producers: bool = False  # also the many-small-producers run (run_many_small)
 
 
 def _objects(store: ObjectStore) -> int:
@@ -145,6 +149,69 @@ def run_latency(agent: AgentProcess, store: ObjectStore, p: WireParams) -> dict[
             "puts_per_s": round(objects / elapsed, 2)}
 
 
+SMALL_PRODUCERS = 50
+SMALL_RATE_KIB_S = 20  # each producer's load: 20 records of 1 KiB a second
+
+
+def _produce_requests(metrics_port: int) -> float:
+    """Produce requests the agent has dispatched so far (its /metrics)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith('silt_requests_total{api="produce"}'):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def run_many_small(agent: AgentProcess, p: WireParams, metrics_port: int) -> dict[str, Any]:
+    """SMALL_PRODUCERS producer clients at their defaults (linger.ms 5), each sending 20
+    KiB/s of 1 KiB records for `p.seconds`, as many small producers at low rates load an
+    agent: agent CPU per Produce request and per MiB, ack p50/p99."""
+    producers = [_producer(agent.bootstrap) for _ in range(SMALL_PRODUCERS)]
+    errors: list[KafkaError] = []
+    latencies: list[float] = []
+
+    def acked_since(sent: float) -> Callable[[KafkaError | None, Message], None]:
+        def acked(err: KafkaError | None, _: Message) -> None:
+            if err is not None:
+                errors.append(err)
+            latencies.append(time.perf_counter() - sent)
+        return acked
+
+    value = b"s" * 1024
+    for n, producer in enumerate(producers):  # connections and metadata warmed first
+        _produce(producer, n % p.partitions, b"warm", value, acked_since(time.perf_counter()))
+    for producer in producers:
+        _drain(producer, errors)
+    latencies.clear()
+    per_s = SMALL_RATE_KIB_S
+    total = int(per_s * p.seconds)
+    requests0, cpu0 = _produce_requests(metrics_port), agent.cpu_seconds()
+    start = time.perf_counter()
+    sent = 0
+    for i in range(total):  # one record per producer every 1/per_s seconds, spread over it
+        for n, producer in enumerate(producers):
+            due = start + (i + n / len(producers)) / per_s
+            while (now := time.perf_counter()) < due:
+                time.sleep(min(due - now, 0.002))
+            _produce(producer, (sent + n) % p.partitions, b"s%d" % sent, value,
+                     acked_since(time.perf_counter()))
+            producer.poll(0)
+        sent += len(producers)
+    for producer in producers:
+        _drain(producer, errors)
+    cpu = agent.cpu_seconds() - cpu0
+    requests = _produce_requests(metrics_port) - requests0
+    lat = sorted(latencies)
+    mib = sent * len(value) / MIB
+    return {"measure": f"{SMALL_PRODUCERS} small producers", "records": sent,
+            "load_mib_s": round(SMALL_PRODUCERS * per_s / 1024, 2),
+            "agent_cpu_s": round(cpu, 2), "produce_requests": int(requests),
+            "agent_cpu_us_per_request": round(1e6 * cpu / requests) if requests else 0,
+            "agent_cpu_s_per_mib": round(cpu / mib, 3),
+            "ack_ms_p50": round(statistics.median(lat) * 1000, 1),
+            "ack_ms_p99": round(lat[max(0, int(len(lat) * 0.99) - 1)] * 1000, 1)}
+
+
 def run_fetch(agent: AgentProcess, p: WireParams, records: int, bootstrap: str | None = None,
               conf: dict[str, Any] | None = None) -> dict[str, Any]:
     """Read `records` records back from offset 0 of every partition (assign, no group)."""
@@ -185,13 +252,17 @@ def run_wire(p: WireParams, env: dict[str, str] | None = None) -> list[dict[str,
         md.create_topic(TOPIC, p.partitions)
         md.close()
         store = open_store(store_url)
-        agent = AgentProcess(store_url, md_url, Path(tmp) / "agent.log", dict(env or {}))
+        metrics_port = free_port()
+        agent = AgentProcess(store_url, md_url, Path(tmp) / "agent.log", {
+            "SILT_AGENT_METRICS_LISTENERS": f"127.0.0.1:{metrics_port}", **(env or {})})
         agent.start()
         try:
             rows = []
             if p.records:  # fetch reads the produce run's batches (before the latency run's)
                 rows += [run_produce(agent, p), run_fetch(agent, p, p.records)]
             rows.append(run_latency(agent, store, p))
+            if p.small_producers:
+                rows.append(run_many_small(agent, p, metrics_port))
         except BaseException:
             print(agent.log(), file=sys.stderr)
             raise

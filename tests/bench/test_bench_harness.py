@@ -71,9 +71,15 @@ def test_wire_suite_measures_a_real_agent(tmp_path: Path) -> None:
     from bench.run import machine
     from bench.wire import WireParams, run_wire
 
-    rows = run_wire(WireParams("file", records=2_000, rate_mib_s=1.0, seconds=1.0))
+    rows = run_wire(WireParams("file", records=2_000, rate_mib_s=1.0, seconds=1.0,
+                               small_producers=True))
     by_run = {r["measure"]: r for r in rows}
-    assert set(by_run) == {"produce", "fetch", "latency"}
+    assert set(by_run) == {"produce", "fetch", "latency", "50 small producers"}
+    small = by_run["50 small producers"]
+    assert small["records"] == 50 * 20  # every one acked (errors would have raised)
+    # counted by the agent itself: at least one request per producer, at most one a record
+    assert 50 <= small["produce_requests"] <= small["records"]
+    assert small["agent_cpu_us_per_request"] > 0 and small["ack_ms_p99"] > 0
     assert by_run["fetch"]["records"] == 2_000  # every produced record read back
     assert by_run["produce"]["mib_per_s_per_agent_core"] > 0
     latency = by_run["latency"]
