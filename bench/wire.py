@@ -24,7 +24,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -108,18 +108,27 @@ def run_produce(agent: AgentProcess, p: WireParams, bootstrap: str | None = None
             "mib_per_s_wall": round(mib / wall, 1)}
 
 
+@dataclass
+class _Acks:
+    """Delivery reports of timed produce calls: each one's latency, and the errors."""
+
+    errors: list[KafkaError] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+
+    def since(self, sent: float) -> Callable[[KafkaError | None, Message], None]:
+        """A delivery callback for a record produced at `sent` (perf_counter)."""
+        def acked(err: KafkaError | None, _: Message) -> None:
+            if err is not None:
+                self.errors.append(err)
+            self.latencies.append(time.perf_counter() - sent)
+        return acked
+
+
 def run_latency(agent: AgentProcess, store: ObjectStore, p: WireParams) -> dict[str, Any]:
     """A steady `p.rate_mib_s` for `p.seconds`: ack latency percentiles and objects/s."""
     producer = _producer(agent.bootstrap)
-    errors: list[KafkaError] = []
-    latencies: list[float] = []
-
-    def acked_since(sent: float) -> Callable[[KafkaError | None, Message], None]:
-        def acked(err: KafkaError | None, _: Message) -> None:
-            if err is not None:
-                errors.append(err)
-            latencies.append(time.perf_counter() - sent)
-        return acked
+    acks = _Acks()
+    errors, latencies, acked_since = acks.errors, acks.latencies, acks.since
 
     value = b"x" * p.value_size
     per_s = p.rate_mib_s * MIB / p.value_size
@@ -167,15 +176,8 @@ def run_many_small(agent: AgentProcess, p: WireParams, metrics_port: int) -> dic
     KiB/s of 1 KiB records for `p.seconds`, as many small producers at low rates load an
     agent: agent CPU per Produce request and per MiB, ack p50/p99."""
     producers = [_producer(agent.bootstrap) for _ in range(SMALL_PRODUCERS)]
-    errors: list[KafkaError] = []
-    latencies: list[float] = []
-
-    def acked_since(sent: float) -> Callable[[KafkaError | None, Message], None]:
-        def acked(err: KafkaError | None, _: Message) -> None:
-            if err is not None:
-                errors.append(err)
-            latencies.append(time.perf_counter() - sent)
-        return acked
+    acks = _Acks()
+    errors, latencies, acked_since = acks.errors, acks.latencies, acks.since
 
     value = b"s" * 1024
     for n, producer in enumerate(producers):  # connections and metadata warmed first
