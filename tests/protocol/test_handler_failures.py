@@ -161,17 +161,29 @@ def test_fetch_during_an_object_store_outage(served: Served, client: RawClient) 
     assert fetch_codes(client, "t", [0, 1]) == [ErrorCode.none] * 2
 
 
-@pytest.mark.parametrize("call", ["partitions", "find_segments"])
+@pytest.mark.parametrize("calls", [("partitions",), ("find_segments", "find_segments_many")],
+                         ids=["partitions", "segments"])
 def test_fetch_during_a_database_outage(served: Served, client: RawClient,
-                                        monkeypatch: pytest.MonkeyPatch, call: str) -> None:
+                                        monkeypatch: pytest.MonkeyPatch,
+                                        calls: tuple[str, ...]) -> None:
     served.metadata.create_topic("t", 2)
     assert produce(client, {("t", 0): batch(1), ("t", 1): batch(1)}) == {
         ("t", 0): (ErrorCode.none, 0), ("t", 1): (ErrorCode.none, 0)}
-    monkeypatch.setattr(served.metadata, call, failing(DATABASE_DOWN))
+    for call in calls:  # the segments of many partitions at once, or of one
+        monkeypatch.setattr(served.metadata, call, failing(DATABASE_DOWN))
     assert fetch_codes(client, "t", [0, 1]) == [ErrorCode.unknown_server_error] * 2
     monkeypatch.undo()
     part = fetch(client, "t", 0, 0)
     assert (part.error_code, part.high_watermark) == (ErrorCode.none, 1)
+
+
+def test_fetch_reads_each_partition_when_the_read_of_all_fails(
+        served: Served, client: RawClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    served.metadata.create_topic("t", 2)
+    assert produce(client, {("t", 0): batch(1), ("t", 1): batch(1)}) == {
+        ("t", 0): (ErrorCode.none, 0), ("t", 1): (ErrorCode.none, 0)}
+    monkeypatch.setattr(served.metadata, "find_segments_many", failing(DATABASE_DOWN))
+    assert fetch_codes(client, "t", [0, 1]) == [ErrorCode.none] * 2
 
 
 # ---------------------------------------------------------------- producer ids, metadata
