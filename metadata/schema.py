@@ -456,15 +456,21 @@ def _v3(conn: sa.Connection, now_ms: int) -> None:
     conn.execute(table.insert().values(id=1, next_id=int(top or 0) + 1))
 
 
-group_coordinators = sa.Table(
-    "group_coordinators",
-    md,
-    sa.Column("group_id", sa.String(255), primary_key=True),
-    sa.Column("agent_id", sa.String(255), nullable=False),
-    sa.Column("epoch", sa.BigInteger, nullable=False),
-    sa.Column("acquired_at_ms", sa.BigInteger, nullable=False),
-    sa.Index("group_coordinators_agent", "agent_id"),
-)
+def _lease_table(name: str, key: str) -> sa.Table:
+    """A coordinator lease table (leases.py): which agent coordinates each `key`, under
+    which epoch, since when; indexed by agent (a restarted agent takes its leases back)."""
+    return sa.Table(
+        name,
+        md,
+        sa.Column(key, sa.String(255), primary_key=True),
+        sa.Column("agent_id", sa.String(255), nullable=False),
+        sa.Column("epoch", sa.BigInteger, nullable=False),
+        sa.Column("acquired_at_ms", sa.BigInteger, nullable=False),
+        sa.Index(f"{name}_agent", "agent_id"),
+    )
+
+
+group_coordinators = _lease_table("group_coordinators", "group_id")
 
 groups = sa.Table(
     "groups",
@@ -565,15 +571,7 @@ def _v9(conn: sa.Connection, now_ms: int) -> None:
     conn.exec_driver_sql(f"ALTER TABLE agents ADD COLUMN {column.name} {kind}")
 
 
-transaction_coordinators = sa.Table(
-    "transaction_coordinators",
-    md,
-    sa.Column("transactional_id", sa.String(255), primary_key=True),
-    sa.Column("agent_id", sa.String(255), nullable=False),
-    sa.Column("epoch", sa.BigInteger, nullable=False),
-    sa.Column("acquired_at_ms", sa.BigInteger, nullable=False),
-    sa.Index("transaction_coordinators_agent", "agent_id"),
-)
+transaction_coordinators = _lease_table("transaction_coordinators", "transactional_id")
 
 transactions = sa.Table(
     "transactions",
