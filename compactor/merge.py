@@ -111,11 +111,16 @@ class MergeStats:
     partial_cleans: int = 0  # partitions whose offset map filled up
     null_keys_kept: int = 0  # null keys and transaction markers kept by the map
     aborted_dropped: int = 0  # records of aborted transactions dropped
+    markers_removed: int = 0  # COMMIT/ABORT markers past their delete horizon
     # New cleaner checkpoints (first offset not deduplicated) per partition.
     checkpoints: dict[TopicPartition, int] = field(default_factory=dict)
+    # Offsets of the transaction markers removed, per partition (their aborted-transaction
+    # index rows go in the job's commit).
+    markers_dropped: dict[TopicPartition, list[int]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, int]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if k != "checkpoints"}
+        return {k: v for k, v in dataclasses.asdict(self).items()
+                if k not in ("checkpoints", "markers_dropped")}
 
 
 @dataclass(slots=True)
@@ -464,6 +469,8 @@ def _pass2(inputs: Sequence[_Input], heads: Sequence[_Head], written: _Partition
     """Pass 2: survivors from stream B, in the same order, one chunk's records at a time;
     records of aborted transactions go wherever the map's range covers them."""
     start = 0  # position of the chunk's first record among the partition's
+    # Producers whose current transaction still has a record kept (in offset order).
+    live_txns: set[int] = set()
     for k, ((ci, _, base), i) in enumerate(zip(heads, inputs, strict=True)):
         cnt = ci.record_count
         batches = i.read_batches(ci)
@@ -478,10 +485,23 @@ def _pass2(inputs: Sequence[_Input], heads: Sequence[_Head], written: _Partition
             stats.aborted_dropped += int(np.count_nonzero(drop))
 
         tombs = _tombstones(ci, base, offsets) if written.keyed else None
-        if tombs is not None and p1 is not None and plan is not None and plan.whole_log:
-            stats.tombstones_dropped += _delete_horizon(
-                keep, *tombs, cleaned=p1.map_end - start,
-                retention_ms=plan.delete_retention_ms, now_ms=now_ms)
+        if written.keyed and p1 is not None and plan is not None and plan.whole_log:
+            free = _free_markers(batches, keep, live_txns)
+            if free is not None:  # held to the delete horizon like tombstones
+                tombs = _hold_markers(tombs, free)
+                held = keep & free
+            if tombs is not None:
+                stats.tombstones_dropped += _delete_horizon(
+                    keep, *tombs, cleaned=p1.map_end - start,
+                    retention_ms=plan.delete_retention_ms, now_ms=now_ms)
+            if free is not None:
+                gone = held & ~keep
+                if gone.any():
+                    n_gone = int(np.count_nonzero(gone))
+                    stats.tombstones_dropped -= n_gone
+                    stats.markers_removed += n_gone
+                    stats.markers_dropped.setdefault(written.tp, []).extend(
+                        int(o) for o in offsets[gone])
         start += cnt
         sel = np.flatnonzero(keep)
         if len(sel):
@@ -508,6 +528,45 @@ def _tombstones(ci: ChunkIndex, base: int, offsets: np.ndarray[Any, np.dtype[np.
     mask[where] = True
     cleaned[where] = ci.tombstone_cleaned_at
     return mask, cleaned
+
+
+def _free_markers(batches: Sequence[tuple[BatchHeader, memoryview]],
+                  keep: np.ndarray[Any, np.dtype[np.bool_]],
+                  live_txns: set[int]) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
+    """The chunk's transaction markers none of whose transaction's records is kept (a mask
+    over its records; None: none), in a whole-log clean walked in offset order. A producer
+    has one transaction open at a time, so its transactional batches since its last marker
+    are the next marker's transaction; `live_txns` carries the producers whose current
+    transaction still has a kept record from chunk to chunk (Kafka's
+    CleanedTransactionMetadata: a marker may go only when the clean traversed no batch of
+    its transaction). Per batch, from the headers pass 2 already holds."""
+    free: np.ndarray[Any, np.dtype[np.bool_]] | None = None
+    pos = 0
+    for header, _ in batches:
+        bn = header.record_count
+        if header.is_control:
+            if header.producer_id not in live_txns:
+                if free is None:
+                    free = np.zeros(len(keep), dtype=np.bool_)
+                free[pos:pos + bn] = True
+            live_txns.discard(header.producer_id)
+        elif header.is_transactional and keep[pos:pos + bn].any():
+            live_txns.add(header.producer_id)
+        pos += bn
+    return free
+
+
+def _hold_markers(tombs: tuple[np.ndarray[Any, np.dtype[np.bool_]],
+                               np.ndarray[Any, np.dtype[np.int64]]] | None,
+                  free: np.ndarray[Any, np.dtype[np.bool_]],
+                  ) -> tuple[np.ndarray[Any, np.dtype[np.bool_]],
+                             np.ndarray[Any, np.dtype[np.int64]]]:
+    """The chunk's tombstones with its free markers added: from now on the index holds them
+    among the records with a delete horizon (their first-cleaned time, the planner's
+    re-clean when it passes), as Kafka's deleteHorizonMs on a control batch (KIP-534)."""
+    if tombs is None:
+        return free.copy(), np.zeros(len(free), dtype=np.int64)
+    return tombs[0] | free, tombs[1]
 
 
 def _delete_horizon(keep: np.ndarray[Any, np.dtype[np.bool_]],

@@ -239,7 +239,8 @@ class Compactor:
                 report.outcome = "committed"
                 self.metadata.commit_compaction(lease, outputs=committed,
                                                 result=report.as_dict(),
-                                                checkpoints=stats.checkpoints)
+                                                checkpoints=stats.checkpoints,
+                                                markers_dropped=stats.markers_dropped)
         except (StaleLeaseError, CommitConflictError) as exc:  # outputs discarded
             report.outcome, report.error = "lost", str(exc)
         except CommitUnknownError as exc:

@@ -23,6 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from . import schema as s
+from . import txnlog
 from .engine import Database, Unknown
 from .errors import (
     CommitConflictError,
@@ -221,6 +222,7 @@ def release_job(db: Database, lease: Lease, *, state: str = s.JOB_FAILED,
 def commit_compaction(db: Database, lease: Lease, *, outputs: Sequence[CompactionOutput],
                       result: Mapping[str, Any] | None = None,
                       checkpoints: Mapping[tuple[str, int], int] | None = None,
+                      markers_dropped: Mapping[tuple[str, int], Sequence[int]] | None = None,
                       ) -> CompactionCommit:
     """Replace the job's input segments with the outputs' segments, in ONE transaction.
 
@@ -236,7 +238,9 @@ def commit_compaction(db: Database, lease: Lease, *, outputs: Sequence[Compactio
     or partitions UnknownTopicError / UnknownPartitionError. Then: input segments not
     live, outputs pending → live with their segments, inputs live → retired (GC deletes
     them after its grace period, so readers in flight finish), job committed with
-    `result`, cleaner `checkpoints` advanced (never backwards), files.job_id cleared.
+    `result`, cleaner `checkpoints` advanced (never backwards), the aborted-transaction
+    index rows of the transaction markers the job removed (`markers_dropped`: offsets per
+    partition) deleted, files.job_id cleared.
 
     Crash before COMMIT: nothing changed (outputs stay pending and GC removes them; the
     job stays leased until it expires). After: all of it. Database errors are handled by
@@ -257,13 +261,15 @@ def commit_compaction(db: Database, lease: Lease, *, outputs: Sequence[Compactio
 
     return db.commit(
         f"commit of job {lease.job_id}",
-        lambda conn: _commit_body(db, conn, lease, outputs, result, checkpoints or {}),
+        lambda conn: _commit_body(db, conn, lease, outputs, result, checkpoints or {},
+                                 markers_dropped or {}),
         read_back, kind="compaction")
 
 
 def _commit_body(db: Database, conn: sa.Connection, lease: Lease,
                  outputs: Sequence[CompactionOutput], result: Mapping[str, Any] | None,
-                 checkpoints: Mapping[tuple[str, int], int]) -> CompactionCommit:
+                 checkpoints: Mapping[tuple[str, int], int],
+                 markers_dropped: Mapping[tuple[str, int], Sequence[int]]) -> CompactionCommit:
     f, sg, t, pc = s.files.c, s.segments.c, s.topics.c, s.partitions.c
     now = db.clock.now_ms()
     # 1. Lock the inputs, then the job row (the module's lock order).
@@ -279,7 +285,7 @@ def _commit_body(db: Database, conn: sa.Connection, lease: Lease,
         raise CommitConflictError(f"segments of job {lease.job_id}'s inputs are no longer live")
     # 3. Resolve partitions and refuse overlaps with live non-input segments.
     wanted = sorted({(x.topic, x.partition) for o in outputs for x in o.segments}
-                    | set(checkpoints))
+                    | set(checkpoints) | set(markers_dropped))
     names = sorted({name for name, _ in wanted})
     ids = {r.name: int(r.id) for r in conn.execute(
         sa.select(t.id, t.name).where(t.name.in_(names)))}
@@ -344,6 +350,10 @@ def _commit_body(db: Database, conn: sa.Connection, lease: Lease,
                  if db.pg else sa.func.min(offset, pc.next_offset)),
             [{"tid": ids[topic], "part": part, "offset": off}
              for (topic, part), off in sorted(checkpoints.items())])
+    # 7. The removed markers' aborted transactions leave the index (their records are gone).
+    if markers_dropped:
+        txnlog.drop_markers(conn, {(ids[topic], part): offs
+                                   for (topic, part), offs in markers_dropped.items() if offs})
     conn.execute(s.jobs.update().where(s.jobs.c.id == lease.job_id).values(
         state=s.JOB_COMMITTED, updated_at_ms=now,
         result=None if result is None else json.dumps(result, default=str)))

@@ -87,6 +87,19 @@ def drop_below(conn: sa.Connection, starts: Mapping[PartitionKey, int]) -> None:
             a.topic_id == tid, a.partition == part, a.last_offset < start))
 
 
+def drop_markers(conn: sa.Connection, markers: Mapping[PartitionKey, Sequence[int]]) -> None:
+    """Compaction removed these ABORT/COMMIT markers (offsets, per partition): an aborted
+    transaction whose marker is gone leaves the index with it (its records went first), so
+    a read_committed reader is never told of an abort whose marker it will not meet (it
+    would skip the producer's later batches waiting for it)."""
+    a = s.aborted_txns.c
+    for (tid, part), offsets in sorted(markers.items()):
+        for chunk in range(0, len(offsets), 500):
+            conn.execute(s.aborted_txns.delete().where(
+                a.topic_id == tid, a.partition == part,
+                a.last_offset.in_(sorted(offsets)[chunk:chunk + 500])))
+
+
 def aborted_transactions(
     db: Database, ranges: Sequence[tuple[str, int, int, int]],
 ) -> dict[tuple[str, int], list[AbortedTxn]]:

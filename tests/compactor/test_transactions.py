@@ -8,7 +8,11 @@ and read_uncommitted, on SQLite and PostgreSQL:
 - records of aborted transactions never enter the offset map (a committed record of the
   same key survives them) and are dropped whatever their keys;
 - below the LSO each key keeps its latest committed record (`latest_per_key` over the
-  committed records, the one reference); markers are never records to a reader.
+  committed records, the one reference); markers are never records to a reader;
+- a COMMIT/ABORT marker goes once no record of its transaction is left and its delete
+  horizon passed: delete.retention.ms after the first clean that found its transaction's
+  records gone (Kafka's CleanedTransactionMetadata and deleteHorizonMs); an ABORT
+  marker's aborted-transaction index row goes with it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from fileformat.batch import read_header
 from fileformat.control import build_marker
 from tests.compactor.support import START_MS, Harness, latest_per_key
 
-COMPACT = {"cleanup.policy": "compact"}
+RETENTION_MS = 2500
+COMPACT = {"cleanup.policy": "compact", "delete.retention.ms": str(RETENTION_MS)}
 KEYS = [b"k%d" % i for i in range(8)]
 
 
@@ -39,6 +44,17 @@ class Entry:
     key: bytes
     value: bytes
     producer: int | None  # a transaction's producer, None: a plain record
+    present: bool = True
+
+
+@dataclass
+class Marker:
+    """One COMMIT/ABORT marker of the model log."""
+
+    offset: int
+    txn: tuple[int, int | None]  # (producer, the transaction's first offset)
+    commit: bool
+    horizon_from: int | None = None  # the clean that first found its records gone
     present: bool = True
 
 
@@ -76,7 +92,7 @@ class Model:
         self.aborted: set[tuple[int, int]] = set()  # (producer, first offset)
         self.txn_of: dict[int, tuple[int, int]] = {}  # offset -> (producer, txn's first)
         self.seqs: dict[int, int] = {}  # producer -> its next sequence (across transactions)
-        self.markers = 0  # written; all kept (never deduplicated as keys)
+        self.markers: list[Marker] = []
 
     def stable(self) -> int:
         firsts = [t.first for t in self.open.values() if t.first is not None]
@@ -85,8 +101,12 @@ class Model:
     def aborted_entry(self, e: Entry) -> bool:
         return e.offset in self.txn_of and self.txn_of[e.offset] in self.aborted
 
-    def clean(self) -> None:
-        """A whole-log clean up to the LSO (the offset map holds every key)."""
+    def clean(self, now_ms: int, ran: bool = True) -> None:
+        """A whole-log clean up to the LSO (the offset map holds every key); `ran` False:
+        the planner saw nothing to do (nothing dirty, no horizon passed since the log's
+        last clean), so nothing changes."""
+        if not ran:
+            return
         upto = self.stable()
         below = [e for e in self.log if e.present and e.offset < upto]
         for e in below:
@@ -97,6 +117,22 @@ class Model:
         for e in below:
             if e.present and id(e) not in survivors:
                 e.present = False
+        left = {self.txn_of[e.offset] for e in self.log if e.present and e.offset in self.txn_of}
+        for m in self.markers:
+            if not m.present or m.offset >= upto or m.txn in left:
+                continue
+            if m.horizon_from is None:
+                m.horizon_from = now_ms
+            elif m.horizon_from + RETENTION_MS <= now_ms:
+                m.present = False
+
+    def marker_offsets(self) -> list[int]:
+        return [m.offset for m in self.markers if m.present]
+
+    def aborted_index(self) -> list[tuple[int, int, int]]:
+        """(producer, first offset, marker offset) of the aborted transactions indexed."""
+        return sorted((m.txn[0], m.txn[1], m.offset) for m in self.markers
+                      if m.present and not m.commit and m.txn[1] is not None)
 
     def committed_view(self) -> list[tuple[int, bytes, bytes]]:
         upto = self.stable()
@@ -116,6 +152,20 @@ def _now(agent: Agent, fut: ProduceFuture) -> int:
 def _read(h: Harness, committed: bool) -> list[tuple[int, bytes, bytes]]:
     return [(r.offset, r.key or b"", r.value or b"")
             for r in Reader(h.store, h.md).read("t", 0, 0, committed=committed)]
+
+
+def _clean(h: Harness) -> bool:
+    """Run what the planner proposes on compacting everything; whether a job committed."""
+    return any(r.outcome == "committed" for r in h.compactor().run_once(everything=True))
+
+
+def _check_markers(h: Harness, model: Model) -> None:
+    """The markers stored, and the aborted-transaction index, are the model's."""
+    stored = [read_header(b) for b in Reader(h.store, h.md).read_batches("t", 0)]
+    assert [b.base_offset for b in stored if b.is_control] == model.marker_offsets()
+    index = h.md.aborted_transactions([("t", 0, 0, model.end + 1)]).get(("t", 0), [])
+    assert sorted((a.producer_id, a.first_offset, a.last_offset) for a in index) \
+        == model.aborted_index()
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -158,17 +208,17 @@ def test_random_transactions_compacted_at_random_moments(h: Harness, seed: int) 
                     coordinator=True))
                 txn = model.open.pop(pid)
                 model.seqs[pid] = txn.seq
-                model.markers += 1
+                model.markers.append(Marker(at, (pid, txn.first), commit))
                 if not commit and txn.first is not None:
                     model.aborted.add((pid, txn.first))
                 model.end = at + 1
         if rnd.random() < 0.3:  # compaction at a random moment
             h.clock.advance(1000)
-            h.compactor().run_once(everything=True)
-            model.clean()
+            model.clean(h.clock.now_ms(), _clean(h))
             cleans += 1
             assert _read(h, True) == model.committed_view()
             assert _read(h, False) == model.uncommitted_view()
+            _check_markers(h, model)
         info = h.md.partitions("t")[0]
         assert (info.last_stable_offset, info.next_offset) == (model.stable(), model.end)
     # Every transaction ends; a last clean leaves one record per key, none aborted.
@@ -181,12 +231,28 @@ def test_random_transactions_compacted_at_random_moments(h: Harness, seed: int) 
             if txn.first is not None:
                 model.aborted.add((pid, txn.first))
             model.end = max(model.end, at + 1)
-            model.markers += 1
-    h.compactor().run_once(everything=True)
-    model.clean()
+            model.markers.append(Marker(at, (pid, txn.first), False))
+    h.clock.advance(1000)
+    model.clean(h.clock.now_ms(), _clean(h))
     assert _read(h, True) == model.committed_view() == _read(h, False)
     assert len({k for _, k, _ in model.committed_view()}) == len(model.committed_view())
     assert cleans >= 3  # the random moments did come
-    # Markers share their control key: still none was taken for a duplicate of another.
-    stored = [read_header(b) for b in Reader(h.store, h.md).read_batches("t", 0)]
-    assert sum(b.is_control for b in stored) == model.markers > 0
+    _check_markers(h, model)
+    written = len(model.markers)
+    before = len(model.marker_offsets())
+    # Before the horizon a marker whose transaction is gone stays; past it, it goes (the
+    # ones whose committed records are still the latest of their keys stay for good).
+    h.clock.advance(RETENTION_MS - 1)
+    model.clean(h.clock.now_ms(), _clean(h))
+    _check_markers(h, model)
+    h.clock.advance(RETENTION_MS)
+    model.clean(h.clock.now_ms(), _clean(h))
+    _check_markers(h, model)
+    after = len(model.marker_offsets())
+    assert _read(h, True) == model.committed_view() == _read(h, False)
+    left = {model.txn_of[o] for o, _, _ in model.committed_view() if o in model.txn_of}
+    assert {m.txn for m in model.markers if m.present} == left  # only markers guarding records
+    assert not model.aborted_index()
+    print(f"seed {seed}: markers written {written}, after the first cleans {before},"
+          f" past the horizon {after}")
+    assert after < before <= written
