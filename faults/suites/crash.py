@@ -6,7 +6,10 @@ acknowledged first; then an agent (60 more records, a flush every 10) and a comp
 rounds of every job) run at once; then a compactor whose clock is 10 minutes ahead (leases
 expired, GC grace passed: the next process to come along) runs a round and GC. One of the
 three is the trial's victim: killed at the Nth time it reaches a step (even trials, the
-steps in turn), or at a random moment of its run (odd trials). Afterwards:
+steps in turn), or at a random moment of its run (odd trials). The transaction steps
+(`txn.*`) run the transactional trial instead (faults/suites/txn.py: a coordinator agent
+killed at one of EndTxn's steps under a confluent-kafka transactional producer; every
+transaction wholly committed or wholly aborted, no last stable offset stuck). Afterwards:
 
 - every acknowledged record is read exactly once, at its offset (on the compacted topic:
   or a later record of its key is), offsets increase, and nothing read was never produced;
@@ -41,17 +44,19 @@ from faults.check import (
     read_acks,
     read_logs,
 )
+from faults.suites import txn
 from metadata import MetadataStore
 from objectstore import open_store
 
 TOPICS = (("d", 2, 0), ("c", 2, 5))  # (name, partitions, keys): delete policy, compacted
 PARTITIONS = [(t, p) for t, n, _ in TOPICS for p in range(n)]
 COMPACTED = {"c"}
-STEPS = [*killpoints.steps("produce"), *killpoints.steps("compact"), *killpoints.steps("gc")]
-ROLE_OF_STEP = {"produce": "agent", "compact": "compactor", "gc": "gc"}
+STEPS = [*killpoints.steps("produce"), *killpoints.steps("compact"), *killpoints.steps("gc"),
+         *killpoints.steps("txn")]
+ROLE_OF_STEP = {"produce": "agent", "compact": "compactor", "gc": "gc", "txn": "coordinator"}
 AHEAD_MS = 10 * 60_000
 # Besides the record and object checks: upload temp files left on the file store after GC.
-KINDS = (*CRASH_KINDS, "upload_leftovers")
+KINDS = (*CRASH_KINDS, "upload_leftovers", *txn.KINDS)
 FIRST_GUESS_S = 0.2  # a process's duration before one was measured
 
 
@@ -60,7 +65,7 @@ class Plan:
     """Whom a trial kills and how: at `step` (e.g. `gc.marked@2`), or at `moment` (0-1) of
     how long the victim's process has been taking (measured over the earlier trials)."""
 
-    victim: str  # agent | compactor | gc
+    victim: str  # agent | compactor | gc | coordinator (the transactional trial)
     step: str = ""
     moment: float = 0.0
 
@@ -73,8 +78,10 @@ def plan(i: int, rng: random.Random) -> Plan:
     if i % 2 == 0:
         name = STEPS[(i // 2) % len(STEPS)]
         role = ROLE_OF_STEP[name.split(".")[0]]
-        # A GC pass reaches each of its steps once; agents and compactors may twice.
-        return Plan(role, f"{name}@{1 if role == 'gc' else rng.randint(1, 2)}")
+        # A GC pass reaches each of its steps once; agents and compactors may twice; a
+        # transactional trial ends up to 4 transactions (each stored, marked, completed).
+        nth = 1 if role == "gc" else rng.randint(1, 4 if role == "coordinator" else 2)
+        return Plan(role, f"{name}@{nth}")
     return Plan(rng.choice(["agent", "compactor", "gc"]), moment=rng.random())
 
 
@@ -93,7 +100,7 @@ def run(trials: int, seed: int) -> dict[str, Any]:
             where = root / f"t{i}"
             where.mkdir()
             kill = plan(i, rng)
-            outcome = trial(where, kill, tally, errors, durations)
+            outcome = one(where, kill, rng, tally, errors, durations)
             outcomes[outcome] += 1
             if kill.step:
                 per_step[kill.step.split("@")[0], outcome == "step"] += 1
@@ -111,6 +118,15 @@ def run(trials: int, seed: int) -> dict[str, Any]:
             f"{s} {per_step[s, True]}/{per_step[s, True] + per_step[s, False]}" for s in STEPS),
         **tally.outcome(errors, elapsed, trials),
     }
+
+
+def one(where: Path, kill: Plan, rng: random.Random, tally: Tally, errors: list[str],
+        durations: dict[str, float]) -> str:
+    """One trial of either kind (the transactional one for the coordinator's steps);
+    returns how the victim ended."""
+    if kill.victim == "coordinator":
+        return txn.trial(where, kill.step, rng, tally, errors)
+    return trial(where, kill, tally, errors, durations)
 
 
 def trial(where: Path, kill: Plan, tally: Tally, errors: list[str],
