@@ -141,6 +141,8 @@ def _primitive(kafka_type: str, name: str, api_key: int, tp: Any, record_batch: 
         return _inner(tp).parse(datetime.timedelta(milliseconds=_MS.get(name, 0)))
     if kafka_type == "bool":
         return False
+    if kafka_type == "float64":  # AlterClientQuotas' quota values
+        return _inner(tp)(1000.0)
     if kafka_type == "uuid":
         return uuid.UUID(int=0)
     if kafka_type == "bytes":
