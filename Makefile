@@ -60,8 +60,8 @@ compat-build: $(TEST_STAMP) $(NATIVE) tools
 test: lint tools compat-build
 	$(BIN)/python -m pytest -q
 
-# librdkafka's own regression suite against silt agents, one test at a time; results in
-# docs/compatibility.md.
+# librdkafka's own regression suite against silt agents, one test at a time (about 45
+# minutes); results in docs/compatibility.md.
 compat: compat-build
 	$(BIN)/python -m harness.compat --write docs/compatibility.md
 

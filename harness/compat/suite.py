@@ -102,6 +102,15 @@ NOTES: dict[str, str] = {
             " the first dedupe comes after the test looks: the topic's segment.ms=500 is"
             " accepted, not applied (applying it to the planner's active-segment age is the"
             " fix, not done)",
+    "0081": "stops at AlterConfigs and IncrementalAlterConfigs of a BROKER resource"
+            " (sasl.kerberos.min.time.before.relogin, which Kafka updates dynamically): an"
+            " agent's settings are static (settings file, SILT_* variables, flags), so no"
+            " dynamic broker config is accepted. Sub-tests before it pass (topics, partitions,"
+            " ACLs); run one at a time (SUBTESTS=do_test_X), DescribeConfigs, DeleteRecords,"
+            " ListConsumerGroups, DescribeConsumerGroups, DescribeTopics, DescribeCluster,"
+            " DeleteGroups, DeleteConsumerGroupOffsets, ListOffsets, AlterConsumerGroupOffsets and"
+            " ListConsumerGroupOffsets pass too; UserScramCredentials fails (the SCRAM"
+            " credential APIs are not served: issue 25)",
     "0016": "the clients' software name and version are sent; the test's check of them in the"
             " broker's JMX metrics needs Kafka's JMX (it warns and skips that check)",
 }
