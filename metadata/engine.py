@@ -11,11 +11,12 @@ serialize where they overlap and cannot deadlock.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self, TypeVar
@@ -129,6 +130,32 @@ class Unknown:
 # What a commit's read-back finds after a failed COMMIT: the commit's result (applied),
 # None (definitely not applied: retried) or Unknown.
 ReadBack = Callable[[sa.Connection], "T | Unknown | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRows:
+    """Many key tuples as a table to join in one statement (`key_rows`), not an IN list:
+    `source` goes after FROM/JOIN, `cols[i]` is the i-th key column, `params` its driver
+    parameters."""
+
+    source: str
+    cols: tuple[str, ...]
+    params: tuple[Any, ...]
+
+
+def key_rows(pg: bool, keys: Sequence[Sequence[Any]], types: Sequence[str]) -> KeyRows:
+    """`keys` (tuples of len(types) values) as a derived table: PostgreSQL's unnest of one
+    typed array per column (`types`: bigint, integer, text, ...), SQLite's json_each of one
+    JSON text. One statement and a fixed parameter count, however many keys."""
+    if pg:
+        names = [f"k{i}" for i in range(len(types))]
+        arrays = ", ".join(f"%s::{t}[]" for t in types)
+        return KeyRows(f"unnest({arrays}) AS v({', '.join(names)})",
+                       tuple(f"v.{n}" for n in names),
+                       tuple(list(col) for col in zip(*keys, strict=True)))
+    return KeyRows("json_each(?) AS v",
+                   tuple(f"json_extract(v.value, '$[{i}]')" for i in range(len(types))),
+                   (json.dumps([list(k) for k in keys]),))
 
 
 class Database:

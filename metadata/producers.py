@@ -39,7 +39,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from . import schema as s
-from .engine import Database
+from .engine import Database, key_rows
 from .errors import (
     BatchRejectedError,
     InvalidProducerBatchError,
@@ -224,19 +224,11 @@ def load_states(db: Database, conn: sa.Connection,
     if not wanted:
         return {}
     cols = 'ps.producer_id, ps.epoch, ps.batches, ps.updated_at_ms, ps.topic_id, ps."partition"'
-    if db.pg:
-        rows = conn.exec_driver_sql(
-            f'SELECT {cols} FROM producer_state AS ps '
-            'JOIN unnest(%s::bigint[], %s::bigint[], %s::integer[]) AS v(p, t, q) '
-            'ON ps.producer_id = v.p AND ps.topic_id = v.t AND ps."partition" = v.q',
-            tuple(list(col) for col in zip(*wanted, strict=True))).all()
-    else:
-        rows = conn.exec_driver_sql(
-            f'SELECT {cols} FROM json_each(?) AS j JOIN producer_state AS ps '
-            'ON ps.producer_id = json_extract(j.value, \'$[0]\') '
-            'AND ps.topic_id = json_extract(j.value, \'$[1]\') '
-            'AND ps."partition" = json_extract(j.value, \'$[2]\')',
-            (json.dumps(wanted),)).all()
+    k = key_rows(db.pg, wanted, ("bigint", "bigint", "integer"))
+    rows = conn.exec_driver_sql(
+        f'SELECT {cols} FROM {k.source} JOIN producer_state AS ps ON ps.producer_id = '
+        f'{k.cols[0]} AND ps.topic_id = {k.cols[1]} AND ps."partition" = {k.cols[2]}',
+        k.params).all()
     return {(int(r[0]), int(r[4]), int(r[5])): _state_of(r[:4]) for r in rows}
 
 

@@ -17,13 +17,12 @@ its partitions.
 from __future__ import annotations
 
 import bisect
-import json
 from collections.abc import Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 
 from . import schema as s
-from .engine import Database
+from .engine import Database, key_rows
 from .models import AbortedTxn
 
 # (producer_id, topic_id, partition): the key of an open_txns row (as producers.StateKey).
@@ -41,19 +40,10 @@ def load_open(db: Database, conn: sa.Connection,
     if not wanted:
         return {}
     cols = 'o.producer_id, o.topic_id, o."partition", o.first_offset'
-    if db.pg:
-        rows = conn.exec_driver_sql(
-            f'SELECT {cols} FROM open_txns AS o '
-            'JOIN unnest(%s::bigint[], %s::bigint[], %s::integer[]) AS v(p, t, q) '
-            'ON o.producer_id = v.p AND o.topic_id = v.t AND o."partition" = v.q',
-            tuple(list(col) for col in zip(*wanted, strict=True))).all()
-    else:
-        rows = conn.exec_driver_sql(
-            f'SELECT {cols} FROM json_each(?) AS j JOIN open_txns AS o '
-            'ON o.producer_id = json_extract(j.value, \'$[0]\') '
-            'AND o.topic_id = json_extract(j.value, \'$[1]\') '
-            'AND o."partition" = json_extract(j.value, \'$[2]\')',
-            (json.dumps(wanted),)).all()
+    k = key_rows(db.pg, wanted, ("bigint", "bigint", "integer"))
+    rows = conn.exec_driver_sql(
+        f'SELECT {cols} FROM {k.source} JOIN open_txns AS o ON o.producer_id = {k.cols[0]} '
+        f'AND o.topic_id = {k.cols[1]} AND o."partition" = {k.cols[2]}', k.params).all()
     return {(int(r[0]), int(r[1]), int(r[2])): int(r[3]) for r in rows}
 
 
@@ -112,23 +102,13 @@ def aborted_transactions(
     if not wanted:
         return out
     cols = 't.name, a."partition", a.producer_id, a.first_offset, a.last_offset'
+    k = key_rows(db.pg, wanted, ("text", "integer", "bigint", "bigint"))
     with db.read() as conn:
-        if db.pg:
-            rows = conn.exec_driver_sql(
-                f'SELECT {cols} FROM unnest(%s::text[], %s::integer[], %s::bigint[], '
-                '%s::bigint[]) AS v(n, q, lo, hi) JOIN topics AS t ON t.name = v.n '
-                'JOIN aborted_txns AS a ON a.topic_id = t.id AND a."partition" = v.q '
-                'WHERE a.last_offset >= v.lo AND a.first_offset < v.hi',
-                tuple(list(col) for col in zip(*wanted, strict=True))).all()
-        else:
-            rows = conn.exec_driver_sql(
-                f'SELECT {cols} FROM json_each(?) AS j '
-                'JOIN topics AS t ON t.name = json_extract(j.value, \'$[0]\') '
-                'JOIN aborted_txns AS a ON a.topic_id = t.id '
-                'AND a."partition" = json_extract(j.value, \'$[1]\') '
-                'WHERE a.last_offset >= json_extract(j.value, \'$[2]\') '
-                'AND a.first_offset < json_extract(j.value, \'$[3]\')',
-                (json.dumps(wanted),)).all()
+        rows = conn.exec_driver_sql(
+            f'SELECT {cols} FROM {k.source} JOIN topics AS t ON t.name = {k.cols[0]} '
+            f'JOIN aborted_txns AS a ON a.topic_id = t.id AND a."partition" = {k.cols[1]} '
+            f'WHERE a.last_offset >= {k.cols[2]} AND a.first_offset < {k.cols[3]}',
+            k.params).all()
     for name, part, pid, first, last in sorted(rows, key=lambda r: (r[0], r[1], r[3])):
         out.setdefault((str(name), int(part)), []).append(
             AbortedTxn(int(pid), int(first), int(last)))
