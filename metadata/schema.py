@@ -485,17 +485,21 @@ groups = sa.Table(
     sa.Column("state_at_ms", sa.BigInteger, nullable=False),
 )
 
-group_offsets = sa.Table(
-    "group_offsets",
-    md,
-    sa.Column("group_id", sa.String(255), primary_key=True),
-    sa.Column("topic", sa.String(255), primary_key=True),
-    sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("committed_offset", sa.BigInteger, nullable=False),
-    sa.Column("leader_epoch", sa.Integer, nullable=False),
-    sa.Column("metadata", sa.Text, nullable=True),
-    sa.Column("committed_at_ms", sa.BigInteger, nullable=False),
-)
+def _offset_columns() -> list[sa.Column[Any]]:
+    """A committed offset's columns, keyed by (group, topic NAME, partition) as Kafka keeps
+    them: the groups' committed offsets and a transaction's pending ones."""
+    return [
+        sa.Column("group_id", sa.String(255), primary_key=True),
+        sa.Column("topic", sa.String(255), primary_key=True),
+        sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("committed_offset", sa.BigInteger, nullable=False),
+        sa.Column("leader_epoch", sa.Integer, nullable=False),
+        sa.Column("metadata", sa.Text, nullable=True),
+        sa.Column("committed_at_ms", sa.BigInteger, nullable=False),
+    ]
+
+
+group_offsets = sa.Table("group_offsets", md, *_offset_columns())
 
 
 def _v4(conn: sa.Connection, now_ms: int) -> None:
@@ -595,13 +599,7 @@ transaction_offsets = sa.Table(
     "transaction_offsets",
     md,
     sa.Column("transactional_id", sa.String(255), primary_key=True),
-    sa.Column("group_id", sa.String(255), primary_key=True),
-    sa.Column("topic", sa.String(255), primary_key=True),
-    sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("committed_offset", sa.BigInteger, nullable=False),
-    sa.Column("leader_epoch", sa.Integer, nullable=False),
-    sa.Column("metadata", sa.Text, nullable=True),
-    sa.Column("committed_at_ms", sa.BigInteger, nullable=False),
+    *_offset_columns(),
 )
 
 
