@@ -12,6 +12,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder as AioBuil
 from kio.schema.add_offsets_to_txn.v3 import request as ao3
 from kio.schema.add_partitions_to_txn.v1 import request as ap1
 from kio.schema.add_partitions_to_txn.v3 import request as ap3
+from kio.schema.add_partitions_to_txn.v4 import request as ap4
 from kio.schema.describe_transactions.v0 import request as dt0
 from kio.schema.end_txn.v3 import request as et3
 from kio.schema.errors import ErrorCode
@@ -222,3 +223,54 @@ def test_txn_offset_commit_and_require_stable(agent_proc: AgentProcess) -> None:
     finally:
         client.close()
         md.close()
+
+
+def _add_batched(client: RawClient, txns: list[tuple[str, int, int, bool, list[tuple[str, int]]]]
+                 ) -> dict[str, dict[tuple[str, int], ErrorCode]]:
+    """AddPartitionsToTxn v4 (a broker's batch): per transactional id, its partitions'
+    errors."""
+    r = client.call(24, 4, ap4.AddPartitionsToTxnRequest(transactions=tuple(
+        ap4.AddPartitionsToTxnTransaction(
+            transactional_id=TransactionalId(txn), producer_id=ProducerId(pid),
+            producer_epoch=i16(epoch), verify_only=verify, topics=tuple(
+                ap4.AddPartitionsToTxnTopic(name=TopicName(t), partitions=(i32(p),))
+                for t, p in parts))
+        for txn, pid, epoch, verify, parts in txns)))
+    assert r.error_code is E.none
+    return {res.transactional_id: {(t.name, int(p.partition_index)): p.partition_error_code
+                                   for t in res.topic_results for p in t.results_by_partition}
+            for res in r.results_by_transaction}
+
+
+def test_batched_add_and_verify_as_a_broker_sends_them(agent_proc: AgentProcess) -> None:
+    """v4 (KIP-890): many transactions in one request, some only verified: added
+    partitions NONE, others TRANSACTION_ABORTABLE, an unknown id INVALID_PRODUCER_ID_MAPPING,
+    a stale epoch PRODUCER_FENCED, an unknown partition fails its transaction only."""
+    md = agent_proc.metadata()
+    md.create_topic("b", 3)
+    md.close()
+    client = RawClient(agent_proc.port)
+    try:
+        _, pid_a, epoch_a = _init(client, "ta")
+        _, pid_b, epoch_b = _init(client, "tb")
+        assert _add_batched(client, [
+            ("ta", pid_a, epoch_a, False, [("b", 0), ("b", 1)]),
+            ("tb", pid_b, epoch_b, False, [("b", 2), ("b", 7)]),
+        ]) == {"ta": {("b", 0): E.none, ("b", 1): E.none},
+               "tb": {("b", 2): E.operation_not_attempted,
+                      ("b", 7): E.unknown_topic_or_partition}}
+        assert _add_batched(client, [
+            ("ta", pid_a, epoch_a, True, [("b", 0), ("b", 2)]),
+            ("tb", pid_b, epoch_b, True, [("b", 2)]),
+            ("ta", pid_a, epoch_a + 1, True, [("b", 0)]),
+        ])["ta"] == {("b", 0): E.producer_fenced}  # the later entry of "ta" answers
+        verified = _add_batched(client, [("ta", pid_a, epoch_a, True, [("b", 0), ("b", 2)]),
+                                         ("tb", pid_b, epoch_b, True, [("b", 2)]),
+                                         ("nope", 1, 0, True, [("b", 0)])])
+        assert verified == {"ta": {("b", 0): E.none, ("b", 2): E.transaction_abortable},
+                            "tb": {("b", 2): E.transaction_abortable},
+                            "nope": {("b", 0): E.invalid_producer_id_mapping}}
+        # What the client versions see of the batched adds: "ta" holds b/0 and b/1.
+        assert _add(client, "ta", pid_a, epoch_a, [("b", 1)]) == {("b", 1): E.none}
+    finally:
+        client.close()

@@ -142,7 +142,7 @@ TABLE: Mapping[int, Api] = {api.key: api for api in (
     Api(DESCRIBE_ACLS, 1, 3, describe_acls.handle),
     Api(CREATE_ACLS, 1, 3, create_acls.handle),
     Api(DELETE_ACLS, 1, 3, delete_acls.handle),
-    Api(ADD_PARTITIONS_TO_TXN, 0, 3, add_partitions_to_txn.handle),
+    Api(ADD_PARTITIONS_TO_TXN, 0, 5, add_partitions_to_txn.handle),
     Api(ADD_OFFSETS_TO_TXN, 0, 4, add_offsets_to_txn.handle),
     Api(END_TXN, 0, 4, end_txn.handle),
     Api(TXN_OFFSET_COMMIT, 0, 4, txn_offset_commit.handle),
