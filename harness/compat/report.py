@@ -74,6 +74,13 @@ def render(results: list[Result], previous: str | None, started: float, commit: 
         + "; ".join(f"`{name}`: " + ", ".join(f"{k}={v}" for k, v in sc.env.items())
                     + (", and a `silt compactor` beside it (a Kafka broker's log cleaner)"
                        if sc.compactor else "")
+                    + (f", the runner connecting to its {sc.listener} listener"
+                       + "".join(f", {k}={v}" for k, v in sc.conf) if sc.listener else "")
+                    + (" (the SCRAM user made in the metadata store, as `silt users add`"
+                       " does)" if sc.users else "")
+                    + (" with certificates made by the harness as trivup's `--ssl` does"
+                       " (harness/compat/tls.py: the agent asks for a client certificate)"
+                       if sc.tls else "")
                     for name, sc in SCENARIOS.items()) + ".",
         "- `skipped` is the runner's own skip, or a test skipping itself, with its reason;"
         " `n/a` and `pending` were not run, for the reason given.",

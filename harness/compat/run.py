@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
+from agent.sasl.scram import make_credential
 from harness.agent_process import REPO, AgentProcess
 
-from . import build, kafka_scripts, suite
+from . import build, kafka_scripts, suite, tls
 
 DEFAULT_TIMEOUT_S = 600.0
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -77,11 +78,20 @@ class Cluster:
     scenario: suite.Scenario
     agent: AgentProcess
     compactor: subprocess.Popen[bytes] | None = None
+    # The runner's test.conf beyond bootstrap.servers, and its environment's additions
+    conf: tuple[tuple[str, str], ...] = ()
+    runner_env: dict[str, str] = field(default_factory=dict)
 
     def start(self) -> Self:
         """Start what is not running (after a death too)."""
         if self.agent.proc is None or self.agent.proc.poll() is not None:
             self.agent.start()
+            if self.scenario.users:
+                with self.agent.metadata() as md:
+                    for user, password in self.scenario.users:
+                        md.alter_scram_credentials([], [
+                            (user, make_credential(m, password))
+                            for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")])
         if self.scenario.compactor and (self.compactor is None
                                         or self.compactor.poll() is not None):
             with (self.home / "compactor.log").open("ab") as log:
@@ -100,6 +110,13 @@ class Cluster:
         if self.compactor is not None and self.compactor.poll() is not None:
             dead.append(f"silt compactor exited {self.compactor.returncode}")
         return "; ".join(dead) or None
+
+    @property
+    def bootstrap(self) -> str:
+        """Where the runner connects: the scenario's listener, else PLAINTEXT."""
+        if self.scenario.listener:
+            return self.agent.address(self.scenario.listener)
+        return self.agent.bootstrap
 
     def stop(self) -> None:
         if self.agent.proc is not None and self.agent.proc.poll() is None:
@@ -125,7 +142,14 @@ class Clusters:
             scenario = suite.SCENARIOS[name]
             agent = AgentProcess(f"file://{home}/objects", f"sqlite:///{home}/metadata.db",
                                  home / "agent.log", dict(scenario.env))
-            cluster = self.clusters[name] = Cluster(home, scenario, agent)
+            if scenario.listener:
+                agent.listeners = {scenario.listener: scenario.listener}
+            cluster = self.clusters[name] = Cluster(home, scenario, agent, conf=scenario.conf)
+            if scenario.tls:
+                fixtures = tls.make(home / "certs")
+                agent.extra_env.update(fixtures.agent_env)
+                cluster.conf += fixtures.conf
+                cluster.runner_env = fixtures.runner_env
         return cluster.start()
 
     def close(self) -> None:
@@ -188,9 +212,9 @@ def reclassified(entry: suite.Entry, result: Result) -> Result:
         return result
     if entry.number in suite.BY_DESIGN:
         return Result(entry.name, "n/a", result.seconds, result.detail)
-    subtest, why = suite.PENDING_SUBTESTS.get(entry.number, ("", ""))
+    subtest, status, why = suite.SUBTEST_FAILURES.get(entry.number, ("", "", ""))
     if subtest and subtest in result.detail:
-        return Result(entry.name, "pending", result.seconds, f"{why}: {result.detail}")
+        return Result(entry.name, status, result.seconds, f"{why}: {result.detail}")
     return result
 
 
@@ -198,9 +222,10 @@ def run_number(tests: Path, clusters: Clusters, number: str, scenario: str,
                entries: list[suite.Entry], timeout: float, logs: Path) -> list[Result]:
     """Run one test number in one scenario; a result per entry of `entries`."""
     cluster = clusters.get(scenario)
-    agent, home = cluster.agent, cluster.home
+    home = cluster.home
     conf = home / "test.conf"
-    conf.write_text(f"bootstrap.servers={agent.bootstrap}\n")
+    conf.write_text("".join(f"{k}={v}\n" for k, v in (("bootstrap.servers", cluster.bootstrap),
+                                                       *cluster.conf)))
     report = home / f"report-{number}.json"
     report.unlink(missing_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
@@ -212,8 +237,9 @@ def run_number(tests: Path, clusters: Clusters, number: str, scenario: str,
             # failed test left librdkafka threads behind
             ["stdbuf", "-oL", "./test-runner", "-p1", "-L", "-s", cluster.scenario.runner],
             cwd=tests, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env=runner_env(tests, number, conf, report, agent.bootstrap,
-                           kafka_scripts.install(clusters.work / "kafka")))
+            env={**runner_env(tests, number, conf, report, cluster.bootstrap,
+                              kafka_scripts.install(clusters.work / "kafka")),
+                 **cluster.runner_env})
         try:
             code = proc.wait(timeout)
             why = f"runner exited {code}" if code else ""

@@ -6,7 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.compat import report, suite
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.serialization import pkcs12
+
+from harness.compat import report, suite, tls
 from harness.compat.run import Result, parse_run, plan, reclassified
 
 TEST_C = """
@@ -68,10 +73,12 @@ def test_a_number_runs_once_per_scenario_and_not_run_ones_are_left_out() -> None
         ("0045", "noautocreate", ["0045_subscribe_update_topic_remove"]),
         ("0049", "default", ["0049_consume_conn_close"]),
         ("0055", "low-linger", ["0055_producer_latency"]),
+        ("0097", "ssl", ["0097_ssl_verify"]),
+        ("0103", "default", ["0103_transactions"]),
         ("0107", "noautocreate", ["0107_topic_recreate"]),
-    ]  # 0028 n/a; 0097, 0103 pending
+    ]  # 0028 n/a
     assert [n for n, _, _ in plan(suite.broker_tests(TEST_C), {"0045", "0097"})] == [
-        "0045", "0045"]
+        "0045", "0045", "0097"]
 
 
 OUTPUT = (
@@ -136,15 +143,38 @@ def test_the_page_keeps_rows_not_rerun_and_counts_them_all() -> None:
 
 def test_known_failures_are_reclassified_and_others_stay_failures() -> None:
     e = {n: suite.Entry(n, frozenset(), (0,), ("default",))
-         for n in ("0055_producer_latency", "0061_consumer_lag", "0012_produce_consume")}
+         for n in ("0055_producer_latency", "0142_reauthentication", "0012_produce_consume")}
     latency = Result("0055_producer_latency", "fail", 40.0, "average latency 34.9ms")
     assert reclassified(e["0055_producer_latency"], latency) == Result(
         "0055_producer_latency", "n/a", 40.0, "average latency 34.9ms")
-    txn = Result("0061_consumer_lag", "fail", 11.0,
-                 "do_test_consumer_lag:192: Test consumer lag with transactions: failed")
-    assert reclassified(e["0061_consumer_lag"], txn).status == "pending"
-    assert reclassified(e["0061_consumer_lag"], txn).detail.endswith(txn.detail)
-    other = Result("0061_consumer_lag", "fail", 11.0, "without transactions: lag 3, not 0")
-    assert reclassified(e["0061_consumer_lag"], other) == other
+    share = Result("0142_reauthentication", "fail", 15.0, "do_test_share_consumer:131: test"
+                   " share consumer message loss while reauthenticating: error")
+    assert reclassified(e["0142_reauthentication"], share).status == "n/a"
+    assert reclassified(e["0142_reauthentication"], share).detail.endswith(share.detail)
+    other = Result("0142_reauthentication", "fail", 15.0,
+                   "do_test_producer:300: test producer message loss while reauthenticating")
+    assert reclassified(e["0142_reauthentication"], other) == other
     passed = Result("0012_produce_consume", "pass", 1.9)
     assert reclassified(e["0012_produce_consume"], passed) == passed
+
+
+def test_ssl_fixtures_are_trivups_in_every_encoding(tmp_path: Path) -> None:
+    """0097 loads the client certificate as PEM (key encrypted with SSL_password), DER and
+    PKCS#12; each must hold the same certificate, issued by the CA the agent trusts."""
+    fx = tls.make(tmp_path)
+    env, password = fx.runner_env, tls.PASSWORD.encode()
+    pem = x509.load_pem_x509_certificate(Path(env["SSL_pub_pem"]).read_bytes())
+    assert x509.load_der_x509_certificate(Path(env["SSL_pub_der"]).read_bytes()) == pem
+    ca = x509.load_der_x509_certificate(Path(env["SSL_ca_der"]).read_bytes())
+    assert pem.issuer == ca.subject
+    assert fx.agent_env["SILT_AGENT_SSL_CA_LOCATION"] == env["SSL_all_cas_pem"]
+    assert fx.agent_env["SILT_AGENT_SSL_CLIENT_AUTH"] == "required"
+    key, cert, cas = pkcs12.load_key_and_certificates(
+        Path(env["SSL_pkcs"]).read_bytes(), password)
+    assert cert == pem and cas == [ca] and key is not None
+    encrypted = Path(env["SSL_priv_pem"]).read_bytes()
+    with pytest.raises(TypeError):  # encrypted: no password, no key
+        serialization.load_pem_private_key(encrypted, None)
+    assert serialization.load_pem_private_key(encrypted, password).public_key() == \
+        pem.public_key()
+    assert dict(fx.conf)["ssl.key.password"] == tls.PASSWORD

@@ -180,6 +180,11 @@ def test_confluent_admin_configs_partitions_records_and_delete(any_agent: AgentP
         ("auto.create.topics.enable", "false"), ("agent.auto.create.topics.enable", "false")]
     assert settings["num.partitions"].value == "1"
     assert settings["advertised.listeners"].synonyms.keys() >= {"agent.advertised.listeners"}
+    # SASL's broker settings too (librdkafka's 0142 reads connections.max.reauth.ms).
+    reauth = settings["connections.max.reauth.ms"]
+    assert (reauth.value, list(reauth.synonyms)) == (
+        "0", ["connections.max.reauth.ms", "agent.connections.max.reauth.ms"])
+    assert settings["sasl.enabled.mechanisms"].value == "SCRAM-SHA-256,SCRAM-SHA-512"
     assert (settings["log.retention.ms"].value, settings["message.max.bytes"].value) == (
         "604800000", "1048588")
     assert settings["metadata.url"].is_sensitive and settings["metadata.url"].value is None

@@ -101,6 +101,14 @@ KAFKA_BROKER_NAMES: dict[str, str] = {
     "agent.transaction.max.timeout.ms": "transaction.max.timeout.ms",
     "agent.transaction.abort.timed.out.transaction.cleanup.interval.ms":
         "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+    "agent.sasl.enabled.mechanisms": "sasl.enabled.mechanisms",
+    "agent.sasl.server.max.receive.size": "sasl.server.max.receive.size",
+    "agent.connections.max.reauth.ms": "connections.max.reauth.ms",
+    "agent.connection.failed.authentication.delay.ms":
+        "connection.failed.authentication.delay.ms",
+    **{f"agent.sasl.oauthbearer.{n}": f"sasl.oauthbearer.{n}" for n in (
+        "jwks.endpoint.url", "expected.issuer", "expected.audience", "sub.claim.name",
+        "scope.claim.name", "clock.skew.seconds", "jwks.endpoint.refresh.ms")},
     "agent.authorizer.class.name": "authorizer.class.name",
     "agent.super.users": "super.users",
     "agent.allow.everyone.if.no.acl.found": "allow.everyone.if.no.acl.found",
