@@ -149,8 +149,10 @@ NOTES: dict[str, str] = {
             " rd_kafka_sasl_set_credentials() before and after the failure authenticates)",
     "0142": "in the `sasl` scenario (connections.max.reauth.ms=10000, read by the test with"
             " DescribeConfigs): its consumer sub-test passes first (no message lost across"
-            " re-authentications); the producer and transactional-producer sub-tests after the"
-            " share-consumer one do not run",
+            " re-authentications); run one at a time (SUBTESTS=...), the sub-tests after the"
+            " share-consumer one pass too: producer, re-authentication in the middle of a"
+            " transaction (committed and aborted), re-authentication with wrong credentials"
+            " failing (its OAUTHBEARER sub-tests skip themselves under SCRAM)",
     "0016": "the clients' software name and version are sent; the test's check of them in the"
             " broker's JMX metrics needs Kafka's JMX (it warns and skips that check)",
 }
