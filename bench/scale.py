@@ -134,6 +134,16 @@ def _tuples_written(url: str) -> int:
         engine.dispose()
 
 
+def _settled_tuples(url: str, pids: list[int], timeout_s: float = 30.0) -> int:
+    """`_tuples_written` once the run's backends `pids` have exited: each reports its
+    counters as it exits, a moment after its client closed the connection."""
+    deadline = time.monotonic() + timeout_s
+    while set(pids) & set(_backend_pids(url)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.2)
+    return _tuples_written(url)
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
@@ -164,8 +174,7 @@ def run_scale(p: ScaleParams, url: str) -> dict[str, Any]:
     may_close.set()
     for proc in procs:
         proc.join()
-    time.sleep(1.5)  # backends report their tuple counters as they exit
-    rows = _tuples_written(url) - rows0
+    rows = _settled_tuples(url, pids) - rows0
     commit_ms = [v for r in results for v in r[0]]
     flush_ms = [v for r in results for v in r[1]]
     agents_cpu = sum(r[2] for r in results)

@@ -166,10 +166,11 @@ def test_scale_counts_commits_rows_and_database_cpu(postgres_url: str) -> None:
     from bench.run import machine
     from bench.scale import ScaleParams, run_scale
 
-    row = run_scale(ScaleParams(agents=2, partitions=20, seconds=1.0), postgres_url)
-    assert row["commits"] >= 2 and row["commits_per_s"] <= row["target_commits_per_s"] + 1
+    row = run_scale(ScaleParams(agents=2, partitions=100, seconds=1.0), postgres_url)
+    # each agent flushes at 0, 0.25, 0.5, 0.75 s (and at 1.0 s if its loop gets there first)
+    assert 2 <= row["commits"] <= 2 * 5
     # a commit writes at least a segment row and a partition row per partition
-    assert row["rows_per_commit"] >= 2 * 20
+    assert row["rows_per_commit"] >= 2 * 100
     assert row["pg_cpu_ms_per_commit"] > 0 and row["agent_cpu_ms_per_commit"] > 0
     assert 0 < row["commit_ms_p50"] <= row["commit_ms_p99"]
     page = render({"machine": machine(), "results": [row]})
