@@ -223,3 +223,8 @@ class InvalidQuotaError(MetadataError):
 class UnsupportedQuotaEntityError(MetadataError):
     """A client quota filter names an entity type Kafka does not know
     (UNSUPPORTED_VERSION)."""
+
+
+class InvalidBrokerConfigError(MetadataError):
+    """A dynamic broker config Kafka's broker refuses to update (ConfigAdminManager answers
+    INVALID_REQUEST: not dynamic, not per listener, not at the cluster default, a bad value)."""

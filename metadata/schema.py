@@ -139,6 +139,16 @@ Version 14 (users):
   (mechanism: SCRAM-SHA-256 or SCRAM-SHA-512); never a password.
   SASL/PLAIN and SCRAM logins on the agents check against them (users.py).
 
+Version 15 (dynamic configs):
+
+- `dynamic_configs(resource_type, resource_name, config_key, value)`, PK (resource_type,
+  resource_name, config_key): the configs AlterConfigs and IncrementalAlterConfigs set on a
+  resource that is not a topic (a topic's are `topics.configs`), as Kafka's
+  ConfigurationControlManager keeps them per ConfigResource: `resource_type` is Kafka's
+  ConfigResource.Type id (4: BROKER), `resource_name` a broker id or "" for the
+  cluster-wide default (brokerconfig.py: Kafka's dynamic broker configs, stored and
+  described, not applied).
+
 A migration is a function of a connection inside the transaction that also records its
 version; `MIGRATIONS[i]` brings the schema from version i to i + 1. Migrations are frozen once
 released: a later change to a table is a new migration, and `_v1` then gets its own copy of
@@ -684,7 +694,23 @@ def _v14(conn: sa.Connection, now_ms: int) -> None:
     v14.create_all(conn, tables=[scram_credentials.to_metadata(v14)])
 
 
+dynamic_configs = sa.Table(
+    "dynamic_configs",
+    md,
+    sa.Column("resource_type", sa.SmallInteger, primary_key=True, autoincrement=False),
+    sa.Column("resource_name", sa.String(255), primary_key=True),
+    sa.Column("config_key", sa.String(255), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
+
+
+def _v15(conn: sa.Connection, now_ms: int) -> None:
+    """Dynamic configs of resources other than topics (Kafka's dynamic broker configs)."""
+    v15 = sa.MetaData()
+    v15.create_all(conn, tables=[dynamic_configs.to_metadata(v15)])
+
+
 Migration = Callable[[sa.Connection, int], None]
 MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10, _v11, _v12,
-                               _v13, _v14]
+                               _v13, _v14, _v15]
 LATEST_VERSION = len(MIGRATIONS)

@@ -2,21 +2,14 @@
 concern modules — topics.py, files.py (agent commits, GC), history.py (pruning finished
 jobs' and deleted files' rows), retention.py, reads.py (segments, snapshots, stats),
 jobs.py (compaction leases and commits), agents.py (the agent registry), producers.py
-(idempotent producers), quotas.py (client quotas), txnlog.py (open transactions, the
-aborted-transaction index), groups.py (consumer groups: coordinator leases, stored groups,
-committed offsets), acls.py (ACL bindings), txnstate.py (transaction coordinators'
-leases and state), notify.py (commit notifications across processes) — on the shared
-`Database` of engine.py (engine, migrations, transactions, the commit helper and its
-failure model), identity.py (the cluster id and its bound store) and audit.py (`silt
-doctor`'s reads). The methods are those modules' functions, so each is documented where it
-is implemented.
-(idempotent producers), groups.py (consumer groups: coordinator leases, stored groups,
-committed offsets), acls.py (ACL bindings), users.py (SCRAM credentials), txnstate.py
-(transaction coordinators' leases and state), notify.py (commit notifications across
-processes) — on the shared `Database` of engine.py (engine, migrations, transactions,
-the commit helper and its failure model), identity.py (the cluster id and its bound
-store) and audit.py (`silt doctor`'s reads). The methods are those modules' functions, so
-each is documented where it is implemented.
+(idempotent producers), quotas.py (client quotas), brokerconfig.py (dynamic broker
+configs), txnlog.py (open transactions, the aborted-transaction index), groups.py
+(consumer groups: coordinator leases, stored groups, committed offsets), acls.py (ACL
+bindings), users.py (SCRAM credentials), txnstate.py (transaction coordinators' leases and
+state), notify.py (commit notifications across processes) — on the shared `Database` of
+engine.py (engine, migrations, transactions, the commit helper and its failure model),
+identity.py (the cluster id and its bound store) and audit.py (`silt doctor`'s reads). The
+methods are those modules' functions, so each is documented where it is implemented.
 """
 
 from __future__ import annotations
@@ -25,6 +18,7 @@ from . import (
     acls,
     agents,
     audit,
+    brokerconfig,
     files,
     groups,
     history,
@@ -107,6 +101,9 @@ class MetadataStore(Database):
     # client quotas
     client_quotas = quotas.client_quotas
     alter_client_quotas = quotas.alter_client_quotas
+    # dynamic broker configs (stored and described, not applied)
+    broker_configs = brokerconfig.broker_configs
+    alter_broker_configs = brokerconfig.alter_broker_configs
     expire_producers = producers.expire_producers
     # consumer groups
     group_coordinator = groups.group_coordinator

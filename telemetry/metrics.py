@@ -228,7 +228,7 @@ def store_failure(op: str, error: str) -> None:
 
 
 def commit_done(kind: str, outcome: str, seconds: float) -> None:
-    """A metadata commit of `kind` (files, compaction, topics, records) ended with
+    """A metadata commit of `kind` (files, compaction, topics, records, configs) ended with
     `outcome` (ok, refused, conflict, unknown, error) after `seconds`."""
     COMMIT_DURATION.labels(kind, outcome).observe(seconds)
 

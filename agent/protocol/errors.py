@@ -44,6 +44,7 @@ from metadata.errors import (
     GroupCoordinatedElsewhereError,
     GroupLeaseLostError,
     GroupNotEmptyError,
+    InvalidBrokerConfigError,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidProducerBatchError,
@@ -92,6 +93,7 @@ CODES: Final[tuple[tuple[type[BaseException], ErrorCode], ...]] = (
     (TopicExistsError, E.topic_already_exists),
     (InvalidPartitionsError, E.invalid_partitions),
     (InvalidConfigError, E.invalid_config),
+    (InvalidBrokerConfigError, E.invalid_request),  # as Kafka's ConfigAdminManager
     (PolicyViolationError, E.policy_violation),  # max.partitions, DeleteRecords' policy
     (OffsetOutOfRangeError, E.offset_out_of_range),
     # Produce: the records (Kafka's LogValidator and ProduceRequest.validateRecords).

@@ -21,6 +21,7 @@ TOPIC_, GROUP_ or CLUSTER_AUTHORIZATION_FAILED for that resource, as KafkaApis).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,6 +30,8 @@ from kio.schema.errors import ErrorCode
 from kio.static.protocol import Entity, RequestHeader
 
 from acl import Operation
+from metadata import brokerconfig
+from metadata.brokerconfig import TOPIC_DEFAULT_NAMES
 from metadata.errors import InvalidTopicError, UnknownTopicError
 from metadata.topicconfig import DEFAULTS, DESCRIPTIONS
 from metadata.topics import validate_topic_name
@@ -39,12 +42,12 @@ from ..context import ServerContext
 from ..errors import error_code
 from .configs import (
     KAFKA_BROKER_NAMES,
-    TOPIC_DEFAULT_NAMES,
     ConfigSource,
     ResourceType,
     broker_error,
     config_refusal,
     config_type,
+    node_id,
 )
 
 Request = (v1.DescribeConfigsRequest | v2.DescribeConfigsRequest | v3.DescribeConfigsRequest
@@ -101,10 +104,13 @@ def _kind(value: object) -> str:
     return "DOUBLE" if isinstance(value, float) else "STRING"
 
 
-def _broker(ctx: ServerContext, name: str) -> Described:
-    problem = broker_error(ctx, name)
-    if problem is not None:
-        return ErrorCode.invalid_request, problem, ()
+STORED = ("Kafka's dynamic broker config: stored and described here, not applied (the agent"
+          " runs on its settings).")
+
+
+def _settings(ctx: ServerContext) -> list[Entry]:
+    """This agent's settings under Kafka's names where one means the same, then the topic
+    configs' cluster defaults, then silt's own settings."""
     kafka, own = [], []
     for v in ctx.settings:
         source = (ConfigSource.DEFAULT_CONFIG if v.default
@@ -124,8 +130,61 @@ def _broker(ctx: ServerContext, name: str) -> Described:
         kafka.append(Entry(broker_key, default, ConfigSource.DEFAULT_CONFIG, True, False,
                            ((broker_key, default, ConfigSource.DEFAULT_CONFIG),),
                            DESCRIPTIONS[topic_key][0],
-                           f"The default of topic config {topic_key} (fixed: Kafka's)."))
-    return ErrorCode.none, None, kafka + own
+                           f"The default of topic config {topic_key} (Kafka's)."))
+    return kafka + own
+
+
+def _at_default(name: str) -> Entry:
+    """A dynamic broker config no setting stands for, at Kafka's default."""
+    spec = brokerconfig.DYNAMIC[name]
+    hidden = brokerconfig.sensitive(name)
+    value = None if hidden else spec.default
+    synonyms = () if spec.default is None else (
+        (name, value, ConfigSource.DEFAULT_CONFIG),)
+    return Entry(name, value, ConfigSource.DEFAULT_CONFIG, False, hidden, synonyms,
+                 spec.kind, STORED)
+
+
+def _overlaid(entry: Entry, layers: Sequence[tuple[dict[str, str], ConfigSource]]) -> Entry:
+    """`entry` with the dynamic values stored for its name first, as Kafka orders synonyms
+    (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG,
+    DEFAULT_CONFIG); read-only unless Kafka updates it dynamically."""
+    dynamic = brokerconfig.definition(entry.name) is not None
+    hidden = entry.sensitive or (dynamic and brokerconfig.sensitive(entry.name))
+    stored = tuple((entry.name, None if hidden else configs[entry.name], source)
+                   for configs, source in layers if entry.name in configs)
+    if not stored:
+        return dataclasses.replace(entry, read_only=False) if dynamic else entry
+    return dataclasses.replace(
+        entry, value=stored[0][1], source=stored[0][2], read_only=False, sensitive=hidden,
+        synonyms=stored + entry.synonyms, doc=STORED)
+
+
+def _broker(ctx: ServerContext, name: str) -> Described:
+    problem = broker_error(ctx, name, describe=True)
+    if problem is not None:
+        return ErrorCode.invalid_request, problem, ()
+    me = node_id(ctx)
+    default, own = ctx.metadata.broker_configs(-1 if me is None else me)
+    cluster = (default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+    if name == "":  # as Kafka: the cluster-wide default's dynamic configs only
+        return ErrorCode.none, None, [
+            _overlaid(_blank(key), (cluster,)) for key in sorted(default)]
+    entries = _settings(ctx)
+    listed = {e.name for e in entries}
+    entries += [_at_default(n) for n in brokerconfig.DYNAMIC if n not in listed]
+    listed |= set(brokerconfig.DYNAMIC)
+    entries += [_blank(n) for n in sorted({*own, *default} - listed)]  # per-listener ones
+    layers = ((own, ConfigSource.DYNAMIC_BROKER_CONFIG), cluster)
+    return ErrorCode.none, None, [_overlaid(e, layers) for e in entries]
+
+
+def _blank(name: str) -> Entry:
+    """A stored dynamic config with nothing beneath it (a per-listener one, or any at the
+    cluster default), of its base config's type."""
+    spec = brokerconfig.definition(name)
+    return Entry(name, None, ConfigSource.DEFAULT_CONFIG, False, brokerconfig.sensitive(name),
+                 (), "STRING" if spec is None else spec.kind, STORED)
 
 
 # Kafka 4.0's GroupConfig: (name, default, type, the broker config it defaults to or None)
