@@ -2,13 +2,17 @@
 does it: each connection's `Authenticator` (the `AUTH` contextvar of its task), and the
 agent's `SaslService` (enabled mechanisms, the user database, failed-login pacing).
 
-A connection starts in HANDSHAKE: it may send ApiVersions and SaslHandshake only; any other
-request closes it unanswered ("Unexpected Kafka request of type X during SASL handshake").
+A connection starts in HANDSHAKE: it may send one ApiVersions (answered: a second one closes
+it, as Kafka's HANDSHAKE_REQUEST state) and SaslHandshake; any other request closes it
+unanswered ("Unexpected Kafka request of type X during SASL handshake"), decoded or not.
 A handshake naming a mechanism not in sasl.enabled.mechanisms is answered
 UNSUPPORTED_SASL_MECHANISM with the enabled list, then the connection closes. After a good
 one the connection is in AUTHENTICATE: SaslAuthenticate requests (v1 handshake), or raw
 size-prefixed tokens (v0 handshake, Kafka's pre-KIP-152 framing), carry the mechanism's
-tokens; any other request closes it. A finished exchange sets the session's principal
+tokens. Any other request there (a second SaslHandshake, ApiVersions, Metadata...) is
+Kafka's IllegalSaslStateException: once it decodes, it is answered ILLEGAL_SASL_STATE in its
+own API's response (error_responses.py), then the connection closes; one that does not
+decode closes it unanswered. A finished exchange sets the session's principal
 (`User:<name>`) and the connection may send anything. A failed one is answered
 SASL_AUTHENTICATION_FAILED with Kafka's message (never saying whether the user exists),
 counted (silt_sasl_authentications{outcome="failed"}) and logged with the principal,
@@ -22,7 +26,8 @@ Re-authentication (KIP-368): with connections.max.reauth.ms > 0, SaslAuthenticat
 answers the session's lifetime (the smaller of it and an OAUTHBEARER token's); past it any
 request but SaslHandshake closes the connection. An authenticated client may send
 SaslHandshake + SaslAuthenticate again at any time: same mechanism and principal (else
-SASL_AUTHENTICATION_FAILED, as Kafka), and the session is renewed.
+SASL_AUTHENTICATION_FAILED, as Kafka), and the session is renewed; in between, any other
+request is ILLEGAL_SASL_STATE as above.
 """
 
 from __future__ import annotations
@@ -132,7 +137,9 @@ class Authenticator:
     principal: str | None = None  # set once authenticated
     expires: float | None = None  # monotonic end of the session (None: never)
     raw: bool = False  # v0 handshake: tokens come as raw frames
-    close_after_reply: bool = False
+    versions_answered: bool = False  # an ApiVersions was served during the handshake
+    # Why the connection closes once this answer is sent (a refusal label), or None.
+    close_after_reply: str | None = None
     _exchange: Exchange | None = field(default=None, repr=False)
     _bad_mechanism: str | None = None  # a re-authentication asked for another mechanism
 
@@ -141,27 +148,34 @@ class Authenticator:
         return self.principal is not None
 
     def refusal(self, api_key: int, now: float) -> str | None:
-        """Why a request of `api_key` may not be served now (the connection then closes),
-        or None."""
+        """Why a request of `api_key` closes the connection unanswered, before it is
+        decoded (Kafka's handleKafkaRequest, an expired session), or None."""
+        if self.state == AUTHENTICATE:
+            return None  # `illegal` says
         if self.authenticated:
-            if self.state == AUTHENTICATE:  # re-authenticating
-                return None if api_key == SASL_AUTHENTICATE else (
-                    f"unexpected Kafka request of type {api_key} during SASL"
-                    " re-authentication")
             if self.expires is not None and now > self.expires and api_key != SASL_HANDSHAKE:
                 return "SASL session expired (connections.max.reauth.ms)"
             return None
-        if self.state == HANDSHAKE and api_key not in (API_VERSIONS, SASL_HANDSHAKE):
+        if api_key not in (API_VERSIONS, SASL_HANDSHAKE):
             return f"unexpected Kafka request of type {api_key} during SASL handshake"
-        if self.state == AUTHENTICATE and api_key != SASL_AUTHENTICATE:
-            return f"unexpected Kafka request of type {api_key} during SASL authentication"
+        if api_key == API_VERSIONS and self.versions_answered:
+            return "unexpected ApiVersions request received during SASL handshake (a second one)"
         return None
+
+    def illegal(self, api_key: int) -> str | None:
+        """Why a request of `api_key` is ILLEGAL_SASL_STATE (answered in its API's
+        shape once decoded, then the connection closes), or None: any request but
+        SaslAuthenticate in the middle of an exchange begun by a v1 handshake."""
+        if self.state != AUTHENTICATE or self.raw or api_key == SASL_AUTHENTICATE:
+            return None
+        during = "re-authentication" if self.authenticated else "authentication"
+        return f"unexpected Kafka request of type {api_key} during SASL {during}"
 
     def handshake(self, mechanism: str, version: int) -> bool:
         """A SaslHandshake for `mechanism`: whether it is enabled (if not, the connection
         closes after the answer)."""
         if mechanism not in self.service.mechanisms:
-            self.close_after_reply = True
+            self.close_after_reply = "sasl_failed"
             log.info("connection from %s: SASL mechanism %r not enabled", self.ip, mechanism)
             return False
         if self.authenticated and mechanism != self.mechanism:
@@ -192,7 +206,7 @@ class Authenticator:
                     f"Cannot change principals during re-authentication from"
                     f" {self.principal}: {principal}")
         except AuthenticationFailed as exc:
-            self.close_after_reply = True
+            self.close_after_reply = "sasl_failed"
             self.state = COMPLETE if self.authenticated else HANDSHAKE
             telemetry.sasl_authentication(mechanism, "failed")
             log.info("connection from %s: SASL %s authentication failed (%s)", self.ip,

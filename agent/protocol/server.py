@@ -47,6 +47,7 @@ from inspect import isawaitable, iscoroutine
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from kio.static.protocol import Entity
 
 import telemetry
 from agent.config import AgentConfig
@@ -63,6 +64,7 @@ from .bounds import walker
 from .cache import SegmentCache
 from .codec import FRAME, PREFIX, Builder, RawToken, decode_request, encode_response
 from .context import PEER, THROTTLE, EffectiveSetting, ServerContext, Throttle, Wakeup
+from .error_responses import error_response
 from .errors import ProtocolError
 from .health import AgentMetrics
 from .refusals import Refusals
@@ -270,9 +272,10 @@ class Server:
                 except BaseException:
                     self._release(conn, size)
                     raise
-                if auth is not None and auth.close_after_reply:
-                    self.refusals.refused("sasl_failed", "connection %s: SASL failed, closing"
-                                          " after the answer", peer, level=logging.DEBUG)
+                if auth is not None and auth.close_after_reply is not None:
+                    self.refusals.refused(auth.close_after_reply, "connection %s: SASL %s,"
+                                          " closing after the answer", peer,
+                                          auth.close_after_reply, level=logging.DEBUG)
                     break
         except asyncio.IncompleteReadError as exc:
             if conn.reason is not None:
@@ -454,23 +457,43 @@ class Server:
     async def _dispatch(self, payload: bytes,
                         auth: Authenticator | None = None) -> tuple[int, Any]:
         """(correlation id, reply) of one request; ProtocolError closes the connection (a
-        request a SASL connection may not send yet: before it is decoded, as Kafka)."""
+        request a SASL connection may not send yet: before it is decoded, as Kafka). One
+        out of turn in a SASL exchange (`Authenticator.illegal`) is answered
+        ILLEGAL_SASL_STATE in its API's shape once decoded, and the connection closes."""
         key, version, correlation_id = PREFIX.unpack_from(payload)
+        illegal = None
         if auth is not None:
             why = auth.refusal(key, time.monotonic())
             if why is not None:
                 raise ProtocolError(why, "sasl_expired" if "expired" in why else "sasl_state")
+            illegal = auth.illegal(key)
         api = TABLE.get(key)
         if key == API_VERSIONS and (api is None or not api.supports(version)):
+            if auth is not None and illegal is not None:  # Kafka parses it as v0
+                return correlation_id, self._illegal(auth, illegal, API_VERSIONS, 0, None)
             return correlation_id, api_versions.response(
                 self.ctx, builder(API_VERSIONS, 0), ErrorCode.unsupported_version)
         if api is None or not api.supports(version):
             raise ProtocolError(f"unsupported API key {key} version {version}",
                                 "unsupported_version")
         header, request = decode_request(payload, key, version)
+        if auth is not None:
+            if illegal is not None:
+                return correlation_id, self._illegal(auth, illegal, key, version, request)
+            if key == API_VERSIONS and not auth.authenticated:
+                auth.versions_answered = True
         telemetry.request(api.name)
         reply = await api.handler(self.ctx, header, request, builder(key, version))
         return correlation_id, reply
+
+    def _illegal(self, auth: Authenticator, why: str, key: int, version: int,
+                 request: Any) -> Entity:
+        """ILLEGAL_SASL_STATE for a request out of turn in a SASL exchange, in its API's
+        response; the connection closes after it."""
+        log.info("connection from %s: %s, answered ILLEGAL_SASL_STATE and closing", auth.ip,
+                 why)
+        auth.close_after_reply = "sasl_state"
+        return error_response(key, version, request, ErrorCode.illegal_sasl_state)
 
     async def _send(self, replies: asyncio.Queue[tuple[int, int, Any] | None],
                     conn: _Connection) -> None:

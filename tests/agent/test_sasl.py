@@ -157,10 +157,15 @@ def test_authenticator_gates_requests_until_authenticated() -> None:
     assert auth.refusal(18, now[0]) is None and auth.refusal(17, now[0]) is None
     assert "during SASL handshake" in (auth.refusal(3, now[0]) or "")
     assert "during SASL handshake" in (auth.refusal(36, now[0]) or "")
-    assert not auth.handshake("GSSAPI", 1) and auth.close_after_reply
+    auth.versions_answered = True  # one ApiVersions only, as Kafka's HANDSHAKE_REQUEST
+    assert "a second one" in (auth.refusal(18, now[0]) or "")
+    assert not auth.handshake("GSSAPI", 1) and auth.close_after_reply == "sasl_failed"
     auth = Authenticator(_service(now, connections_max_reauth_ms=60_000), "10.0.0.1", now[0])
     assert auth.handshake("PLAIN", 1) and auth.state == AUTHENTICATE
-    assert "during SASL authentication" in (auth.refusal(3, now[0]) or "")
+    # Mid-exchange: not refused unanswered, but ILLEGAL_SASL_STATE (Kafka's handleSaslToken)
+    assert auth.refusal(3, now[0]) is None and auth.refusal(17, now[0]) is None
+    assert "during SASL authentication" in (auth.illegal(3) or "")
+    assert auth.illegal(17) and auth.illegal(18) and auth.illegal(36) is None
     outcome, delay = auth.authenticate(b"\0alice\0pw")
     assert outcome.error is None and outcome.lifetime_ms == 60_000 and delay == 0
     assert auth.state == COMPLETE and auth.principal == "User:alice"
@@ -169,8 +174,11 @@ def test_authenticator_gates_requests_until_authenticated() -> None:
     assert "expired" in (auth.refusal(3, now[0]) or "")
     assert auth.refusal(17, now[0]) is None
     assert auth.handshake("PLAIN", 1)
+    assert "during SASL re-authentication" in (auth.illegal(3) or "")
     outcome, _ = auth.authenticate(b"\0alice\0pw")
     assert outcome.error is None and auth.refusal(3, now[0]) is None  # renewed
+    raw = Authenticator(_service(now), "10.0.0.1", now[0])
+    assert raw.handshake("PLAIN", 0) and raw.illegal(3) is None  # v0: every frame a token
 
 
 def test_reauthentication_keeps_principal_and_mechanism() -> None:

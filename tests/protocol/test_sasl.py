@@ -25,8 +25,10 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as m12
 from kio.schema.sasl_authenticate.v2 import request as sa2
 from kio.schema.sasl_handshake.v1 import request as sh1
+from kio.schema.types import TopicName
 
 from agent.sasl.scram import make_credential
+from faults import frames
 from harness.certs import CertificateAuthority
 
 from . import secure_clients
@@ -152,9 +154,9 @@ def test_nothing_but_api_versions_and_sasl_before_authentication(
     assert client.closed_by_server()
     client.close()
 
-    client = RawClient(port)  # a request in the middle of the exchange: closed
-    assert client.call(17, 1, sh1.SaslHandshakeRequest(mechanism="PLAIN")).error_code == \
-        ErrorCode.none
+    client = RawClient(port)  # a second ApiVersions before the handshake: closed unanswered
+    client.call(18, 3, av3.ApiVersionsRequest(client_software_name="t",
+                                              client_software_version="1"))
     client.send_raw(client.frame(18, 3, av3.ApiVersionsRequest(
         client_software_name="t", client_software_version="1")))
     assert client.closed_by_server()
@@ -186,6 +188,75 @@ def test_nothing_but_api_versions_and_sasl_before_authentication(
     assert client.call(36, 2, sa2.SaslAuthenticateRequest(
         auth_bytes=f"\0alice\0{PASSWORD}".encode())).error_code == ErrorCode.none
     client.close()
+
+
+def _mid_exchange(port: int, mechanism: str = "PLAIN") -> RawClient:
+    """A connection that has sent its SaslHandshake (v1) and no token yet."""
+    client = RawClient(port)
+    assert client.call(17, 1, sh1.SaslHandshakeRequest(mechanism=mechanism)).error_code == \
+        ErrorCode.none
+    return client
+
+
+def test_a_request_out_of_turn_in_the_exchange_is_illegal_sasl_state(
+        sasl_agent: AgentProcess) -> None:
+    """As Kafka's SaslServerAuthenticator.handleSaslToken: any request but SaslAuthenticate
+    after a v1 SaslHandshake is answered ILLEGAL_SASL_STATE in its own API's response (the
+    request's getErrorResponse), then the connection closes; one that does not decode is
+    closed unanswered. Re-authentication alike."""
+    port = sasl_agent.ports["SASL_PLAINTEXT"]
+    client = _mid_exchange(port)  # ApiVersions: its error response, no key listed
+    answer = client.call(18, 3, av3.ApiVersionsRequest(client_software_name="t",
+                                                       client_software_version="1"))
+    assert answer.error_code == ErrorCode.illegal_sasl_state and answer.api_keys == ()
+    assert client.closed_by_server()
+    client.close()
+
+    client = _mid_exchange(port, "SCRAM-SHA-512")  # a second SaslHandshake
+    answer = client.call(17, 1, sh1.SaslHandshakeRequest(mechanism="PLAIN"))
+    assert answer.error_code == ErrorCode.illegal_sasl_state and answer.mechanisms == ()
+    assert client.closed_by_server()
+    client.close()
+
+    client = _mid_exchange(port)  # Metadata: each topic asked for, at the error
+    answer = client.call(3, 12, m12.MetadataRequest(
+        topics=(m12.MetadataRequestTopic(topic_id=None, name=TopicName("plain")),),
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    assert [(t.name, t.error_code) for t in answer.topics] == [
+        ("plain", ErrorCode.illegal_sasl_state)]
+    assert client.closed_by_server()
+    client.close()
+
+    client = _mid_exchange(port)  # Produce: each partition at the error, nothing stored
+    produce = frames.produce_request(9, "plain", 0, frames.good_batch([b"sneaky"]))
+    client.correlation = 1
+    client.send_raw(produce)
+    answer = client.receive(0, 9)
+    [topic] = answer.responses
+    assert [(p.index, p.error_code) for p in topic.partition_responses] == [
+        (0, ErrorCode.illegal_sasl_state)]
+    assert client.closed_by_server()
+    client.close()
+    with sasl_agent.metadata() as md:
+        assert md.partitions("plain")[0].next_offset == 0
+
+    client = _mid_exchange(port)  # undecodable: closed unanswered
+    client.send_raw(frames.framed(frames.sample_body(3, 12)[:12]))
+    assert client.read_frame() is None
+    client.close()
+
+    client = _mid_exchange(port)  # re-authenticating: the same
+    assert client.call(36, 2, sa2.SaslAuthenticateRequest(
+        auth_bytes=f"\0alice\0{PASSWORD}".encode())).error_code == ErrorCode.none
+    assert client.call(17, 1, sh1.SaslHandshakeRequest(mechanism="PLAIN")).error_code == \
+        ErrorCode.none
+    answer = client.call(3, 12, m12.MetadataRequest(
+        topics=None, allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False))
+    assert answer.topics == () and answer.brokers == ()
+    assert client.closed_by_server()
+    client.close()
+    assert "answered ILLEGAL_SASL_STATE and closing" in sasl_agent.log()
 
 
 def test_plaintext_listener_refuses_sasl(sasl_agent: AgentProcess) -> None:
