@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fileformat import WRITABLE_COMPRESSIONS, Compression
-from settings import Section, choice, integer, setting, text
-from telemetry import MetricsSecurity
+from settings import choice, integer, setting, text
+from telemetry import MetricsPortSettings
 from telemetry import config as metrics
 
 from .listeners import (
@@ -112,7 +112,7 @@ def _parses(parse: Callable[[str], object]) -> Callable[[str], bool]:
 
 
 @dataclass(frozen=True, slots=True)
-class AgentConfig(Section):
+class AgentConfig(MetricsPortSettings):
     """How often and how much an agent buffers before it writes one object."""
 
     SECTION: ClassVar[str] = "agent"
@@ -256,17 +256,7 @@ class AgentConfig(Section):
     # `silt agent`'s metrics port (telemetry/: /metrics, /healthz, /readyz; "" = none), and
     # how often it computes the lag of the consumer groups it coordinates.
     metrics_listeners: str = metrics.listeners()
-    # TLS and basic auth of the metrics port (telemetry/server.py; "" = off).
-    metrics_ssl_certificate_location: str = metrics.ssl_certificate_location()
-    metrics_ssl_key_location: str = metrics.ssl_key_location()
-    metrics_basic_auth_user: str = metrics.basic_auth_user()
-    metrics_basic_auth_password_file: str = metrics.basic_auth_password_file()
-
-    def metrics_security(self) -> MetricsSecurity:
-        """The metrics port's TLS and basic auth."""
-        return MetricsSecurity(self.metrics_ssl_certificate_location,
-                               self.metrics_ssl_key_location, self.metrics_basic_auth_user,
-                               self.metrics_basic_auth_password_file)
+    # Its TLS and basic auth: MetricsPortSettings' (the base class).
     metrics_refresh_interval_ms: int = metrics.refresh_interval_ms()
     # The front door (agent/protocol/server.py), Kafka's names where Kafka has one. Bytes of
     # requests read and not yet answered, in all (Kafka's default -1 is unbounded: here 256

@@ -8,8 +8,8 @@ from typing import ClassVar
 
 from fileformat import PRODUCER, TOPIC_COMPRESSIONS, Compression
 from planner import PlannerConfig
-from settings import Section, choice, integer, number
-from telemetry import MetricsSecurity
+from settings import choice, integer, number
+from telemetry import MetricsPortSettings
 from telemetry import config as metrics
 
 from .dedupe import DEFAULT_MEMORY_BUDGET
@@ -27,7 +27,7 @@ COMPRESSION_CHOICES = {**{name: name for name in TOPIC_COMPRESSIONS}, "none": "u
 
 
 @dataclass(frozen=True, slots=True)
-class CompactorConfig(Section):
+class CompactorConfig(MetricsPortSettings):
     """Worker settings: the offset map's memory budget per job (at most budget / 24 B keys;
     pass 1 also keeps up to 8 MiB of key hashes in memory, the rest in a temp file), how
     long a job's lease lasts (renewed every third of it), how long replaced files stay
@@ -67,17 +67,7 @@ class CompactorConfig(Section):
     # `silt compactor`'s metrics port (telemetry/: /metrics, /healthz, /readyz; "" = none).
     # Its gauges are computed once per round, from the round's own plan.
     metrics_listeners: str = metrics.listeners()
-    # TLS and basic auth of the metrics port (telemetry/server.py; "" = off).
-    metrics_ssl_certificate_location: str = metrics.ssl_certificate_location()
-    metrics_ssl_key_location: str = metrics.ssl_key_location()
-    metrics_basic_auth_user: str = metrics.basic_auth_user()
-    metrics_basic_auth_password_file: str = metrics.basic_auth_password_file()
-
-    def metrics_security(self) -> MetricsSecurity:
-        """The metrics port's TLS and basic auth."""
-        return MetricsSecurity(self.metrics_ssl_certificate_location,
-                               self.metrics_ssl_key_location, self.metrics_basic_auth_user,
-                               self.metrics_basic_auth_password_file)
+    # Its TLS and basic auth: MetricsPortSettings' (the base class).
     planner: PlannerConfig = field(default_factory=PlannerConfig)
 
     @property

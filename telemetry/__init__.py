@@ -8,7 +8,12 @@ here (or hands `store_request` / `store_failure` to the object store's listeners
 imports prometheus_client itself.
 """
 
-from .config import METRICS_LISTENERS, METRICS_REFRESH_INTERVAL_MS
+from .config import (
+    METRICS_LISTENERS,
+    METRICS_REFRESH_INTERVAL_MS,
+    MetricsPortSettings,
+    MetricsSecurity,
+)
 from .metrics import (
     commit_done,
     compaction_job,
@@ -26,11 +31,12 @@ from .metrics import (
     store_request,
     store_state,
 )
-from .server import MetricsSecurity, MetricsServer, Readiness, serving
+from .server import MetricsServer, Readiness, serving
 
 __all__ = [
     "METRICS_LISTENERS",
     "METRICS_REFRESH_INTERVAL_MS",
+    "MetricsPortSettings",
     "MetricsSecurity",
     "MetricsServer",
     "Readiness",

@@ -1,10 +1,14 @@
 """The metrics settings each service declares in its own section (`agent`, `compactor`), so
 both are named and checked alike: `metrics.listeners` (HOST:PORT of the service's metrics
-port, "" = none) and, where a service refreshes gauges on a timer, the interval."""
+port, "" = none) and, where a service refreshes gauges on a timer, the interval; the metrics
+port's TLS and basic auth are declared once, in `MetricsPortSettings`, the base of both
+sections."""
 
 from __future__ import annotations
 
-from settings import integer, parse_host_port, text
+from dataclasses import dataclass
+
+from settings import Section, integer, parse_host_port, text
 
 METRICS_LISTENERS = "metrics.listeners"
 METRICS_REFRESH_INTERVAL_MS = "metrics.refresh.interval.ms"
@@ -55,3 +59,31 @@ def basic_auth_password_file() -> str:
     password (a file, so it is in no setting or process list)."""
     return text(METRICS_BASIC_AUTH_PASSWORD_FILE, "", allowed="a file path or empty",
                 check=lambda v: True, doc="the file holding the metrics user's password")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSecurity:
+    """TLS and basic auth of a metrics port (the service's metrics.ssl.* and
+    metrics.basic.auth.* settings; "" = off)."""
+
+    certificate: str = ""
+    key: str = ""
+    user: str = ""
+    password_file: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsPortSettings(Section):
+    """The base of a section whose service has a metrics port (`agent`, `compactor`): the
+    port's TLS and basic auth (telemetry/server.py; "" = off), declared once for both."""
+
+    metrics_ssl_certificate_location: str = ssl_certificate_location()
+    metrics_ssl_key_location: str = ssl_key_location()
+    metrics_basic_auth_user: str = basic_auth_user()
+    metrics_basic_auth_password_file: str = basic_auth_password_file()
+
+    def metrics_security(self) -> MetricsSecurity:
+        """The metrics port's TLS and basic auth."""
+        return MetricsSecurity(self.metrics_ssl_certificate_location,
+                               self.metrics_ssl_key_location, self.metrics_basic_auth_user,
+                               self.metrics_basic_auth_password_file)

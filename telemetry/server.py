@@ -17,7 +17,6 @@ import socket
 import ssl
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
@@ -26,7 +25,7 @@ from prometheus_client.exposition import choose_encoder
 
 from settings import SettingError, parse_host_port
 
-from .config import METRICS_LISTENERS
+from .config import METRICS_LISTENERS, MetricsSecurity
 
 log = logging.getLogger(__name__)
 
@@ -44,17 +43,6 @@ def serving() -> bool:
 
 def _always_ready() -> str | None:
     return None
-
-
-@dataclass(frozen=True, slots=True)
-class MetricsSecurity:
-    """TLS and basic auth of a metrics port (the service's metrics.ssl.* and
-    metrics.basic.auth.* settings; "" = off)."""
-
-    certificate: str = ""
-    key: str = ""
-    user: str = ""
-    password_file: str = ""
 
 
 class _Server(ThreadingHTTPServer):
