@@ -56,7 +56,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("storefaults", "faults.storefaults:run", 50,
           "S3 requests failed through a fault proxy (10 %)", extra={"fault_rate": 0.10}),
     Suite("protocol", "faults.suites.protocol:run", 20,
-          "adversarial frames and record batches against a real agent (issue 22)",
+          "adversarial frames and record batches against a real agent, on its PLAINTEXT"
+          " and SASL_PLAINTEXT listeners (issues 22, 25)",
           unit="random mutants per API version", extra={"every_truncation": True}),
 )}
 

@@ -101,6 +101,32 @@ class Frame:
         return f"{self.what}: {hexed[:limit]}{more}"
 
 
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """What one connection sends: `prefix` (well-formed requests: a SASL handshake or
+    login), answered `answers` times, then `frame`. `raw`: the frame's answer is a bare SASL
+    token, not a response (after a v0 SaslHandshake); `must_fail`: a login that must not
+    be answered error 0 (a garbage PLAIN message)."""
+
+    prefix: bytes
+    answers: int
+    frame: Frame
+    raw: bool = False
+    must_fail: bool = False
+
+
+def split(data: bytes) -> list[bytes]:
+    """The size-prefixed frames `data` holds, in order (a partial last one included)."""
+    out, pos = [], 0
+    while pos < len(data):
+        size = int.from_bytes(data[pos:pos + 4], "big", signed=True) if pos + 4 <= len(data) \
+            else len(data)
+        end = pos + 4 + max(size, 0)
+        out.append(data[pos:end])
+        pos = end
+    return out
+
+
 def uvarint(n: int) -> bytes:
     """An unsigned varint (flexible versions' lengths), as the server writes one."""
     out = bytearray()
@@ -278,11 +304,19 @@ class _Scan:
         return end, int.from_bytes(self.buf[pos:end], "big", signed=True)
 
 
+def walk(cls: Any, body: bytes, pos: int = 0) -> int:
+    """Where kio entity `cls` encoded in `body` at `pos` ends, by its lengths alone (no
+    value checked; IndexError if a length runs past the end)."""
+    return _Scan(body).entity(cls, pos, cls.__name__)
+
+
 @functools.cache
-def length_fields(api_key: int, version: int) -> tuple[Length, ...]:
-    """Every length field of `sample_body(api_key, version)` (the walk must consume it all)."""
+def length_fields(api_key: int, version: int, body: bytes | None = None
+                  ) -> tuple[Length, ...]:
+    """Every length field of `body`, a request of that API version (default
+    `sample_body(api_key, version)`; the walk must consume it all)."""
     cls = load_request_schema(api_key, version)
-    body = sample_body(api_key, version)
+    body = sample_body(api_key, version) if body is None else body
     scan = _Scan(body)
     pos = scan.entity(cls.__header_schema__, 0, "header")
     end = scan.entity(cls, pos, cls.__name__)
@@ -311,22 +345,22 @@ def set_length(body: bytes, at: Length, n: int) -> bytes:
 HEAD = 8  # api key, version, correlation id: kept, so the frame reaches its API's decoder
 
 
-def length_mutants(api_key: int, version: int) -> Iterator[Frame]:
-    """Every length field of the sample request at every value of LENGTHS."""
-    body = sample_body(api_key, version)
-    for at in length_fields(api_key, version):
+def length_mutants(api_key: int, version: int, body: bytes | None = None) -> Iterator[Frame]:
+    """Every length field of the sample request (or `body`) at every value of LENGTHS."""
+    body = sample_body(api_key, version) if body is None else body
+    for at in length_fields(api_key, version, body):
         for n in LENGTHS:
             yield Frame(framed(set_length(body, at, n)),
                         f"api {api_key} v{version} {at.path} ({at.kind}) = {n}")
 
 
-def random_mutants(api_key: int, version: int, count: int, rng: random.Random
-                   ) -> Iterator[Frame]:
-    """`count` mutants of the sample request: truncations (the size prefix saying the
-    truncated size, or the original one and the connection then closed), byte flips,
-    random bodies, and several length fields changed at once."""
-    body = sample_body(api_key, version)
-    lengths = length_fields(api_key, version)
+def random_mutants(api_key: int, version: int, count: int, rng: random.Random,
+                   body: bytes | None = None) -> Iterator[Frame]:
+    """`count` mutants of the sample request (or `body`): truncations (the size prefix
+    saying the truncated size, or the original one and the connection then closed), byte
+    flips, random bodies, and several length fields changed at once."""
+    body = sample_body(api_key, version) if body is None else body
+    lengths = length_fields(api_key, version, body)
     name = f"api {api_key} v{version}"
     for _ in range(count):
         how = rng.randrange(5)
@@ -353,11 +387,23 @@ def random_mutants(api_key: int, version: int, count: int, rng: random.Random
             yield Frame(framed(out_b), f"{name} lengths changed")
 
 
-def every_truncation(api_key: int, version: int) -> Iterator[Frame]:
-    """The sample request truncated at every point after its API key and version."""
-    body = sample_body(api_key, version)
+def every_truncation(api_key: int, version: int, body: bytes | None = None
+                     ) -> Iterator[Frame]:
+    """The sample request (or `body`) truncated at every point after its API key and
+    version."""
+    body = sample_body(api_key, version) if body is None else body
     for cut in range(4, len(body)):
         yield Frame(framed(body[:cut]), f"api {api_key} v{version} truncated at {cut}")
+
+
+def mutants(api_key: int, version: int, trials: int, rng: random.Random,
+            every_cut: bool, body: bytes | None = None) -> Iterator[Frame]:
+    """A request's mutants: its length mutants, `trials` random ones and (`every_cut`)
+    every truncation; of the sample request, or of `body`."""
+    yield from length_mutants(api_key, version, body)
+    yield from random_mutants(api_key, version, trials, rng, body)
+    if every_cut:
+        yield from every_truncation(api_key, version, body)
 
 
 # ------------------------------------------------------------------ record batches

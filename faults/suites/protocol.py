@@ -19,7 +19,19 @@ consuming in the background:
    `max.connections.per.ip` connections, while the probe is still answered;
 4. a topic name of 32,767 characters, CreateTopics of 10^6, 10^9, 2^31-1 and 0 partitions
    (validate_only, then real) must be refused with an error code; a Fetch listing one
-   partition 5,000 times with max_bytes 2^31-1 must answer about what one listing does.
+   partition 5,000 times with max_bytes 2^31-1 must answer about what one listing does;
+5. the agent's SASL_PLAINTEXT listener (PLAIN and SCRAM-SHA-512 users made by the suite;
+   faults/saslframes.py): mutated SaslHandshake and SaslAuthenticate frames of every
+   version, before and after a handshake; garbage PLAIN and SCRAM client-first messages as
+   every SaslAuthenticate version, and garbage client-final ones built on the server's
+   nonce (each must fail, the good one succeed); every API version's request in the middle
+   of an exchange (it must be answered ILLEGAL_SASL_STATE in its API's response and the
+   connection closed, as Kafka); after a PLAIN login, the killers, random mutants of every
+   API version and the malformed batches as Produce v11. A SCRAM-SHA-512 producer keeps
+   producing over it.
+
+Every reply to a frame must be a well-formed response to it (kio decodes it as its API
+version's response, with its correlation id) or a close.
 
 Then the background clients stop, and with the product's Reader over the store and
 metadata: nothing of topic `bad` is stored and its log ends are 0, every stored batch of
@@ -33,7 +45,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
+import itertools
 import os
 import random
 import resource
@@ -52,16 +66,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kio.index import load_payload_module
+from kio.index import load_payload_module, load_response_schema
+from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
+from kio.serial.errors import OutOfBoundValue
 from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 from agent import Reader
-from agent.protocol.apis import TABLE
-from faults import frames
+from agent.protocol.apis import SASL_AUTHENTICATE, TABLE
+from agent.sasl.scram import make_credential
+from faults import frames, saslframes
 from faults.check import Tally, check_log
-from faults.frames import Frame
+from faults.frames import Conversation, Frame
 from harness.agent_process import REPO, free_port
 from metadata import MetadataStore
 from objectstore import open_store
@@ -80,11 +97,16 @@ FRONT_DOOR = (
     "huge or bad creates accepted",
     "long topic name not refused",
     "fetch answers past bounds",
+    "malformed replies",  # a reply that is not its request's API version's response
+    "out-of-turn requests not refused as Kafka",  # mid-exchange: no ILLEGAL_SASL_STATE+close
+    "garbage logins accepted",  # a bad PLAIN or SCRAM message authenticated
+    "good logins refused",
 )
 # The background clients' acked records (faults.check.check_log), and the consumer's.
 RECORDS = ("lost", "duplicated", "out_of_order", "unknown", "consumer missed")
 KINDS = FRONT_DOOR + RECORDS
-TOPICS = (("good-i", 3), ("good-p", 3), ("good-raw", 1), ("bad", 4), (frames.TOPIC, 2))
+TOPICS = (("good-i", 3), ("good-p", 3), ("good-s", 3), ("good-raw", 1), ("bad", 4),
+          (frames.TOPIC, 2))
 CHUNK = 32  # frames between probes
 REPLY_S = 1.5  # a frame's reply wait (no reply is not a fault: the connection is dropped)
 PROBE_S = 5.0
@@ -95,6 +117,11 @@ STARTUP_S = 60.0
 # (Kafka's names; request.read.timeout.ms: how long a frame, once begun, may take to arrive.)
 LIMITS = {"connections.max.idle.ms": 3000, "request.read.timeout.ms": 3000,
           "max.connections.per.ip": 64, "max.connections.total": 2000}
+# The SASL listener: every mechanism with users (failed logins paced 1 ms, doubling).
+SASL_ENV = {"SILT_AGENT_LISTENER_SECURITY_PROTOCOL_MAP":
+            "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "SILT_AGENT_SASL_ENABLED_MECHANISMS": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            "SILT_AGENT_CONNECTION_FAILED_AUTHENTICATION_DELAY_MS": "1"}
 SLOW_WAIT_S = 8.0  # how long slow and idle connections are watched
 DEFAULT_PER_IP = 100  # connections one IP may hold when the agent declares no limit
 FLOOD = 300  # connections opened from one IP
@@ -142,14 +169,16 @@ class KindTally(Tally):
 
 @dataclass
 class Agent:
-    """`silt agent` on a fixed port of 127.0.0.1 (restarts reuse it), its output in `log`;
-    peak RSS tracked by a watchdog thread that kills it past RSS_CAP over its start."""
+    """`silt agent` on fixed ports of 127.0.0.1 (restarts reuse them: PLAINTEXT on `port`,
+    SASL_PLAINTEXT on `sasl_port`), its output in `log`; peak RSS tracked by a watchdog
+    thread that kills it past RSS_CAP over its start."""
 
     store_url: str
     metadata_url: str
     log: Path
     env: dict[str, str]
     port: int = field(default_factory=free_port)
+    sasl_port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
     peak_growth: int = 0  # bytes: max over processes of VmHWM - RSS at start
@@ -158,13 +187,14 @@ class Agent:
     _log_from: int = 0  # where this process's output starts in `log`
 
     def start(self) -> None:
-        env = {**os.environ, "SILT_AGENT_LINGER_MS": "50", **self.env,
+        env = {**os.environ, "SILT_AGENT_LINGER_MS": "50", **SASL_ENV, **self.env,
                "PYTHONPATH": str(REPO)}
+        listen = f"PLAINTEXT://127.0.0.1:{self.port},SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}"
         with self.log.open("ab") as out:
             self._log_from = out.tell()
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "cli", "--store", self.store_url, "--metadata",
-                 self.metadata_url, "agent", "--listen", f"127.0.0.1:{self.port}"],
+                 self.metadata_url, "agent", "--listen", listen],
                 env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
                 preexec_fn=_limit_memory)
         self.starts += 1
@@ -241,19 +271,26 @@ def _limit_memory() -> None:
 
 class Background:
     """Well-behaved confluent-kafka clients: an idempotent producer to `good-i`, a plain
-    one (acks=all) to `good-p`, a consumer of `good-i`; `acked` holds what they were told
-    is stored, per partition, as (offset, key, value)."""
+    one (acks=all) to `good-p`, an idempotent one logged in with SCRAM-SHA-512 on the SASL
+    listener (`sasl_bootstrap`) to `good-s`, a consumer of `good-i`; `acked` holds what
+    they were told is stored, per partition, as (offset, key, value)."""
 
     RATE = 100  # records per second per producer
+    TAGS = ("i:", "p:", "s:")  # their values' prefixes
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, sasl_bootstrap: str) -> None:
         from confluent_kafka import Consumer, Producer
 
         quiet = {"bootstrap.servers": bootstrap, "log_level": 0, "error_cb": lambda _e: None}
+        scram = {**quiet, "bootstrap.servers": sasl_bootstrap,
+                 "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": saslframes.SCRAM,
+                 "sasl.username": saslframes.SCRAM_USER,
+                 "sasl.password": saslframes.PASSWORD}
         self.producers = {
             "i": (Producer({**quiet, "enable.idempotence": True, "linger.ms": 5}), "good-i"),
             "p": (Producer({**quiet, "acks": "all", "enable.idempotence": False,
                             "linger.ms": 5}), "good-p"),
+            "s": (Producer({**scram, "enable.idempotence": True, "linger.ms": 5}), "good-s"),
         }
         self.consumer = Consumer({**quiet, "group.id": "fz-background",
                                   "enable.auto.commit": False,
@@ -336,10 +373,12 @@ class Outcomes:
 
 
 async def exchange(port: int, data: bytes, wait: float = REPLY_S, source: str = "127.0.0.1",
-                   keep: bool = False) -> tuple[str, bytes]:
-    """Send `data` on a new connection, half-close it, read one reply: (outcome, reply
-    body); outcome is answered | closed | timeout | refused. `keep`: the reply's body is
-    returned (else only its size is read through)."""
+                   keep: bool = False, replies: int = 1, bodies: list[bytes] | None = None,
+                   half_close: bool = True) -> tuple[str, bytes]:
+    """Send `data` on a new connection, half-close it (unless not `half_close`), read
+    `replies` replies: (outcome, the last reply's body); outcome is answered (all came) |
+    closed | timeout | refused. `keep`: the last body is returned (else only its size is
+    read through); `bodies` gets every body read (kept whole)."""
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port,
                                                        local_addr=(source, 0))
@@ -348,24 +387,36 @@ async def exchange(port: int, data: bytes, wait: float = REPLY_S, source: str = 
     try:
         writer.write(data)
         await writer.drain()
-        with contextlib.suppress(OSError):
-            writer.write_eof()
+        if half_close:
+            with contextlib.suppress(OSError):
+                writer.write_eof()
+        body = b""
         async with asyncio.timeout(wait):
-            size = struct.unpack(">i", await reader.readexactly(4))[0]
-            if keep:
-                return "answered", await reader.readexactly(size)
-            while size > 0:
-                part = await reader.read(min(size, 1 << 20))
-                if not part:
-                    raise asyncio.IncompleteReadError(b"", size)
-                size -= len(part)
-            return "answered", struct.pack(">i", size)
+            for _ in range(replies):
+                body = await _read_reply(reader, keep or bodies is not None)
+                if bodies is not None:
+                    bodies.append(body)
+            return "answered", body
     except (asyncio.IncompleteReadError, ConnectionError):
         return "closed", b""
     except TimeoutError:
         return "timeout", b""
     finally:
         writer.transport.abort()
+
+
+async def _read_reply(reader: asyncio.StreamReader, keep: bool) -> bytes:
+    """One reply's body (`keep`), else its size read through (the size's bytes returned)."""
+    size = struct.unpack(">i", await reader.readexactly(4))[0]
+    if keep:
+        return await reader.readexactly(size)
+    left = size
+    while left > 0:
+        part = await reader.read(min(left, 1 << 20))
+        if not part:
+            raise asyncio.IncompleteReadError(b"", left)
+        left -= len(part)
+    return struct.pack(">i", size)
 
 
 class Run:
@@ -378,10 +429,15 @@ class Run:
         self.store_url = f"file://{where}/store"
         self.tally = KindTally(KINDS)
         self.out = Outcomes()
+        self.sasl_out = Outcomes()  # phase 5's frames
         self.codes: Counter[str] = Counter()  # bad batches' answers
         md = MetadataStore.open(self.md_url, create=True)
         for name, partitions in TOPICS:
             md.create_topic(name, partitions)
+        for user, mechanism in ((saslframes.SCRAM_USER, saslframes.SCRAM),
+                                (saslframes.PLAIN_USER, "SCRAM-SHA-256")):
+            md.alter_scram_credentials([], [(user, make_credential(
+                mechanism, saslframes.PASSWORD, 4096))])
         md.close()
         self.agent = Agent(self.store_url, self.md_url, where / "agent.log", limit_env())
         self.deaths_left = max_deaths
@@ -392,12 +448,30 @@ class Run:
     # -- liveness
 
     async def probe(self) -> None:
-        """A Metadata request from a well-behaved client must be answered within PROBE_S."""
-        started = time.monotonic()
-        outcome, _ = await exchange(self.agent.port, _metadata_request(), PROBE_S)
-        if outcome != "answered" and self.agent.alive():
-            self.tally.note("probe timeouts", 1, f"probe {outcome} after"
-                            f" {time.monotonic() - started:.1f} s")
+        """A Metadata request from a well-behaved client must be answered within PROBE_S,
+        on the PLAINTEXT listener and after a PLAIN login on the SASL one."""
+        for port, login, answers in ((self.agent.port, b"", 0),
+                                     (self.agent.sasl_port, saslframes.plain_login(), 2)):
+            started = time.monotonic()
+            outcome, _ = await exchange(port, login + _metadata_request(), PROBE_S,
+                                        replies=answers + 1)
+            if outcome != "answered" and self.agent.alive():
+                self.tally.note("probe timeouts", 1, f"probe on port {port} {outcome} after"
+                                f" {time.monotonic() - started:.1f} s")
+
+    def check_replies(self, talk: Conversation, bodies: Sequence[bytes]) -> None:
+        """Every reply must be its request's response (module docstring); a garbage login
+        (`must_fail`) must not be answered error 0."""
+        requests = [*frames.split(talk.prefix), talk.frame.data]
+        for i, (request, body) in enumerate(zip(requests, bodies, strict=False)):
+            if talk.raw and i == len(requests) - 1:
+                continue
+            problem = reply_problem(request, body)
+            if problem is not None:
+                self.tally.note("malformed replies", 1, f"{talk.frame.what}: {problem}:"
+                                f" {body.hex()[:160]}")
+            elif talk.must_fail and i == len(requests) - 1 and 0 in _codes(request, body):
+                self.tally.note("garbage logins accepted", 1, talk.frame.what)
 
     def check_alive(self, suspects: Sequence[Frame], context: str) -> bool:
         """Whether the agent lived; a death is counted, described (`suspects`: the frames
@@ -418,33 +492,44 @@ class Run:
 
     # -- phase 1
 
-    async def send_frames(self, all_frames: Iterable[Frame]) -> None:
-        """One frame at a time, each on its own connection. The agent is checked after each
-        frame it did not answer (a killed agent's sockets close as it exits, so the frame
-        that found its connection closed is the killer); a frame that found the agent
-        already gone is sent again once it is restarted."""
+    async def send_frames(self, talks: Iterable[Conversation], port: int,
+                          out: Outcomes) -> None:
+        """One conversation at a time, each on its own connection to `port`, its replies
+        checked. The agent is checked after each frame it did not answer (a killed agent's
+        sockets close as it exits, so the frame that found its connection closed is the
+        killer); a frame that found the agent already gone is sent again once it is
+        restarted."""
         recent: list[Frame] = []  # the last frames the agent closed
-        for n, frame in enumerate(all_frames):
+        for n, talk in enumerate(talks):
+            frame = talk.frame
             if self.deaths_left <= 0:
                 self.skipped += 1
                 continue
             outcome = "refused"
             for _ in range(2):
-                outcome = (await exchange(self.agent.port, frame.data))[0]
+                bodies: list[bytes] = []
+                outcome = (await exchange(port, talk.prefix + frame.data,
+                                          replies=talk.answers + 1, bodies=bodies))[0]
                 if outcome != "answered":
                     await asyncio.sleep(0.002)  # the exit follows the close within 1 ms
                 suspects = recent[::-1] if outcome == "refused" else [frame]
                 if self.check_alive(suspects, frame.what) or outcome != "refused":
                     break
-            self.out.sent += outcome != "refused"
-            self.out.by[outcome] += 1
+            self.check_replies(talk, bodies)
+            out.sent += outcome != "refused"
+            out.by[outcome] += 1
             recent = [*recent[-2:], frame] if outcome == "closed" else recent
             if n % CHUNK == CHUNK - 1:
                 await self.probe()
 
     # -- phase 2
 
-    async def bad_batches(self, versions: Sequence[int]) -> None:
+    async def bad_batches(self, versions: Sequence[int], sasl: bool = False) -> None:
+        """Each kind of malformed batch as each Produce version, beside a valid produce
+        (`sasl`: both on the SASL listener, after a PLAIN login)."""
+        port = self.agent.sasl_port if sasl else self.agent.port
+        login = saslframes.plain_login() if sasl else b""
+        replies = 3 if sasl else 1
         pid, epoch = await self._producer_id()
         kinds = frames.bad_batches(pid, epoch)
         correlation = 0
@@ -455,10 +540,10 @@ class Run:
                 bad_req = frames.produce_request(version, "bad", i % 4, raw, correlation=7)
                 good_req = frames.produce_request(version, "good-raw", 0, good, correlation=8)
                 (b_out, b_body), (g_out, g_body) = await asyncio.gather(
-                    exchange(self.agent.port, bad_req, 15, keep=True),
-                    exchange(self.agent.port, good_req, 15, keep=True))
+                    exchange(port, login + bad_req, 15, keep=True, replies=replies),
+                    exchange(port, login + good_req, 15, keep=True, replies=replies))
                 self.out.sent += 2
-                what = f"{kind} as Produce v{version}"
+                what = f"{kind} as Produce v{version}{' over SASL' if sasl else ''}"
                 b_code = _produce_error(version, b_body) if b_out == "answered" else None
                 self.codes[f"{kind}: {b_out if b_code is None else b_code}"] += 1
                 if b_code == 0:
@@ -605,6 +690,79 @@ class Run:
             writer.transport.abort()
         return size
 
+    # -- phase 5
+
+    async def sasl(self, trials: int, every_truncation: bool) -> None:
+        port = self.agent.sasl_port
+        talks = itertools.chain(
+            saslframes.before_handshake(trials, self.rng, every_truncation),
+            saslframes.bad_tokens(),
+            (Conversation(saslframes.plain_login(), 2, f)
+             for f in post_auth_frames(trials, self.rng)))
+        await self.send_frames(talks, port, self.sasl_out)
+        for talk in saslframes.out_of_turn():
+            await self.out_of_turn(talk)
+        for version in saslframes.versions(SASL_AUTHENTICATE):
+            for kind, final in saslframes.bad_finals().items():
+                await self.scram_final(version, kind, final)
+        await self.bad_batches([11], sasl=True)
+        await self.probe()
+
+    async def out_of_turn(self, talk: Conversation) -> None:
+        """A request mid-exchange: ILLEGAL_SASL_STATE in its API's response, then closed
+        (the client keeps its end open: the close must be the agent's)."""
+        bodies: list[bytes] = []
+        outcome, _ = await exchange(self.agent.sasl_port, talk.prefix + talk.frame.data,
+                                    replies=talk.answers + 2, bodies=bodies,
+                                    half_close=False)
+        self.sasl_out.sent += 1
+        self.sasl_out.by["closed" if outcome == "closed" else "answered"] += 1
+        self.check_replies(talk, bodies)
+        illegal = (len(bodies) == talk.answers + 1
+                   and ErrorCode.illegal_sasl_state in _codes(talk.frame.data, bodies[-1]))
+        if outcome != "closed" or not illegal:
+            self.tally.note("out-of-turn requests not refused as Kafka", 1,
+                            f"{talk.frame.what}: {len(bodies)} replies, then {outcome}")
+        self.check_alive([talk.frame], talk.frame.what)
+
+    async def scram_final(self, version: int, kind: str, final: saslframes.Final) -> None:
+        """A SCRAM-SHA-512 login whose client-final message is `final` of the server's
+        first one, as SaslAuthenticate `version`: only the good ones may succeed."""
+        first = saslframes.authenticate(b"n,," + saslframes.FIRST_BARE.encode(), version)
+        requests = [saslframes.handshake(saslframes.SCRAM), first]
+        bodies: list[bytes] = []
+        outcome = "answered"
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", self.agent.sasl_port)
+        except OSError:
+            return
+        try:
+            async with asyncio.timeout(15):
+                writer.write(b"".join(requests))
+                bodies += [await _read_reply(reader, True) for _ in requests]
+                server_first = _decode(36, version, bodies[-1]).auth_bytes.decode()
+                requests.append(saslframes.authenticate(final(server_first), version))
+                writer.write(requests[-1])
+                bodies.append(await _read_reply(reader, True))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            outcome = "closed"
+        except TimeoutError:
+            outcome = "timeout"
+        finally:
+            writer.transport.abort()
+        what = f"SCRAM client-final {kind} as SaslAuthenticate v{version}"
+        self.sasl_out.sent += len(requests)
+        self.sasl_out.by[outcome] += 1
+        talk = Conversation(b"".join(requests[:-1]), len(requests) - 1,
+                            Frame(requests[-1], what))
+        self.check_replies(talk, bodies)
+        accepted = len(bodies) == 3 and _codes(requests[-1], bodies[-1]) == [ErrorCode.none]
+        if kind in saslframes.GOOD_FINALS and not accepted:
+            self.tally.note("good logins refused", 1, f"{what}: {outcome}")
+        elif kind not in saslframes.GOOD_FINALS and accepted:
+            self.tally.note("garbage logins accepted", 1, what)
+        self.check_alive([talk.frame], what)
+
     # -- the checks at the end
 
     def verify(self, background: Background) -> None:
@@ -618,7 +776,8 @@ class Run:
                 except Exception as exc:
                     self.tally.note("lost", len(acks), f"{tp} unreadable: {exc}"[:300])
                     continue
-                check_log(self.tally, tp, log, sorted(acks), ("i:", "p:"), compacted=False)
+                check_log(self.tally, tp, log, sorted(acks), Background.TAGS,
+                          compacted=False)
                 at: dict[bytes | None, list[int]] = {}
                 for rec in log:
                     at.setdefault(rec.value, []).append(rec.offset)
@@ -709,11 +868,54 @@ def _frame(api_key: int, version: int, request: Any) -> bytes:
 
 
 def _decode(api_key: int, version: int, body: bytes) -> Any:
-    from kio.index import load_response_schema
-
     cls = load_response_schema(api_key, version)
     _, n = entity_reader(cls.__header_schema__)(body, 0)
     return entity_reader(cls)(body, n)[0]
+
+
+def reply_problem(request: bytes, body: bytes) -> str | None:
+    """Why `body` is not a well-formed response to `request` (a frame): kio must decode it
+    whole as the response of the request's API version (ApiVersions of an unsupported one:
+    v0), with the request's correlation id; None if it is. A value kio's reader refuses
+    but Kafka sends (OutOfBoundValue: DescribeTransactions' start time -1 of a transaction
+    not begun) is checked by its lengths alone (frames.walk)."""
+    key, version, correlation = struct.unpack_from(">hhi", request, 4)
+    api = TABLE.get(key)
+    if key == 18 and (api is None or not api.supports(version)):
+        version = 0
+    cls = load_response_schema(key, version)
+    try:
+        header, n = entity_reader(cls.__header_schema__)(body, 0)
+        try:
+            _, size = entity_reader(cls)(body, n)  # readers say how many bytes they took
+        except OutOfBoundValue:
+            size = frames.walk(cls, body, n) - n
+    except Exception as exc:
+        return f"not api {key} v{version}'s response ({type(exc).__name__}: {exc})"[:200]
+    if int(header.correlation_id) != correlation:
+        return f"correlation id {header.correlation_id}, not {correlation}"
+    left = len(body) - n - size
+    return None if left == 0 else f"{left} bytes past api {key} v{version}'s response"
+
+
+def _codes(request: bytes, body: bytes) -> list[ErrorCode]:
+    """Every error code in the response `body` to `request` (a well-formed one)."""
+    key, version = struct.unpack_from(">hh", request, 4)
+    found: list[ErrorCode] = []
+
+    def walk(entity: Any) -> None:
+        for f in dataclasses.fields(entity):
+            value = getattr(entity, f.name)
+            for item in value if isinstance(value, tuple) else (value,):
+                if isinstance(item, ErrorCode):
+                    found.append(item)
+                elif dataclasses.is_dataclass(item):
+                    walk(item)
+
+    api = TABLE.get(key)
+    walk(_decode(key, 0 if key == 18 and (api is None or not api.supports(version))
+                 else version, body))
+    return found
 
 
 def _produce_error(version: int, body: bytes) -> int | str:
@@ -728,17 +930,26 @@ def _metadata_request() -> bytes:
     return frames.framed(frames.sample_body(3, 1))
 
 
+def killers() -> Iterator[Frame]:
+    return (Frame(data, "issue 22 killer") for data in frames.KILLERS)
+
+
 def all_frames(trials: int, rng: random.Random, every_truncation: bool) -> Iterator[Frame]:
     """The killers, then per API version: its length mutants, `trials` random mutants and
     (if asked) every truncation."""
-    for data in frames.KILLERS:
-        yield Frame(data, "issue 22 killer")
+    yield from killers()
     for key, api in sorted(TABLE.items()):
         for version in range(api.min_version, api.max_version + 1):
-            yield from frames.length_mutants(key, version)
-            yield from frames.random_mutants(key, version, trials, rng)
-            if every_truncation:
-                yield from frames.every_truncation(key, version)
+            yield from frames.mutants(key, version, trials, rng, every_truncation)
+
+
+def post_auth_frames(trials: int, rng: random.Random) -> Iterator[Frame]:
+    """What phase 5 sends after a login: the killers and `trials` random mutants (at least
+    one) per API version (the decoders are phase 1's: this checks the session's state)."""
+    yield from killers()
+    for key, api in sorted(TABLE.items()):
+        for version in range(api.min_version, api.max_version + 1):
+            yield from frames.random_mutants(key, version, max(trials, 1), rng)
 
 
 def run(trials: int, seed: int, every_truncation: bool = False, max_deaths: int = 10_000,
@@ -751,12 +962,14 @@ def run(trials: int, seed: int, every_truncation: bool = False, max_deaths: int 
     bg: Background | None = None
     try:
         r.agent.start()
-        bg = Background(f"127.0.0.1:{r.agent.port}")
+        bg = Background(f"127.0.0.1:{r.agent.port}", f"127.0.0.1:{r.agent.sasl_port}")
         bg.start()
-        asyncio.run(r.send_frames(all_frames(trials, r.rng, every_truncation)))
+        asyncio.run(r.send_frames((Conversation(b"", 0, f) for f in all_frames(
+            trials, r.rng, every_truncation)), r.agent.port, r.out))
         asyncio.run(r.bad_batches(produce_versions))
         asyncio.run(r.slow_and_idle())
         asyncio.run(r.huge())
+        asyncio.run(r.sasl(trials, every_truncation))
         bg.stop()
         exit_code = r.agent.stop()
         r.verify(bg)
@@ -770,6 +983,9 @@ def run(trials: int, seed: int, every_truncation: bool = False, max_deaths: int 
         "frames skipped (max_deaths reached)": r.skipped,
         "frames answered / closed / no reply": "{} / {} / {}".format(
             r.out.by["answered"], r.out.by["closed"], r.out.by["timeout"]),
+        "SASL listener frames sent": r.sasl_out.sent,
+        "SASL conversations answered / closed / no reply": "{} / {} / {}".format(
+            r.sasl_out.by["answered"], r.sasl_out.by["closed"], r.sasl_out.by["timeout"]),
         "agent starts": r.agent.starts,
         "deaths by API": ", ".join(f"{k} {n}" for k, n in r.deaths_by.most_common()) or "none",
         "bad batch kinds acked": ", ".join(sorted(r.kinds_stored)) or "none",
