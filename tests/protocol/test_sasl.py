@@ -6,6 +6,7 @@ authentication failure, and nothing served before authentication."""
 from __future__ import annotations
 
 import ssl
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -208,6 +209,14 @@ def test_a_request_out_of_turn_in_the_exchange_is_illegal_sasl_state(
     client = _mid_exchange(port)  # ApiVersions: its error response, no key listed
     answer = client.call(18, 3, av3.ApiVersionsRequest(client_software_name="t",
                                                        client_software_version="1"))
+    assert answer.error_code == ErrorCode.illegal_sasl_state and answer.api_keys == ()
+    assert client.closed_by_server()
+    client.close()
+
+    client = _mid_exchange(port)  # ApiVersions of a version not served: as v0 (Kafka too)
+    client.correlation = 5
+    client.send_raw(frames.framed(struct.pack(">hhih", 18, 99, 5, -1)))
+    answer = client.receive(18, 0)
     assert answer.error_code == ErrorCode.illegal_sasl_state and answer.api_keys == ()
     assert client.closed_by_server()
     client.close()
