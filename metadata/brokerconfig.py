@@ -19,9 +19,7 @@ variables, flags), and most of these configs name parts silt does not have (JVM 
 Kerberos, log cleaner threads, replica fetchers). Passwords are stored as given, as
 KRaft's metadata log keeps them (DescribeConfigs never returns them).
 
-A change is one write transaction over the resource's whole set, computed from the rows
-read in it (concurrent changes serialize on the cluster row): a crash before COMMIT changes
-nothing.
+A change replaces the resource's whole set in one write transaction (dynconfigs.py).
 """
 
 from __future__ import annotations
@@ -34,8 +32,8 @@ import sqlalchemy as sa
 
 from settings import declared
 
-from . import schema as s
-from .engine import Database, Unknown
+from . import dynconfigs
+from .engine import Database
 from .errors import InvalidBrokerConfigError, InvalidConfigError
 from .topicconfig import DEFAULTS, DESCRIPTIONS, AlterOp, ConfigChange, TopicConfig
 
@@ -337,20 +335,15 @@ Levels = tuple[dict[str, str], dict[str, str]]
 """(the cluster-wide default's configs, one broker's configs)."""
 
 
-def _rows(conn: sa.Connection, node_id: int) -> Levels:
-    d = s.dynamic_configs.c
-    levels: Levels = ({}, {})
-    rows = conn.execute(sa.select(d.resource_name, d.config_key, d.value).where(
-        d.resource_type == BROKER, d.resource_name.in_((CLUSTER_DEFAULT, str(node_id)))))
-    for row in rows:
-        levels[0 if row.resource_name == CLUSTER_DEFAULT else 1][row.config_key] = row.value
-    return levels
+def _levels(conn: sa.Connection, node_id: int) -> Levels:
+    found = dynconfigs.stored(conn, BROKER, (CLUSTER_DEFAULT, str(node_id)))
+    return found.get(CLUSTER_DEFAULT, {}), found.get(str(node_id), {})
 
 
 def broker_configs(db: Database, node_id: int) -> Levels:
     """The dynamic configs of the cluster-wide default and of broker `node_id` (one read)."""
     with db.read() as conn:
-        return _rows(conn, node_id)
+        return _levels(conn, node_id)
 
 
 def alter_broker_configs(db: Database, node_id: int, per_broker: bool,
@@ -362,32 +355,14 @@ def alter_broker_configs(db: Database, node_id: int, per_broker: bool,
     does (`apply_changes`, `validate`, `check_threads` against the effective configs of
     broker `node_id`, the one answering) and store it (not with `validate_only`); returns
     the new set. InvalidBrokerConfigError / InvalidConfigError commit nothing."""
-    d = s.dynamic_configs.c
+
+    def compute(conn: sa.Connection) -> dict[str, str]:
+        default, own = _levels(conn, node_id)
+        configs = apply_changes({} if replace else (own if per_broker else default), changes)
+        validate(configs, per_broker=per_broker)
+        check_threads({**default, **own}, {**default, **configs} if per_broker
+                      else {**configs, **own})
+        return configs
+
     name = str(node_id) if per_broker else CLUSTER_DEFAULT
-    after: list[dict[str, str]] = []
-
-    def body(conn: sa.Connection) -> dict[str, str]:
-        after.clear()
-        conn.execute(sa.select(s.cluster.c.id).where(s.cluster.c.id == 1).with_for_update())
-        default, own = _rows(conn, node_id)
-        stored = apply_changes({} if replace else (own if per_broker else default), changes)
-        validate(stored, per_broker=per_broker)
-        check_threads({**default, **own}, {**default, **stored} if per_broker
-                      else {**stored, **own})
-        after.append(stored)
-        if not validate_only:
-            conn.execute(s.dynamic_configs.delete().where(
-                d.resource_type == BROKER, d.resource_name == name))
-            if stored:
-                conn.execute(s.dynamic_configs.insert(), [
-                    {"resource_type": BROKER, "resource_name": name, "config_key": k,
-                     "value": v} for k, v in stored.items()])
-        return stored
-
-    def read_back(conn: sa.Connection) -> dict[str, str] | Unknown | None:
-        if not after:
-            return Unknown(f"dynamic configs of broker {name!r}: nothing computed")
-        levels = _rows(conn, node_id)
-        return after[0] if levels[1 if per_broker else 0] == after[0] else None
-
-    return db.commit(f"dynamic configs of broker {name!r}", body, read_back, kind="configs")
+    return dynconfigs.replace(db, BROKER, name, compute, validate_only=validate_only)

@@ -145,9 +145,9 @@ Version 15 (dynamic configs):
   resource_name, config_key): the configs AlterConfigs and IncrementalAlterConfigs set on a
   resource that is not a topic (a topic's are `topics.configs`), as Kafka's
   ConfigurationControlManager keeps them per ConfigResource: `resource_type` is Kafka's
-  ConfigResource.Type id (4: BROKER), `resource_name` a broker id or "" for the
-  cluster-wide default (brokerconfig.py: Kafka's dynamic broker configs, stored and
-  described, not applied).
+  ConfigResource.Type id (4: BROKER, `resource_name` a broker id or "" for the
+  cluster-wide default: brokerconfig.py; 32: GROUP, a group id: groupconfig.py), each
+  stored and described, not applied (dynconfigs.py reads and replaces a resource's set).
 
 A migration is a function of a connection inside the transaction that also records its
 version; `MIGRATIONS[i]` brings the schema from version i to i + 1. Migrations are frozen once

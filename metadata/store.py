@@ -2,14 +2,15 @@
 concern modules — topics.py, files.py (agent commits, GC), history.py (pruning finished
 jobs' and deleted files' rows), retention.py, reads.py (segments, snapshots, stats),
 jobs.py (compaction leases and commits), agents.py (the agent registry), producers.py
-(idempotent producers), quotas.py (client quotas), brokerconfig.py (dynamic broker
-configs), txnlog.py (open transactions, the aborted-transaction index), groups.py
-(consumer groups: coordinator leases, stored groups, committed offsets), acls.py (ACL
-bindings), users.py (SCRAM credentials), txnstate.py (transaction coordinators' leases and
-state), notify.py (commit notifications across processes) — on the shared `Database` of
-engine.py (engine, migrations, transactions, the commit helper and its failure model),
-identity.py (the cluster id and its bound store) and audit.py (`silt doctor`'s reads). The
-methods are those modules' functions, so each is documented where it is implemented.
+(idempotent producers), quotas.py (client quotas), brokerconfig.py and groupconfig.py
+(dynamic broker and group configs; dynconfigs.py their rows), txnlog.py (open
+transactions, the aborted-transaction index), groups.py (consumer groups: coordinator
+leases, stored groups, committed offsets), acls.py (ACL bindings), users.py (SCRAM
+credentials), txnstate.py (transaction coordinators' leases and state), notify.py (commit
+notifications across processes) — on the shared `Database` of engine.py (engine,
+migrations, transactions, the commit helper and its failure model), identity.py (the
+cluster id and its bound store) and audit.py (`silt doctor`'s reads). The methods are
+those modules' functions, so each is documented where it is implemented.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from . import (
     audit,
     brokerconfig,
     files,
+    groupconfig,
     groups,
     history,
     identity,
@@ -104,6 +106,9 @@ class MetadataStore(Database):
     # dynamic broker configs (stored and described, not applied)
     broker_configs = brokerconfig.broker_configs
     alter_broker_configs = brokerconfig.alter_broker_configs
+    # group configs (Kafka 4.0's GroupConfig: stored and described, not applied)
+    group_configs = groupconfig.group_configs
+    alter_group_configs = groupconfig.alter_group_configs
     expire_producers = producers.expire_producers
     # consumer groups
     group_coordinator = groups.group_coordinator

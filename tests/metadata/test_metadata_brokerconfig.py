@@ -1,6 +1,6 @@
-"""Dynamic broker configs in the metadata store (metadata/brokerconfig.py): Kafka's names and
-checks, per broker and at the cluster default, incremental and replacing changes,
-validate_only, on SQLite and PostgreSQL."""
+"""Dynamic configs in the metadata store, on SQLite and PostgreSQL: broker configs
+(metadata/brokerconfig.py: Kafka's names and checks, per broker and at the cluster default,
+incremental and replacing changes, validate_only) and group configs (groupconfig.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 from metadata import MetadataStore
 from metadata.brokerconfig import DYNAMIC, PER_BROKER, sensitive, validate
 from metadata.errors import InvalidBrokerConfigError, InvalidConfigError
+from metadata.groupconfig import validate as validate_group
 from metadata.topicconfig import AlterOp, ConfigChange
 
 SET, DELETE, APPEND, SUBTRACT = AlterOp.SET, AlterOp.DELETE, AlterOp.APPEND, AlterOp.SUBTRACT
@@ -111,4 +112,42 @@ def test_replace_sets_exactly_those_given(store: MetadataStore) -> None:
         ConfigChange("sasl.kerberos.min.time.before.relogin", SET, "58000")], replace=True)
     assert store.broker_configs(1)[1] == {"sasl.kerberos.min.time.before.relogin": "58000"}
     store.alter_broker_configs(1, True, [], replace=True)
+    assert store.broker_configs(1) == ({}, {})
+
+
+def test_group_configs_checked_as_kafka_and_stored(store: MetadataStore) -> None:
+    """Kafka 4.0's GroupConfig on any group id: SET and DELETE, its names, types
+    and bounds refused with Kafka's words, nothing stored then; apart from brokers'."""
+    assert store.group_configs("g") == {}
+    store.alter_group_configs("g", [ConfigChange("consumer.session.timeout.ms", SET, "50000")])
+    assert store.group_configs("g") == {"consumer.session.timeout.ms": "50000"}
+    assert store.group_configs("other") == {}
+    for change, words in [
+        (ConfigChange("consumer.session.timeout.ms", SET, "70000"),
+         "consumer.session.timeout.ms must be less than or equal to"
+         " group.consumer.max.session.timeout.ms"),
+        (ConfigChange("share.record.lock.duration.ms", SET, "1000"),
+         "share.record.lock.duration.ms must be greater than or equal to"
+         " group.share.min.record.lock.duration.ms"),
+        (ConfigChange("consumer.heartbeat.interval.ms", SET, "soon"),
+         "Invalid value soon for configuration consumer.heartbeat.interval.ms: Not a number"
+         " of type INT"),
+        (ConfigChange("share.auto.offset.reset", SET, "never"),
+         "Invalid value never for configuration share.auto.offset.reset: String must be one"
+         " of: earliest, latest"),
+        (ConfigChange("retention.ms", SET, "1"), "Unknown group config name: retention.ms"),
+        (ConfigChange("consumer.session.timeout.ms", APPEND, "1"),
+         "Can't APPEND to key consumer.session.timeout.ms because its type is not LIST."),
+    ]:
+        with pytest.raises(InvalidConfigError) as refused:
+            store.alter_group_configs("g", [change])
+        assert str(refused.value) == words
+    validate_group({"consumer.session.timeout.ms": "60000",
+                    "consumer.heartbeat.interval.ms": "15000",
+                    "share.auto.offset.reset": "earliest"})
+    store.alter_group_configs("g", [ConfigChange("consumer.session.timeout.ms", DELETE)],
+                              validate_only=True)
+    assert store.group_configs("g") == {"consumer.session.timeout.ms": "50000"}
+    store.alter_group_configs("g", [ConfigChange("consumer.session.timeout.ms", DELETE)])
+    assert store.group_configs("g") == {}
     assert store.broker_configs(1) == ({}, {})

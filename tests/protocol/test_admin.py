@@ -413,8 +413,9 @@ def test_explicit_replica_assignments(agent_proc: AgentProcess) -> None:
 
 def test_describe_group_configs(agent_proc: AgentProcess) -> None:
     """librdkafka's 0081: DescribeConfigs of a GROUP resource (type 32) answers as Kafka 4.0's
-    ConfigHelper, any group id: its GroupConfig keys at Kafka's defaults (read-only here: they
-    govern consumer-protocol and share groups, which silt does not serve)."""
+    ConfigHelper, any group id: its GroupConfig keys at Kafka's defaults when none is stored
+    (they govern consumer-protocol and share groups, which silt does not serve: stored, not
+    applied; test_broker_configs sets them)."""
     admin = AdminClient({"bootstrap.servers": agent_proc.bootstrap})
     group = ConfigResource(ResourceType.GROUP, "no-such-group")
     configs = admin.describe_configs([group])[group].result(60)

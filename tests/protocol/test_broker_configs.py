@@ -1,9 +1,10 @@
-"""Dynamic broker configs (KIP-226) through real clients against a real `silt agent`, on
-SQLite and PostgreSQL: what librdkafka's 0081 (do_test_AlterConfigs,
+"""Dynamic broker configs (KIP-226) and group configs through real clients against a real
+`silt agent`, on SQLite and PostgreSQL: what librdkafka's 0081 (do_test_AlterConfigs,
 do_test_IncrementalAlterConfigs) asks of a broker — `sasl.kerberos.min.time.before.relogin`
 set on the broker by AlterConfigs and IncrementalAlterConfigs, `background.threads` SET and
-DELETE, `log.cleanup.policy` APPEND and SUBTRACT — then DescribeConfigs showing them with
-Kafka's sources and synonyms order; Kafka's refusals; the checks both alter APIs share."""
+DELETE, `log.cleanup.policy` APPEND and SUBTRACT, a group's consumer.session.timeout.ms —
+then DescribeConfigs showing them with Kafka's sources and synonyms order; Kafka's
+refusals; the checks both alter APIs share."""
 
 from __future__ import annotations
 
@@ -246,3 +247,31 @@ def test_both_alter_apis_check_a_request_as_kafkas_broker(any_agent: AgentProces
         assert md.broker_configs(int(node)) == ({}, {KERBEROS: "58000"})
     finally:
         md.close()
+
+
+def test_group_configs_set_and_described(any_agent: AgentProcess, admin: AdminClient) -> None:
+    """0081's GROUP resource: Kafka 4.0's consumer.session.timeout.ms set on a group (any
+    id), described as GROUP_CONFIG, bounds refused as Kafka's GroupConfig, DELETE back."""
+    group = ConfigResource(ResourceType.GROUP, "my-group", incremental_configs=[
+        _set("consumer.session.timeout.ms", "50000")])
+    admin.incremental_alter_configs([group])[group].result(60)
+    plain = ConfigResource(ResourceType.GROUP, "my-group")
+    entry = admin.describe_configs([plain])[plain].result(60)["consumer.session.timeout.ms"]
+    assert (entry.value, entry.source, entry.is_read_only) == (
+        "50000", ConfigSource.GROUP_CONFIG.value, False)
+    other = ConfigResource(ResourceType.GROUP, "other")
+    assert admin.describe_configs([other])[other].result(60)[
+        "consumer.session.timeout.ms"].value == "45000"
+    too_long = _error(admin, ConfigResource(ResourceType.GROUP, "my-group", incremental_configs=[
+        _set("consumer.session.timeout.ms", "70000")]))
+    assert too_long.code() == KafkaError.INVALID_CONFIG
+    assert "group.consumer.max.session.timeout.ms" in too_long.str()
+    unknown = _error(admin, ConfigResource(ResourceType.GROUP, "my-group", incremental_configs=[
+        _set("retention.ms", "1")]))
+    assert (unknown.code(), unknown.str()) == (
+        KafkaError.INVALID_CONFIG, "Unknown group config name: retention.ms")
+    back = ConfigResource(ResourceType.GROUP, "my-group", incremental_configs=[
+        _set("consumer.session.timeout.ms", None, AlterConfigOpType.DELETE)])
+    admin.incremental_alter_configs([back])[back].result(60)
+    entry = admin.describe_configs([plain])[plain].result(60)["consumer.session.timeout.ms"]
+    assert (entry.value, entry.source) == ("45000", DEFAULT)

@@ -1,12 +1,12 @@
 """AlterConfigs (key 33, the legacy API): each resource's configs replaced whole, as Kafka's
 legacyAlterConfigs does: a TOPIC's overrides become exactly those given (any other is
-removed, back to its default), a BROKER's dynamic configs (its id, or "" for the
-cluster-wide default: `metadata.brokerconfig`, stored and described, not applied) become
-exactly those given; validated as IncrementalAlterConfigs validates them, one transaction,
-nothing changed on an error; validate_only changes nothing. The checks Kafka's broker makes
-first (a resource named twice, a key given twice, a null value, an unknown type) and the
-dispatch are IncrementalAlterConfigs' (`configs.alter_all`). Other resource types are
-refused. ALTER_CONFIGS is needed as for IncrementalAlterConfigs.
+removed, back to its default), and so do a BROKER's dynamic configs (its id, or "" for the
+cluster-wide default: `metadata.brokerconfig`) and a GROUP's (`metadata.groupconfig`; both
+stored and described, not applied); validated as IncrementalAlterConfigs validates them,
+one transaction, nothing changed on an error; validate_only changes nothing. The checks
+Kafka's broker makes first (a resource named twice, a key given twice, a null value, an
+unknown type) and the dispatch are IncrementalAlterConfigs' (`configs.alter_all`). Other
+resource types are refused. ALTER_CONFIGS is needed as for IncrementalAlterConfigs.
 """
 
 from __future__ import annotations

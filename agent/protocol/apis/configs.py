@@ -42,6 +42,7 @@ class ConfigSource(enum.IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    GROUP_CONFIG = 8
 
 
 # Kafka's ConfigDef.Type as DescribeConfigs v3+ numbers it.
@@ -145,11 +146,23 @@ def _broker(ctx: ServerContext, name: str, changes: list[ConfigChange], validate
     return ErrorCode.none, None
 
 
+def _group(ctx: ServerContext, name: str, changes: list[ConfigChange], validate_only: bool,
+           replace: bool) -> Outcome:
+    if not name:
+        return ErrorCode.invalid_request, "Group name must not be empty"
+    try:
+        ctx.metadata.alter_group_configs(name, changes, replace=replace,
+                                         validate_only=validate_only)
+    except Exception as exc:
+        return failed(f"altering the configs of group {name!r}", exc)
+    return ErrorCode.none, None
+
+
 def _alter(ctx: ServerContext, a: Alteration, denied: Outcome | None, twice: bool,
            validate_only: bool, replace: bool) -> Outcome:
     """One resource's answer: Kafka's ConfigAdminManager.preprocess (a resource named
     twice, a key given twice, a null value, an unknown type), then authorization, then the
-    change itself (a topic's or a broker's; other types are refused)."""
+    change itself (a topic's, a broker's or a group's; other types are refused)."""
     if twice:
         return ErrorCode.invalid_request, "Each resource must appear at most once."
     if any(n > 1 for n in Counter(name for name, _, _ in a.changes).values()):
@@ -170,6 +183,8 @@ def _alter(ctx: ServerContext, a: Alteration, denied: Outcome | None, twice: boo
         return _topic(ctx, a.name, changes, validate_only, replace)
     if a.resource_type == ResourceType.BROKER:
         return _broker(ctx, a.name, changes, validate_only, replace)
+    if a.resource_type == ResourceType.GROUP:
+        return _group(ctx, a.name, changes, validate_only, replace)
     return ErrorCode.invalid_request, f"resource type {a.resource_type} is not supported"
 
 

@@ -1,20 +1,29 @@
 """DescribeConfigs (key 32): TOPIC resources list every topic config (metadata/topicconfig.py,
 their one definition) with its value and source (DYNAMIC_TOPIC_CONFIG when the topic
 overrides it, else DEFAULT_CONFIG); synonyms when asked (the override, then the default);
-config type and documentation in v3+. BROKER resources list this agent's settings (every
+config type and documentation in v3+.
+
+BROKER resources, as Kafka's ConfigHelper: this agent's id lists its settings (every
 section, as `silt agent` loaded and passed them in: `ServerContext.settings`) with their
-sources (DEFAULT_CONFIG, or STATIC_BROKER_CONFIG from file, environment or flag),
-read-only: under Kafka's broker config name where one means the same
-(`configs.KAFKA_BROKER_NAMES`: `advertised.listeners`, `num.partitions`, ..., the setting's
-own key, such as `agent.num.partitions`, its synonym), else under that key; and the
-broker configs holding the topic configs' cluster defaults (`log.retention.ms`,
-`message.max.bytes`, ...: `configs.TOPIC_DEFAULT_NAMES`) at those defaults; the
-metadata URL is sensitive (its value is not sent). GROUP resources (any group id, existing
-or not, as Kafka 4.0's ConfigHelper) list Kafka 4.0's GroupConfig keys at Kafka's defaults
-(`GROUP_CONFIGS`), read-only: they govern KIP-848 consumer and KIP-932 share groups, which
-silt does not serve (its groups are all classic), so no group here has others; an empty
-group name is INVALID_REQUEST. An unknown topic gets UNKNOWN_TOPIC_OR_PARTITION, another
-resource type INVALID_REQUEST (as ConfigHelper answers an unsupported one).
+sources (DEFAULT_CONFIG, or STATIC_BROKER_CONFIG from file, environment or flag), under
+Kafka's broker config name where one means the same (`configs.KAFKA_BROKER_NAMES`:
+`advertised.listeners`, `num.partitions`, ..., the setting's own key, such as
+`agent.num.partitions`, its synonym), else under that key; the broker configs holding the
+topic configs' cluster defaults (`log.retention.ms`, `message.max.bytes`, ...) at those
+defaults; Kafka's other dynamic broker configs at Kafka's defaults; and over them the
+dynamic broker configs stored (`metadata.brokerconfig`: this agent's, then the cluster-wide
+default's), each entry's synonyms in Kafka's order (DYNAMIC_BROKER_CONFIG,
+DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG). Read-only unless
+Kafka updates it dynamically; stored values are not applied (the documentation says so).
+The empty name lists the cluster-wide default's dynamic configs only. Passwords and the
+metadata URL are sensitive (no value sent).
+
+GROUP resources (any group id, existing or not, as Kafka 4.0's ConfigHelper) list Kafka
+4.0's GroupConfig keys (`metadata.groupconfig`) at Kafka's defaults or as stored
+(GROUP_CONFIG): they govern KIP-848 consumer and KIP-932 share groups, which silt does not
+serve (its groups are all classic): stored, not applied; an empty group name is
+INVALID_REQUEST. An unknown topic gets UNKNOWN_TOPIC_OR_PARTITION, another resource type
+INVALID_REQUEST (as ConfigHelper answers an unsupported one).
 DESCRIBE_CONFIGS is needed on the topic or group, on the cluster for a BROKER resource (else
 TOPIC_, GROUP_ or CLUSTER_AUTHORIZATION_FAILED for that resource, as KafkaApis).
 """
@@ -33,6 +42,7 @@ from acl import Operation
 from metadata import brokerconfig
 from metadata.brokerconfig import TOPIC_DEFAULT_NAMES
 from metadata.errors import InvalidTopicError, UnknownTopicError
+from metadata.groupconfig import GROUP_CONFIGS
 from metadata.topicconfig import DEFAULTS, DESCRIPTIONS
 from metadata.topics import validate_topic_name
 from settings import show
@@ -187,25 +197,24 @@ def _blank(name: str) -> Entry:
                  (), "STRING" if spec is None else spec.kind, STORED)
 
 
-# Kafka 4.0's GroupConfig: (name, default, type, the broker config it defaults to or None)
-GROUP_CONFIGS = (
-    ("consumer.session.timeout.ms", "45000", "INT", "group.consumer.session.timeout.ms"),
-    ("consumer.heartbeat.interval.ms", "5000", "INT", "group.consumer.heartbeat.interval.ms"),
-    ("share.session.timeout.ms", "45000", "INT", "group.share.session.timeout.ms"),
-    ("share.heartbeat.interval.ms", "5000", "INT", "group.share.heartbeat.interval.ms"),
-    ("share.record.lock.duration.ms", "30000", "INT", "group.share.record.lock.duration.ms"),
-    ("share.auto.offset.reset", "latest", "STRING", None),
-)
-GROUP_DOC = "Kafka's default; applies to consumer-protocol and share groups, not served here."
+GROUP_DOC = ("Kafka 4.0's group config: governs consumer-protocol and share groups, which silt"
+             " does not serve; stored and described here, not applied.")
 
 
-def _group(name: str) -> Described:
+def _group(ctx: ServerContext, name: str) -> Described:
     if not name:
         return ErrorCode.invalid_request, "Group name must not be empty", ()
-    return ErrorCode.none, None, [
-        Entry(key, default, ConfigSource.DEFAULT_CONFIG, True, False,
-              ((broker or key, default, ConfigSource.DEFAULT_CONFIG),), kind, GROUP_DOC)
-        for key, default, kind, broker in GROUP_CONFIGS]
+    stored = ctx.metadata.group_configs(name)
+    entries = []
+    for key, spec in GROUP_CONFIGS.items():
+        synonyms = [(spec.broker or key, spec.default, ConfigSource.DEFAULT_CONFIG)]
+        source = ConfigSource.DEFAULT_CONFIG
+        if key in stored:
+            source = ConfigSource.GROUP_CONFIG
+            synonyms.insert(0, (key, stored[key], source))
+        entries.append(Entry(key, synonyms[0][1], source, False, False, tuple(synonyms),
+                             spec.kind, GROUP_DOC))
+    return ErrorCode.none, None, entries
 
 
 def describe_all(ctx: ServerContext, request: Request,
@@ -224,7 +233,7 @@ def describe_all(ctx: ServerContext, request: Request,
         elif int(r.resource_type) == ResourceType.BROKER:
             described = _broker(ctx, r.resource_name)
         elif int(r.resource_type) == ResourceType.GROUP:
-            described = _group(r.resource_name)
+            described = _group(ctx, r.resource_name)
         else:
             described = (ErrorCode.invalid_request,
                          f"resource type {r.resource_type} is not supported", ())

@@ -16,6 +16,9 @@ resource type or operation: INVALID_REQUEST), then:
   checks them (a config it cannot update dynamically, such as silt's own settings, is
   INVALID_REQUEST "Cannot update these configs dynamically"), stored in the metadata store
   and described by DescribeConfigs, not applied: the agent runs on its settings.
+- GROUP (any group id): Kafka 4.0's group configs (`metadata.groupconfig`:
+  `consumer.session.timeout.ms`, ...), checked as Kafka's GroupConfig (INVALID_CONFIG),
+  stored and described, not applied (they govern consumer-protocol and share groups).
 - Other types: INVALID_REQUEST.
 
 A change the metadata store did not make is REQUEST_TIMED_OUT (not applied: retry) or
