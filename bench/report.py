@@ -54,7 +54,9 @@ WIRE_COLUMNS = [
     ("puts_per_s", "PUTs/s"), ("agent_cpu_s", "agent CPU s"),
     ("produce_requests", "Produce requests"),
     ("agent_cpu_us_per_request", "agent CPU µs per request"),
-    ("agent_cpu_s_per_mib", "agent CPU s per MiB"),
+    ("agent_cpu_s_per_mib", "agent CPU s per MiB"), ("fetch_requests", "Fetch requests"),
+    ("requests_per_s_per_agent_core", "requests/s per agent core"),
+    ("round_trips_per_fetch", "metadata round trips per Fetch"),
 ]
 SCALE_COLUMNS = [
     ("agents", "agents"), ("partitions_per_flush", "partitions per flush"),

@@ -184,7 +184,7 @@ def run_wire_suite(quick: bool) -> list[dict[str, Any]]:
 
     records, seconds = (5_000, 2.0) if quick else (200_000, 20.0)
     rows = run_wire(WireParams("file", records, WIRE_LOAD_MIB_S, seconds,
-                               small_producers=True))
+                               small_producers=True, long_polls=True))
     with moto_server_process() as endpoint:
         bucket = new_bucket(endpoint)
         rows += run_wire(WireParams(f"s3://{bucket}/wire", 0, WIRE_LOAD_MIB_S, seconds))

@@ -12,13 +12,19 @@ every 250 ms or 8 MiB):
   back; MiB/s per agent core and wall.
 - many small producers: 50 producer clients at their defaults, 20 KiB/s each; agent CPU per
   Produce request (counted by the agent's /metrics) and per MiB, ack p50/p99.
+- long-polls: 50 consumers caught up on 2 partitions each while one producer trickles 20
+  records a second: Fetch requests per agent core and metadata round trips per Fetch (the
+  agent's /metrics), next to the floor measured right after on the same agent: pipelined
+  ApiVersions requests (no handler work) per agent core.
 MiB are value bytes (keys and framing not counted). The client runs in this process and
 shares the machine's cores with the agent: wall figures depend on both.
 """
 
 from __future__ import annotations
 
+import socket
 import statistics
+import struct
 import sys
 import tempfile
 import time
@@ -51,6 +57,7 @@ class WireParams:
     partitions: int = 100
     value_size: int = 1024
     small_producers: bool = False  # also the many-small-producers run (run_many_small)
+    long_polls: bool = False  # also the caught-up long-polls run and its floor (run_long_polls)
 
 
 def _objects(store: ObjectStore) -> int:
@@ -162,13 +169,19 @@ SMALL_PRODUCERS = 50
 SMALL_RATE_KIB_S = 20  # each producer's load: 20 records of 1 KiB a second
 
 
-def _produce_requests(metrics_port: int) -> float:
-    """Produce requests the agent has dispatched so far (its /metrics)."""
+def _metric(metrics_port: int, sample: str) -> float:
+    """The value of one sample of the agent's /metrics (`name{labels}` as exposed; 0 if
+    absent)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
         for line in r.read().decode().splitlines():
-            if line.startswith('silt_requests_total{api="produce"}'):
+            if line.startswith(sample + " "):
                 return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+def _produce_requests(metrics_port: int) -> float:
+    """Produce requests the agent has dispatched so far (its /metrics)."""
+    return _metric(metrics_port, 'silt_requests_total{api="produce"}')
 
 
 def run_many_small(agent: AgentProcess, p: WireParams, metrics_port: int) -> dict[str, Any]:
@@ -212,6 +225,104 @@ def run_many_small(agent: AgentProcess, p: WireParams, metrics_port: int) -> dic
             "agent_cpu_s_per_mib": round(cpu / mib, 3),
             "ack_ms_p50": round(statistics.median(lat) * 1000, 1),
             "ack_ms_p99": round(lat[max(0, int(len(lat) * 0.99) - 1)] * 1000, 1)}
+
+
+LONG_POLL_CONSUMERS = 50
+LONG_POLL_PARTITIONS = 2  # each consumer's, so 100 partitions in all
+LONG_POLL_WAIT_MS = 100  # fetch.wait.max.ms: each caught-up fetch waits this long
+TRICKLE_PER_S = 20  # the producer's records a second (1 KiB), round robin
+FLOOR_BATCH = 200  # ApiVersions requests written before reading their responses
+FLOOR_REQUESTS = 10_000
+
+
+def run_long_polls(agent: AgentProcess, p: WireParams, metrics_port: int) -> list[dict[str, Any]]:
+    """LONG_POLL_CONSUMERS consumers (assign, no group), each on LONG_POLL_PARTITIONS
+    partitions from their end, long-polling while one producer trickles TRICKLE_PER_S
+    records a second for `p.seconds`: Fetch requests per agent core (all its CPU, the
+    trickle's produce and flushes included) and metadata round trips per Fetch; then the
+    floor on the same agent (`run_floor`)."""
+    ends = {i: _end_offset(agent, i) for i in range(p.partitions)}
+    consumers = []
+    for n in range(LONG_POLL_CONSUMERS):
+        c = Consumer({"bootstrap.servers": agent.bootstrap, "group.id": "long-polls",
+                      "enable.auto.commit": False, "fetch.wait.max.ms": LONG_POLL_WAIT_MS})
+        first = n * LONG_POLL_PARTITIONS % p.partitions
+        c.assign([TopicPartition(TOPIC, q, ends[q])
+                  for q in range(first, first + LONG_POLL_PARTITIONS)])
+        consumers.append(c)
+    producer = _producer(agent.bootstrap)
+    acks = _Acks()
+    got = 0
+
+    def poll_all() -> None:
+        nonlocal got
+        for c in consumers:
+            for msg in c.consume(100, 0):
+                if msg.error() is not None:
+                    raise RuntimeError(f"fetch failed: {msg.error()}")
+                got += 1
+
+    try:
+        warm_until = time.monotonic() + 2.0  # every consumer's offsets known, polling
+        while time.monotonic() < warm_until:
+            poll_all()
+            time.sleep(0.01)
+        fetch = 'silt_requests_total{api="fetch"}'
+        fetches0, cpu0 = _metric(metrics_port, fetch), agent.cpu_seconds()
+        trips0 = _metric(metrics_port, "silt_fetch_metadata_round_trips_sum")
+        counted0 = _metric(metrics_port, "silt_fetch_metadata_round_trips_count")
+        got = sent = 0
+        start = time.perf_counter()
+        value = b"t" * p.value_size
+        while (elapsed := time.perf_counter() - start) < p.seconds:
+            while sent < int(elapsed * TRICKLE_PER_S) + 1:
+                _produce(producer, sent % p.partitions, b"t%d" % sent, value,
+                         acks.since(time.perf_counter()))
+                sent += 1
+            producer.poll(0)
+            poll_all()
+            time.sleep(0.005)
+        cpu = agent.cpu_seconds() - cpu0
+        fetches = _metric(metrics_port, fetch) - fetches0
+        trips = _metric(metrics_port, "silt_fetch_metadata_round_trips_sum") - trips0
+        counted = _metric(metrics_port, "silt_fetch_metadata_round_trips_count") - counted0
+        _drain(producer, acks.errors)
+    finally:
+        for c in consumers:
+            c.close()
+    row = {"measure": f"{LONG_POLL_CONSUMERS} long-polling consumers", "records": sent,
+           "agent_cpu_s": round(cpu, 2), "fetch_requests": int(fetches),
+           "requests_per_s_per_agent_core": round(fetches / cpu),
+           "agent_cpu_us_per_request": round(1e6 * cpu / fetches),
+           "round_trips_per_fetch": round(trips / counted, 3) if counted else None}
+    return [row, run_floor(agent)]
+
+
+def _end_offset(agent: AgentProcess, partition: int) -> int:
+    with agent.metadata() as md:
+        return next(i.next_offset for i in md.partitions(TOPIC) if i.partition == partition)
+
+
+_API_VERSIONS_V0 = struct.pack(">hhih", 18, 0, 0, 5) + b"floor"  # header v1, empty body
+
+
+def run_floor(agent: AgentProcess) -> dict[str, Any]:
+    """The floor of a request's agent CPU: FLOOR_REQUESTS ApiVersions v0 (no handler work,
+    no metadata) over one connection, FLOOR_BATCH written before their responses are read;
+    requests per agent core."""
+    frame = struct.pack(">i", len(_API_VERSIONS_V0)) + _API_VERSIONS_V0
+    with socket.create_connection(("127.0.0.1", agent.port), timeout=TIMEOUT_S) as sock:
+        reader = sock.makefile("rb")
+        cpu0 = agent.cpu_seconds()
+        for _ in range(FLOOR_REQUESTS // FLOOR_BATCH):
+            sock.sendall(frame * FLOOR_BATCH)
+            for _ in range(FLOOR_BATCH):
+                (size,) = struct.unpack(">i", reader.read(4))
+                reader.read(size)
+        cpu = agent.cpu_seconds() - cpu0
+    return {"measure": "floor: pipelined ApiVersions", "agent_cpu_s": round(cpu, 2),
+            "requests_per_s_per_agent_core": round(FLOOR_REQUESTS / cpu),
+            "agent_cpu_us_per_request": round(1e6 * cpu / FLOOR_REQUESTS)}
 
 
 def run_fetch(agent: AgentProcess, p: WireParams, records: int, bootstrap: str | None = None,
@@ -265,6 +376,8 @@ def run_wire(p: WireParams, env: dict[str, str] | None = None) -> list[dict[str,
             rows.append(run_latency(agent, store, p))
             if p.small_producers:
                 rows.append(run_many_small(agent, p, metrics_port))
+            if p.long_polls:
+                rows += run_long_polls(agent, p, metrics_port)
         except BaseException:
             print(agent.log(), file=sys.stderr)
             raise

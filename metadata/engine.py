@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -79,7 +80,10 @@ def make_engine(url: str, *, create: bool = False) -> sa.Engine:
     is MetadataNotFoundError unless `create` (then it and its directories are created)."""
     target = engine_url(url)
     if target.startswith("postgresql"):
-        return sa.create_engine(target, pool_pre_ping=True)
+        engine = sa.create_engine(target)
+        _ping_when_told(engine)
+        _count_round_trips(engine, driver_begins=True)
+        return engine
     path = sa.make_url(target).database
     if not path or path == ":memory:" or path.startswith("file:"):
         raise UnsupportedMetadataUrlError(
@@ -114,10 +118,66 @@ def make_engine(url: str, *, create: bool = False) -> sa.Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
-        write = conn.get_execution_options().get("silt_write", False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+        options = conn.get_execution_options()
+        if options.get(SINGLE, False):
+            return  # `Database.single`: the statement is its own transaction
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get("silt_write", False) else "BEGIN")
 
+    _count_round_trips(engine, driver_begins=False)
     return engine
+
+
+SINGLE = "silt_single"
+"""The execution option of a `Database.single` connection: no transaction around its one
+statement (PostgreSQL: autocommit; SQLite: no BEGIN)."""
+
+
+def _ping_when_told(engine: sa.Engine) -> None:
+    """SQLAlchemy's pool_pre_ping (a `SELECT 1` round trip at each checkout, so a connection
+    the server closed is replaced before use), only for a connection whose socket has
+    something to read while idle: a server that ends a session (a restart, an
+    administrator's pg_terminate_backend, an idle timeout) first sends it an error, or at
+    least closes it, and either makes the socket readable. A zero-timeout poll costs a
+    system call, not a round trip (a metadata read costs one statement, not two). Missed,
+    as by a pre-ping: a connection cut silently; its next statement fails and SQLAlchemy
+    then replaces every pooled connection."""
+
+    @event.listens_for(engine, "checkout")
+    def _checkout(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
+        try:
+            told = dbapi_conn.closed or bool(select.select([dbapi_conn.fileno()], [], [], 0)[0])
+        except (OSError, ValueError, engine.dialect.loaded_dbapi.Error):
+            told = True  # no socket to look at: ask the server
+        if not told:
+            return
+        telemetry.metadata_round_trip("ping")
+        try:
+            engine.dialect.do_ping(dbapi_conn)
+        except engine.dialect.loaded_dbapi.Error as exc:  # the pool replaces it and retries
+            raise sa.exc.DisconnectionError(f"metadata connection lost: {exc}") from exc
+
+
+def _count_round_trips(engine: sa.Engine, *, driver_begins: bool) -> None:
+    """Count each round trip to the database (`telemetry.metadata_round_trip`): every
+    statement, and a transaction's BEGIN, COMMIT and ROLLBACK — sent by the driver itself
+    on PostgreSQL (`driver_begins`: psycopg's BEGIN before a transaction's first
+    statement), as statements of ours on SQLite (`BEGIN`, counted as a begin) — except
+    around a `Database.single` statement, which has none."""
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _statement(_conn: sa.Connection, _cursor: Any, statement: str, *_: Any) -> None:
+        telemetry.metadata_round_trip("begin" if statement.startswith("BEGIN") else "statement")
+
+    def transaction(kind: str) -> Callable[[sa.Connection], None]:
+        def count(conn: sa.Connection) -> None:
+            if not conn.get_execution_options().get(SINGLE, False):
+                telemetry.metadata_round_trip(kind)
+        return count
+
+    if driver_begins:
+        event.listen(engine, "begin", transaction("begin"))
+    event.listen(engine, "commit", transaction("commit"))
+    event.listen(engine, "rollback", transaction("rollback"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +335,16 @@ class Database:
                 conn.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
                 yield conn
+
+    @contextmanager
+    def single(self) -> Iterator[sa.Connection]:
+        """A connection for ONE statement outside any transaction: the statement is its own
+        (one consistent snapshot) and costs no BEGIN and COMMIT round trips (the fetch
+        path's `reads.partitions_from`)."""
+        with self.engine.connect() as conn:
+            conn.execution_options(**{SINGLE: True},
+                                   **({"isolation_level": "AUTOCOMMIT"} if self.pg else {}))
+            yield conn
 
     @contextmanager
     def write(self) -> Iterator[sa.Connection]:

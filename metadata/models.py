@@ -9,6 +9,7 @@ from typing import Any
 
 from fileformat import FileLayout, ObjectLayout
 
+from .errors import OffsetOutOfRangeError
 from .topicconfig import TopicConfig
 
 
@@ -44,6 +45,7 @@ class PartitionInfo:
         if self.first_unstable is None:
             return self.next_offset
         return max(self.log_start_offset, min(self.first_unstable, self.next_offset))
+
 
 
 # The one definition of a segment's recorded fields. Field metadata: "sql" is the column type
@@ -545,3 +547,18 @@ class ScramCredential:
     stored_key: bytes
     server_key: bytes
     iterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionFrom:
+    """A partition as a fetch reads it, in one statement with the others
+    (`MetadataStore.partitions_from`): its topic's row id (a Kafka topic id names one
+    incarnation), its offsets, its first live segments from the fetch offset, or the
+    OffsetOutOfRangeError of an offset below its log start, and whether an aborted
+    transaction's marker lies at or after that offset (`aborted_after`: only then may a
+    read_committed fetch from it have aborted transactions to send)."""
+
+    topic_id: int
+    info: PartitionInfo
+    segments: list[SegmentInfo] | OffsetOutOfRangeError
+    aborted_after: bool = False

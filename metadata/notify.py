@@ -83,6 +83,7 @@ class CommitWatcher:
                         if db.pg else str(url.database))
         self._stop = threading.Event()
         self._ready = threading.Event()
+        self._hearing = False
         self._thread: threading.Thread | None = None
 
     def start(self) -> Self:
@@ -94,9 +95,18 @@ class CommitWatcher:
         self._ready.wait(READY_WAIT_S)
         return self
 
+    def hearing(self) -> bool:
+        """Whether every commit from now on will be heard (the LISTEN connection is open, or
+        the last data_version poll worked): a cache kept exact by the notifications is
+        trusted only meanwhile (agent/protocol/states.py). Becoming deaf is seen when the
+        connection fails, and is a wake-up (so what was kept goes); hearing again is
+        followed by one."""
+        return self._hearing
+
     def close(self) -> None:
         """Stop the thread (within LISTEN_STOP_CHECK_S). Idempotent."""
         self._stop.set()
+        self._hearing = False
         if self._thread is not None:
             self._thread.join()
             self._thread = None
@@ -116,6 +126,12 @@ class CommitWatcher:
             except Exception:  # the callback's failure must not stop the watcher
                 log.exception("commit watcher callback failed")
 
+    def _deaf(self) -> None:
+        """The watcher stopped hearing: a wake-up once, so what was kept goes."""
+        if self._hearing:
+            self._hearing = False
+            self._wake(acls=False)
+
     def _listen(self) -> None:
         delay = RECONNECT_MIN_S
         while not self._stop.is_set():
@@ -124,6 +140,7 @@ class CommitWatcher:
                     conn.execute(f"LISTEN {CHANNEL}")
                     if self._on_acls is not None:
                         conn.execute(f"LISTEN {ACL_CHANNEL}")
+                    self._hearing = True
                     self._ready.set()
                     self._wake()  # commits while (re)connecting were not heard
                     delay = RECONNECT_MIN_S
@@ -134,6 +151,7 @@ class CommitWatcher:
                             if self._stop.is_set():
                                 break
             except psycopg.Error as exc:
+                self._deaf()
                 self._ready.set()
                 log.warning("commit watcher: LISTEN connection failed (%s); retrying in"
                             " %.1f s", exc, delay)
@@ -150,10 +168,12 @@ class CommitWatcher:
                         conn = sqlite3.connect(self._target, timeout=SQLITE_BUSY_TIMEOUT_S,
                                                isolation_level=None, check_same_thread=False)
                     version = int(conn.execute("PRAGMA data_version").fetchone()[0])
+                    self._hearing = True
                     if version != last:  # or a new connection: commits before it unheard
                         self._wake()
                     last = version
                 except sqlite3.Error as exc:
+                    self._deaf()
                     log.warning("commit watcher: PRAGMA data_version failed: %s", exc)
                     if conn is not None:
                         conn.close()

@@ -16,7 +16,7 @@ from . import txnlog
 from .engine import Database
 from .errors import OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError
 from .files import file_info, held_jobs
-from .models import LevelStats, SegmentInfo, Snapshot, StoreStats
+from .models import LevelStats, PartitionFrom, PartitionInfo, SegmentInfo, Snapshot, StoreStats
 from .segments import SNAPSHOT_COLUMNS, live_segment_info, segment_info, segment_infos
 from .topics import partition_info, topic_info
 
@@ -79,48 +79,57 @@ def _find_segments_query(limited: bool) -> sa.Select[Any]:
     )
 
 
-def find_segments_many(
-    db: Database, topic: str, wanted: Sequence[tuple[int, int]], *, limit: int
-) -> dict[int, list[SegmentInfo] | OffsetOutOfRangeError]:
-    """`find_segments` for many (partition, from_offset) of one topic in ONE statement (a
-    Fetch of N partitions costs one round trip, not N): each partition's first `limit` live
-    segments from its offset, or its OffsetOutOfRangeError (below its log start). A
-    partition the topic does not have is left out; UnknownTopicError if the topic is gone.
-    The statement is a UNION ALL of `find_segments`' own, one arm per partition, so each
-    arm is the same bounded index range scan."""
-    out: dict[int, list[SegmentInfo] | OffsetOutOfRangeError] = {}
+def partitions_from(
+    db: Database, wanted: Sequence[tuple[str, int, int]], *, limit: int
+) -> dict[tuple[str, int], PartitionFrom]:
+    """Many (topic, partition, from_offset), of any topics, in ONE statement (a Fetch of N
+    partitions costs one round trip, not N nor one per topic): each partition's offsets
+    (log start, high watermark, last stable offset) and its first `limit` live segments
+    from its offset, or its OffsetOutOfRangeError (below its log start), and whether an
+    aborted transaction ends at or after that offset (else a read_committed fetch has
+    none to send and need not look them up). A partition
+    caught up (from_offset at its high watermark) costs one index probe that finds nothing.
+    A partition that does not exist (its topic neither) is left out.
+
+    The statement is a UNION ALL of one arm per partition, each the partition row LEFT
+    JOINed on true to the same bounded range scan of the live index as `find_segments`,
+    run outside a transaction (`Database.single`: one statement sees one snapshot, and
+    costs no BEGIN and COMMIT round trips)."""
+    out: dict[tuple[str, int], PartitionFrom] = {}
     if not wanted:
         return out
-    froms = dict(wanted)  # a partition named twice: its last offset, as the fetch keeps it
+    # A partition named twice: its last offset, as the fetch keeps it.
+    froms = {(topic, partition): offset for topic, partition, offset in wanted}
     items = sorted(froms.items())
     rows: list[Any] = []
-    with db.read() as conn:
-        arm = _find_one_arm(conn.dialect)
+    with db.single() as conn:
+        arm = _from_arm(conn.dialect)
         for start in range(0, len(items), _ARMS_PER_STATEMENT):
-            sql, params = arm.statement(topic, max(limit, 1),
-                                        items[start:start + _ARMS_PER_STATEMENT])
+            sql, params = arm.statement(max(limit, 1), items[start:start + _ARMS_PER_STATEMENT])
             rows += conn.exec_driver_sql(sql, params).all()
-        if not rows and conn.execute(sa.select(s.topics.c.id).where(
-                s.topics.c.name == topic)).first() is None:
-            raise UnknownTopicError(f"unknown topic {topic!r}")
-    # Columns 0-1 are the partition's log start and number; the segment's id is column 3.
-    by_partition: dict[int, list[Any]] = {}
+    by_partition: dict[tuple[str, int], list[Any]] = {}
     for r in rows:
-        by_partition.setdefault(int(r[1]), []).append(r)
-    for partition, found in by_partition.items():
-        log_start, from_offset = found[0][0], froms[partition]
-        if from_offset < log_start:
-            out[partition] = OffsetOutOfRangeError(
-                f"offset {from_offset} of {topic}/{partition} is below log start {log_start}")
-            continue
-        out[partition] = sorted(segment_infos([r for r in found if r[3] is not None]),
-                                key=_LAST_OFFSET)
+        by_partition.setdefault((r[_TOPIC], int(r[_PARTITION])), []).append(r)
+    for key, found in by_partition.items():
+        r = found[0]
+        info = PartitionInfo(key[0], key[1], int(r[_LOG_START]), int(r[_NEXT]),
+                             int(r[_CLEAN]), None if r[_UNSTABLE] is None else int(r[_UNSTABLE]))
+        from_offset = froms[key]
+        segments: list[SegmentInfo] | OffsetOutOfRangeError
+        if from_offset < info.log_start_offset:
+            segments = OffsetOutOfRangeError(
+                f"offset {from_offset} of {key[0]}/{key[1]} is below log start"
+                f" {info.log_start_offset}")
+        else:
+            segments = sorted(segment_infos([x for x in found if x[_SEGMENT_ID] is not None]),
+                              key=_LAST_OFFSET)
+        out[key] = PartitionFrom(int(r[_TOPIC_ROW]), info, segments, bool(r[_ABORTED]))
     return out
 
 
 @dataclass(frozen=True)
 class _Arm:
-    """`find_segments_many`'s statement for one partition, compiled once per dialect; n
+    """`partitions_from`'s statement for one partition, compiled once per dialect; n
     partitions are n copies joined by UNION ALL, their parameters renamed or repeated as the
     driver's style needs (building and compiling a statement of n arms through SQLAlchemy
     costs ~1 ms an arm, more than running it)."""
@@ -129,33 +138,40 @@ class _Arm:
     names: tuple[str, ...] | None  # a positional driver's parameter order, by name
     defaults: dict[str, Any]
 
-    def statement(self, topic: str, limit: int, items: Sequence[tuple[int, int]]
+    def statement(self, limit: int, items: Sequence[tuple[tuple[str, int], int]]
                   ) -> tuple[str, Any]:
-        """The SQL text and parameters for `items` (partition, from_offset)."""
-        values = {**self.defaults, "topic": topic, "limit": limit}
+        """The SQL text and parameters for `items` ((topic, partition), from_offset)."""
+        values = {**self.defaults, "limit": limit}
         if self.names is not None:  # qmark (SQLite): each arm's parameters in order
             params: list[Any] = []
-            for partition, from_offset in items:
-                values["partition_0"], values["from_0"] = partition, from_offset
+            for (topic, partition), from_offset in items:
+                values["topic_0"], values["partition_0"] = topic, partition
+                values["from_0"] = from_offset
                 params += [values[name] for name in self.names]
             return " UNION ALL ".join([self.sql] * len(items)), tuple(params)
-        arms = []  # named (psycopg's pyformat): arm i's own partition_i and from_i
-        for i, (partition, from_offset) in enumerate(items):
-            values[f"partition_{i}"], values[f"from_{i}"] = partition, from_offset
-            arms.append(self.sql.replace("%(partition_0)s", f"%(partition_{i})s")
-                        .replace("%(from_0)s", f"%(from_{i})s"))
+        arms = []  # named (psycopg's pyformat): arm i's own topic_i, partition_i and from_i
+        for i, ((topic, partition), from_offset) in enumerate(items):
+            values[f"topic_{i}"], values[f"partition_{i}"] = topic, partition
+            values[f"from_{i}"] = from_offset
+            sql = self.sql
+            for name in _ARM_PARAMETERS:
+                sql = sql.replace(f"%({name}_0)s", f"%({name}_{i})s")
+            arms.append(sql)
         return " UNION ALL ".join(arms), values
 
 
+_ARM_PARAMETERS = ("topic", "partition", "from")
+
+
 @functools.lru_cache(maxsize=16)
-def _find_one_arm(dialect: sa.Dialect) -> _Arm:
-    compiled = _find_many_query(1).compile(dialect=dialect)
+def _from_arm(dialect: sa.Dialect) -> _Arm:
+    compiled = _from_query().compile(dialect=dialect)
     # Values of the parameters SQLAlchemy adds itself (SQLite's LIMIT ... OFFSET).
     defaults = dict(compiled.construct_params(
-        {"topic": "", "limit": 1, "partition_0": 0, "from_0": 0}))
+        {"topic_0": "", "limit": 1, "partition_0": 0, "from_0": 0}))
     if compiled.positional:
         return _Arm(str(compiled), tuple(compiled.positiontup or ()), defaults)
-    if "%(partition_0)s" not in str(compiled):
+    if any(f"%({name}_0)s" not in str(compiled) for name in _ARM_PARAMETERS):
         raise AssertionError(f"unexpected parameter style: {compiled}")
     return _Arm(str(compiled), None, defaults)
 
@@ -164,31 +180,36 @@ _LAST_OFFSET = operator.attrgetter("last_offset")
 _ARMS_PER_STATEMENT = 100  # partitions per statement (bind parameters stay few hundred)
 
 
-def _find_many_query(arms: int) -> sa.CompoundSelect[Any]:
-    """`find_segments_many`'s statement for `arms` partitions as SQLAlchemy builds it
-    (parameters topic, limit, partition_i, from_i): `_Arm` compiles its first arm."""
-    t, p, sg, f = s.topics, s.partitions, s.segments, s.files
-    topic = sa.bindparam("topic", type_=t.c.name.type)
+def _from_query() -> sa.Select[Any]:
+    """`partitions_from`'s statement for one partition as SQLAlchemy builds it (parameters
+    topic_0, partition_0, from_0, limit): `_Arm` compiles it once and repeats it."""
+    t, p, sg, f, a = s.topics, s.partitions, s.segments, s.files, s.aborted_txns
+    topic = sa.bindparam("topic_0", type_=t.c.name.type)
     topic_id = sa.select(t.c.id).where(t.c.name == topic).scalar_subquery()
-    limit = sa.bindparam("limit", type_=sa.Integer())
-    selects = []
-    for i in range(arms):
-        partition = sa.bindparam(f"partition_{i}", type_=p.c.partition.type)
-        seg = (
-            sa.select(*sg.c, f.c.object_key, f.c.size.label("file_size"))
-            .select_from(sg.join(f, f.c.id == sg.c.file_id))
-            .where(sg.c.topic_id == topic_id, sg.c.partition == partition, s.LIVE,
-                   sg.c.last_offset >= sa.bindparam(f"from_{i}",
-                                                    type_=sg.c.last_offset.type))
-            .order_by(sg.c.last_offset).limit(limit)
-            .subquery(f"seg_{i}")
-        )
-        selects.append(
-            sa.select(p.c.log_start_offset, p.c.partition.label("partition_index"),
-                      t.c.name.label("topic"), *seg.c)
-            .select_from(t.join(p, p.c.topic_id == t.c.id).outerjoin(seg, sa.true()))
-            .where(t.c.name == topic, p.c.partition == partition))
-    return sa.union_all(*selects)
+    partition = sa.bindparam("partition_0", type_=p.c.partition.type)
+    from_offset = sa.bindparam("from_0", type_=sg.c.last_offset.type)
+    # A primary-key probe: is any aborted transaction's marker at or after the offset?
+    aborted = sa.exists().where(a.c.topic_id == t.c.id, a.c.partition == p.c.partition,
+                                a.c.last_offset >= from_offset).label("aborted_after")
+    seg = (
+        sa.select(*sg.c, f.c.object_key, f.c.size.label("file_size"))
+        .select_from(sg.join(f, f.c.id == sg.c.file_id))
+        .where(sg.c.topic_id == topic_id, sg.c.partition == partition, s.LIVE,
+               sg.c.last_offset >= from_offset)
+        .order_by(sg.c.last_offset).limit(sa.bindparam("limit", type_=sa.Integer()))
+        .subquery("seg")
+    )
+    return (
+        sa.select(t.c.id.label("topic_row"), t.c.name.label("topic"),
+                  p.c.partition.label("partition_index"), p.c.log_start_offset,
+                  p.c.next_offset, p.c.clean_offset, txnlog.FIRST_UNSTABLE, aborted, *seg.c)
+        .select_from(t.join(p, p.c.topic_id == t.c.id).outerjoin(seg, sa.true()))
+        .where(t.c.name == topic, p.c.partition == partition))
+
+
+# Where a `partitions_from` row holds its partition's fields; the segment's id follows.
+(_TOPIC_ROW, _TOPIC, _PARTITION, _LOG_START, _NEXT, _CLEAN, _UNSTABLE, _ABORTED,
+ _SEGMENT_ID) = range(9)
 
 
 def _raise_unknown(conn: sa.Connection, topic: str, partition: int) -> None:

@@ -76,7 +76,7 @@ class MetadataStore(Database):
     delete_records = retention.delete_records
     # reads
     find_segments = reads.find_segments
-    find_segments_many = reads.find_segments_many
+    partitions_from = reads.partitions_from  # Fetch: offsets and first segments of many
     stats = reads.stats
     snapshot = reads.snapshot
     # `silt doctor`

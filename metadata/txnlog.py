@@ -95,15 +95,15 @@ def aborted_transactions(
 ) -> dict[tuple[str, int], list[AbortedTxn]]:
     """Per (topic, partition, from_offset, to_offset) range: the aborted transactions that
     overlap [from_offset, to_offset) (marker at or after from_offset, first offset before
-    to_offset), by first offset, as Kafka's `collectAbortedTxns` gives a fetch. One query
-    for all the ranges."""
+    to_offset), by first offset, as Kafka's `collectAbortedTxns` gives a fetch. One
+    statement for all the ranges, outside a transaction (`Database.single`)."""
     out: dict[tuple[str, int], list[AbortedTxn]] = {}
     wanted = [r for r in ranges if r[2] < r[3]]
     if not wanted:
         return out
     cols = 't.name, a."partition", a.producer_id, a.first_offset, a.last_offset'
     k = key_rows(db.pg, wanted, ("text", "integer", "bigint", "bigint"))
-    with db.read() as conn:
+    with db.single() as conn:
         rows = conn.exec_driver_sql(
             f'SELECT {cols} FROM {k.source} JOIN topics AS t ON t.name = {k.cols[0]} '
             f'JOIN aborted_txns AS a ON a.topic_id = t.id AND a."partition" = {k.cols[1]} '

@@ -70,6 +70,10 @@ FLUSH_DURATION = Histogram("silt_flush_duration_seconds", "Time to write and com
                            buckets=LATENCY_BUCKETS)
 FLUSH_FAILURES = Counter("silt_flush_failures", "Flush objects not committed (failed) or whose"
                          " commit outcome is unknown.", ["outcome"])
+FETCH_ROUND_TRIPS = Histogram("silt_fetch_metadata_round_trips", "Metadata round trips"
+                              " each Fetch request cost, all its reads (a long-poll re-reads"
+                              " at each commit notification) counted.",
+                              buckets=(0, 1, 2, 3, 5, 10, 25, 100))
 FETCH_BYTES = Counter("silt_fetch_bytes", "Record bytes returned to Fetch requests, by topic.",
                       ["topic"])
 REQUESTS = Counter("silt_requests", "Kafka requests dispatched, by API.", ["api"])
@@ -102,6 +106,11 @@ STORE_BYTES = Counter("silt_objectstore_bytes", "Bytes sent to and received from
 
 # --------------------------------------------------------------------------- metadata
 
+METADATA_ROUND_TRIPS = Counter("silt_metadata_round_trips", "Round trips to the metadata"
+                               " database, by type: a statement, a transaction's BEGIN and"
+                               " COMMIT/ROLLBACK as the driver sends them, a connection's"
+                               " liveness ping at checkout (PostgreSQL).", ["type"])
+ROUND_TRIP_TYPES: Final = ("statement", "begin", "commit", "rollback", "ping")
 COMMIT_DURATION = Histogram("silt_metadata_commit_duration_seconds", "Metadata commits"
                             " (the transaction, its retries and read-back), by kind and"
                             " outcome.", ["kind", "outcome"], buckets=LATENCY_BUCKETS)
@@ -225,6 +234,34 @@ def store_request(op: str, sent: int, received: int) -> None:
 def store_failure(op: str, error: str) -> None:
     """An `objectstore.FailureListener`: a request of type `op` failed with `error`."""
     STORE_FAILURES.labels(op, error).inc()
+
+
+class _Trips(threading.local):
+    """This thread's metadata round trips so far (`round_trips_here`)."""
+
+    count = 0
+
+
+_TRIPS = _Trips()
+_TRIP_COUNTERS = {kind: METADATA_ROUND_TRIPS.labels(kind) for kind in ROUND_TRIP_TYPES}
+
+
+def metadata_round_trip(kind: str) -> None:
+    """One round trip to the metadata database of `kind` (ROUND_TRIP_TYPES), made by the
+    calling thread."""
+    _TRIP_COUNTERS[kind].inc()
+    _TRIPS.count += 1
+
+
+def round_trips_here() -> int:
+    """The metadata round trips the calling thread has made so far (a caller takes the
+    difference around work it runs on that thread)."""
+    return _TRIPS.count
+
+
+def fetch_round_trips(n: int) -> None:
+    """A Fetch request cost `n` metadata round trips."""
+    FETCH_ROUND_TRIPS.observe(n)
 
 
 def commit_done(kind: str, outcome: str, seconds: float) -> None:

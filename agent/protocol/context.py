@@ -32,6 +32,7 @@ from .cache import SegmentCache
 from .errors import error_code
 from .registry import Registration
 from .session import SESSION
+from .states import PartitionStates
 
 if TYPE_CHECKING:
     from .apis import Api
@@ -126,6 +127,8 @@ class ServerContext:
     sasl: SaslService | None = None  # the SASL listeners' side (set by the server)
     authz: Authorization = field(init=False)  # ACL decisions (authz.py)
     _commits: Wakeup = field(default_factory=Wakeup)
+    # Partitions' offsets as last read, forgotten at each commit notification (states.py).
+    states: PartitionStates = field(default_factory=PartitionStates)
     # Calls from other threads waiting for the loop (`call_threadsafe`).
     _calls: list[tuple[Callable[..., object], tuple[Any, ...]]] = field(default_factory=list)
     _calls_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -266,11 +269,15 @@ class ServerContext:
         return self._commits.event()
 
     def notify_commit(self) -> None:
-        """Wake every fetch waiting for data (on the loop thread)."""
+        """Forget the partitions' offsets read so far and wake every fetch waiting for data
+        (on the loop thread)."""
+        self.states.changed()
         self._commits.notify()
 
     def notify_commit_threadsafe(self) -> None:
-        """`notify_commit` from any thread (the agent's flusher, the commit watcher)."""
+        """`notify_commit` from any thread (the agent's flusher, the commit watcher): the
+        offsets are forgotten at once, in that thread."""
+        self.states.changed()
         self._commits.notify_threadsafe()
 
     def room_freed(self) -> asyncio.Event:

@@ -597,6 +597,7 @@ async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig
         # their ACL changes refresh this agent's authorizer.
         watcher = await ctx.run(metadata.watch_commits, ctx.notify_commit_threadsafe,
                                 ctx.authz.changed if ctx.authz.enabled else None)
+        ctx.states.hearing = watcher.hearing  # offsets kept while it hears every commit
         expiry.start()
         offsets.start()
         quotas.start()

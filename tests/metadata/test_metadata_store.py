@@ -343,44 +343,48 @@ def test_find_segments_semantics(store: MetadataStore) -> None:
         store.find_segments("t", 2, 0)
 
 
-def test_find_segments_many_answers_as_find_segments_in_one_statement(
+def test_partitions_from_answers_as_partitions_and_find_segments_in_one_statement(
         store: MetadataStore) -> None:
     store.create_topic("t", 4)
+    store.create_topic("u", 1)
     for i, span in enumerate([3, 1, 4, 2]):
         commit(store, f"k{i}", [chunk("t", 0, span), chunk("t", 1, 1), chunk("t", 2, 2)])
+    commit(store, "u", [chunk("u", 0, 5)])
     store.delete_records({("t", 2): 4})  # partition 2's log starts at 4 (segment [4,5])
-    wanted = [(0, 2), (1, 0), (1, 3), (2, 1), (3, 0)]  # partition 1 twice: its last counts
+    # t/1 twice: its last offset counts; t/3 and u/0 caught up (at their high watermark).
+    wanted = [("t", 0, 2), ("t", 1, 0), ("t", 1, 3), ("t", 2, 1), ("t", 3, 0), ("u", 0, 5)]
     statements: list[str] = []
 
     def capture(conn: sa.Connection, cursor: object, stmt: str, *args: object) -> None:
-        if not stmt.startswith(("BEGIN", "COMMIT", "ROLLBACK", "select pg_catalog")):
-            statements.append(stmt)
+        statements.append(stmt)
 
     sa.event.listen(store.engine, "before_cursor_execute", capture)
     try:
-        found = store.find_segments_many("t", wanted, limit=2)
+        found = store.partitions_from(wanted, limit=2)
     finally:
         sa.event.remove(store.engine, "before_cursor_execute", capture)
-    assert len(statements) == 1
-    assert set(found) == {0, 1, 2, 3}
-    for partition, offset in [(0, 2), (1, 3), (3, 0)]:
-        got = found[partition]
-        assert not isinstance(got, OffsetOutOfRangeError)
-        assert got == store.find_segments("t", partition, offset, limit=2)
-    assert [s.base_offset for s in found[0]] == [0, 3]  # type: ignore[union-attr]
-    assert found[3] == []
-    assert isinstance(found[2], OffsetOutOfRangeError)
+    assert len(statements) == 1  # no BEGIN nor COMMIT either: one statement, its own snapshot
+    assert set(found) == {("t", 0), ("t", 1), ("t", 2), ("t", 3), ("u", 0)}
+    infos = {(p.topic, p.partition): p for name in ("t", "u") for p in store.partitions(name)}
+    rows = {"t": store.get_topic("t").id, "u": store.get_topic("u").id}
+    for key, got in found.items():
+        assert (got.topic_id, got.info) == (rows[key[0]], infos[key])
+    for topic, partition, offset in [("t", 0, 2), ("t", 1, 3), ("t", 3, 0), ("u", 0, 5)]:
+        assert found[(topic, partition)].segments == store.find_segments(
+            topic, partition, offset, limit=2)
+    assert [s.base_offset for s in found[("t", 0)].segments] == [0, 3]  # type: ignore[union-attr]
+    assert found[("t", 3)].segments == found[("u", 0)].segments == []
+    assert isinstance(found[("t", 2)].segments, OffsetOutOfRangeError)
     with pytest.raises(OffsetOutOfRangeError):
         store.find_segments("t", 2, 1)
-    with pytest.raises(UnknownTopicError):
-        store.find_segments_many("gone", [(0, 0)], limit=2)
-    assert store.find_segments_many("t", [(9, 0)], limit=2) == {}  # no such partition
+    # No such topic, no such partition: left out.
+    assert store.partitions_from([("gone", 0, 0), ("t", 9, 0)], limit=2) == {}
     # More partitions than one statement's arms: every one answered, each once.
     store.create_topic("wide", 150)
     commit(store, "wide", [chunk("wide", q, 1) for q in range(150)])
-    wide = store.find_segments_many("wide", [(q, 0) for q in range(150)] * 2, limit=1)
-    assert sorted(wide) == list(range(150))
-    assert all(not isinstance(v, OffsetOutOfRangeError) and len(v) == 1 for v in wide.values())
+    wide = store.partitions_from([("wide", q, 0) for q in range(150)] * 2, limit=1)
+    assert sorted(wide) == [("wide", q) for q in range(150)]
+    assert all(isinstance(v.segments, list) and len(v.segments) == 1 for v in wide.values())
 
 
 def test_find_segments_is_one_query_on_the_live_index(store: MetadataStore) -> None:

@@ -58,6 +58,7 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
     deletable = ctx.authz.allowed(Operation.DELETE, ResourceType.TOPIC,
                                   (t.name for t in request.topics))
     results = await ctx.run(delete_all, ctx, request, deletable)
+    ctx.notify_commit()  # this agent's fetches see the new log starts before the reply
 
     def partition(name: str, index: int) -> Entity:
         result = results[(name, index)]

@@ -87,6 +87,7 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
     results = await ctx.run(delete_all, ctx, request,
                             authz.decider(Operation.DESCRIBE, ResourceType.TOPIC),
                             authz.decider(Operation.DELETE, ResourceType.TOPIC))
+    ctx.notify_commit()  # this agent's fetches see the topics gone before the reply
     return b("DeleteTopicsResponse", throttle_time=NO_THROTTLE, responses=tuple(
         b("DeletableTopicResult", name=name, topic_id=topic_id or uuid.UUID(int=0),
           error_code=error, error_message=message)

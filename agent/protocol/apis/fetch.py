@@ -1,30 +1,35 @@
 """Fetch (key 1): stored batches returned as bytes, long-polling for new commits.
 
-Per partition: the live segments from the fetch offset (one metadata query), each read
-whole through the segment cache (one ranged GET shared by every consumer), which keeps them
-as served: baseOffsets absolute, partitionLeaderEpoch -1 (patched once per segment read,
-per batch, never per record). A fetch sends views of those cached bytes — one per segment,
-not per batch — after the response fields it writes itself (FetchResponse v4-v17 in wire
-bytes, checked equal to kio's encoding by tests/protocol/test_fetch_response.py), so past
-the cache a record byte is copied by no one but the kernel (agent/protocol/writev.py).
-Batches wholly below the fetch offset are skipped; compaction gaps need nothing (the
-offsets are simply absent). Limits as Kafka: partition_max_bytes per partition, max_bytes
-per response, itself at most the agent's fetch.max.bytes (Kafka's broker setting, 55 MiB),
-but the first batch of the first non-empty partition is returned whole even if it is larger
-(KIP-74), so a consumer always makes progress. A partition named twice is read and answered
-once (`requested`), as Kafka collapses a request's partitions. Below the log start or past
-the high watermark: OFFSET_OUT_OF_RANGE. With fewer than min_bytes, the fetch waits up to
-max_wait for the next data commit of any agent on the metadata store (an asyncio event set
-by this agent's flushes and by the metadata store's commit watcher, metadata/notify.py; not
-a sleep loop).
+Every partition's offsets (log start, high watermark, last stable offset) and first live
+segments from its fetch offset come from ONE metadata statement for all topics
+(`MetadataStore.partitions_from`), or from none: partitions whose offsets this agent read
+since the last commit notification and that have nothing to read are answered from those
+(agent/protocol/states.py), so a long-poll of caught-up partitions reads nothing. Each
+segment is read whole through the segment cache (one ranged GET shared by every consumer),
+which keeps them as served: baseOffsets absolute, partitionLeaderEpoch -1 (patched once per
+segment read, per batch, never per record). A fetch sends views of those cached bytes — one
+per segment, not per batch — after the response fields it writes itself (FetchResponse
+v4-v17 in wire bytes, checked equal to kio's encoding by
+tests/protocol/test_fetch_response.py), so past the cache a record byte is copied by no one
+but the kernel (agent/protocol/writev.py). Batches wholly below the fetch offset are
+skipped; compaction gaps need nothing (the offsets are simply absent). Limits as Kafka:
+partition_max_bytes per partition, max_bytes per response, itself at most the agent's
+fetch.max.bytes (Kafka's broker setting, 55 MiB), but the first batch of the first non-empty
+partition is returned whole even if it is larger (KIP-74), so a consumer always makes
+progress. A partition named twice is read and answered once (`requested`), as Kafka
+collapses a request's partitions. Below the log start or past the high watermark:
+OFFSET_OUT_OF_RANGE. With fewer than min_bytes, the fetch waits up to max_wait for the next
+data commit of any agent on the metadata store (an asyncio event set by this agent's flushes
+and by the metadata store's commit watcher, metadata/notify.py; not a sleep loop).
 
 isolation_level read_committed (1) returns only the batches below each partition's last
-stable offset (the first offset of its oldest open transaction, else the high watermark:
-a batch boundary, so a segment is cut there, never a batch), with the aborted
-transactions overlapping what it returns (one metadata query for all partitions; Kafka's
-collectAbortedTxns), so the client drops their records; control batches go as stored.
-last_stable_offset is sent under both levels, as Kafka. A long-poll wakes on every data
-commit, markers included, so a fetch waiting for the LSO to move sees it move.
+stable offset (the first offset of its oldest open transaction, else the high watermark: a
+batch boundary, so a segment is cut there, never a batch), with the aborted transactions
+overlapping what it returns (one more metadata statement for all partitions, when records
+are returned; Kafka's collectAbortedTxns), so the client drops their records; control
+batches go as stored. last_stable_offset is sent under both levels, as Kafka. A long-poll
+wakes on every data commit, markers included, so a fetch waiting for the LSO to move sees it
+move.
 
 From v13 topics are named by id (KIP-516: `ServerContext.topic_id`): an id that names no
 topic, or a topic deleted since, answers UNKNOWN_TOPIC_ID.
@@ -54,12 +59,13 @@ import telemetry
 from acl import Operation, ResourceType
 from agent.quotas import FETCH as FETCH_QUOTA
 from fileformat.batch import LAST_OFFSET_DELTA_POS, LENGTH_POS, LOG_OVERHEAD
-from metadata import AbortedTxn, PartitionInfo, SegmentInfo
-from metadata.errors import OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError
+from metadata import AbortedTxn, PartitionFrom, PartitionInfo, SegmentInfo
+from metadata.errors import OffsetOutOfRangeError, UnknownTopicError
 
 from ..codec import Buffer, Builder, Encoded, write_array_length, write_topic_head, write_uvarint
 from ..context import ServerContext
 from ..errors import FETCH, error_code, failed
+from ..states import Key
 
 Request = (v4.FetchRequest | v5.FetchRequest | v6.FetchRequest | v7.FetchRequest | v8.FetchRequest
            | v9.FetchRequest | v10.FetchRequest | v11.FetchRequest | v12.FetchRequest
@@ -145,30 +151,24 @@ def end_offset(view: memoryview) -> int:
     return last + 1
 
 
-Found = dict[int, list[SegmentInfo] | OffsetOutOfRangeError]
-"""Each partition's first segments from its fetch offset, read for all at once."""
-
-
-def read_partition(ctx: ServerContext, topic: str, p: Partition, offsets: dict[int, PartitionInfo],
-                   budget: int, first: bool, committed: bool = False,
-                   found: Found | None = None) -> PartitionRead:
+def read_partition(ctx: ServerContext, topic: str, p: Partition, found: PartitionFrom | None,
+                   budget: int, first: bool, committed: bool = False) -> PartitionRead:
     """Read one partition from its fetch offset (`committed`: read_committed, below the last
     stable offset), or its error without records (blocking: runs in the pool). `found`: its
-    first segments, if already read with the other partitions' (`first_segments`)."""
+    offsets and first segments, read with the other partitions' (`partitions`); None if it
+    does not exist."""
+    if found is None:
+        return PartitionRead(int(p.partition), ErrorCode.unknown_topic_or_partition)
     try:
-        return _read_partition(ctx, topic, p, offsets, budget, first, committed, found or {})
-    except Exception as exc:  # the topic deleted since `offsets` was read, a store failure
+        return _read_partition(ctx, topic, p, found, budget, first, committed)
+    except Exception as exc:  # the topic deleted since `found` was read, a store failure
         return PartitionRead(int(p.partition),
                              failed(f"reading {topic}/{p.partition}", exc, FETCH)[0])
 
 
-def _read_partition(ctx: ServerContext, topic: str, p: Partition,
-                    offsets: dict[int, PartitionInfo], budget: int,
-                    first: bool, committed: bool, found: Found) -> PartitionRead:
-    index, offset = int(p.partition), int(p.fetch_offset)
-    info = offsets.get(index)
-    if info is None:
-        return PartitionRead(index, ErrorCode.unknown_topic_or_partition)
+def _read_partition(ctx: ServerContext, topic: str, p: Partition, found: PartitionFrom,
+                    budget: int, first: bool, committed: bool) -> PartitionRead:
+    index, offset, info = int(p.partition), int(p.fetch_offset), found.info
     stable = info.last_stable_offset
     read = PartitionRead(index, high_watermark=info.next_offset, last_stable=stable,
                          log_start=info.log_start_offset)
@@ -178,7 +178,7 @@ def _read_partition(ctx: ServerContext, topic: str, p: Partition,
     budget = min(budget, int(p.partition_max_bytes))
     limit = stable if committed else info.next_offset
     position = offset
-    prefetched = found.get(index)
+    prefetched: list[SegmentInfo] | OffsetOutOfRangeError | None = found.segments
     while position < limit:
         try:
             if prefetched is None:
@@ -230,6 +230,18 @@ def requested(request: Request) -> list[tuple[TopicRef, list[Partition]]]:
     return grouped
 
 
+@dataclass(slots=True)
+class _Topic:
+    """A requested topic on its way through `read_all`: its name and, named by id, the
+    topic row it must still be; or `reads` already answered (unknown id, not readable)."""
+
+    ref: TopicRef
+    partitions: list[Partition]
+    name: str = ""
+    row: int | None = None
+    reads: list[PartitionRead] | None = None
+
+
 def read_all(ctx: ServerContext, request: Request, readable: Callable[[str], bool],
              quota_bytes: float = float("inf")
              ) -> list[tuple[TopicRef, str, list[PartitionRead]]]:
@@ -238,76 +250,106 @@ def read_all(ctx: ServerContext, request: Request, readable: Callable[[str], boo
     carry) (runs in the pool): (the request's topic, its name, reads).
     A topic id that names no topic (none has it, or that topic was deleted) answers
     UNKNOWN_TOPIC_ID for each of its partitions, as Kafka's fetch does; then a topic not
-    `readable` (no READ on it) TOPIC_AUTHORIZATION_FAILED, before it is looked up."""
+    `readable` (no READ on it) TOPIC_AUTHORIZATION_FAILED, before it is looked up. Every
+    partition's offsets and first segments come from one metadata statement, or none
+    (`partitions`)."""
     budget = int(min(int(request.max_bytes), ctx.config.fetch_max_bytes, quota_bytes))
     committed = int(request.isolation_level) == READ_COMMITTED
+    topics = [_Topic(ref, partitions) for ref, partitions in requested(request)]
+    ids = {t.ref for t in topics if isinstance(t.ref, uuid.UUID)}
+    by_id = ctx.topics_by_id(ids) if ids else {}
+    for t in topics:
+        if isinstance(t.ref, uuid.UUID):
+            info = by_id.get(t.ref)
+            if info is None:
+                t.reads = [PartitionRead(int(p.partition), ErrorCode.unknown_topic_id)
+                           for p in t.partitions]
+                continue
+            t.name, t.row = info.name, info.id
+        else:
+            t.name = t.ref
+        if not readable(t.name):
+            t.reads = denied(t.partitions)
+    wanted = [(t.name, p) for t in topics if t.reads is None for p in t.partitions]
+    try:
+        found = partitions(ctx, wanted, committed)
+    except Exception as exc:  # the metadata store unreachable: no partition is answered
+        code = failed("reading the fetched partitions", exc, FETCH)[0]
+        found = {}
+        for t in topics:
+            if t.reads is None:
+                t.reads = [PartitionRead(int(p.partition), code) for p in t.partitions]
     results: list[tuple[TopicRef, str, list[PartitionRead]]] = []
     first = True
-    wanted = requested(request)
-    ids = {ref for ref, _ in wanted if isinstance(ref, uuid.UUID)}
-    by_id = ctx.topics_by_id(ids) if ids else {}
-    for ref, partitions in wanted:
-        unknown = ErrorCode.unknown_topic_or_partition
-        try:
-            if isinstance(ref, uuid.UUID):
-                unknown = ErrorCode.unknown_topic_id
-                info = by_id.get(ref)
-                if info is None:
-                    raise UnknownTopicError(f"no topic has id {ref}")
-                if not readable(info.name):
-                    results.append((ref, info.name, denied(partitions)))
-                    continue
-                topic, infos = info.name, ctx.metadata.partitions(info.name, info.id)
-            else:
-                if not readable(ref):
-                    results.append((ref, ref, denied(partitions)))
-                    continue
-                topic, infos = ref, ctx.metadata.partitions(ref)
-            offsets = {pi.partition: pi for pi in infos}
-        except UnknownTopicError:
-            results.append((ref, "", [PartitionRead(int(p.partition), unknown)
-                                      for p in partitions]))
+    for t in topics:
+        if t.reads is None and t.row is not None:
+            gone = _gone(ctx, t, found)
+            if gone is not None:
+                t.reads = [PartitionRead(int(p.partition), gone) for p in t.partitions]
+        if t.reads is not None:
+            results.append((t.ref, t.name, t.reads))
             continue
-        except UnknownPartitionError:
-            offsets = {}
-        except Exception as exc:
-            code = failed(f"listing the partitions of {ref!r}", exc, FETCH)[0]
-            results.append((ref, "", [PartitionRead(int(p.partition), code)
-                                      for p in partitions]))
-            continue
-        found = first_segments(ctx, topic, partitions, offsets, committed)
         reads = []
-        for p in partitions:
-            read = read_partition(ctx, topic, p, offsets, max(budget, 0), first, committed,
-                                  found)
+        for p in t.partitions:
+            read = read_partition(ctx, t.name, p, found.get((t.name, int(p.partition))),
+                                  max(budget, 0), first, committed)
             budget -= read.size
             first = first and not read.size
             reads.append(read)
-        results.append((ref, topic, reads))
+        results.append((t.ref, t.name, reads))
     if committed:
-        add_aborted(ctx, request, results)
+        add_aborted(ctx, request, results, {k for k, f in found.items() if f.aborted_after})
     return results
 
 
-def first_segments(ctx: ServerContext, topic: str, partitions: list[Partition],
-                   offsets: dict[int, PartitionInfo], committed: bool) -> Found:
-    """The first segments of every partition with something to read from its fetch offset,
-    in one metadata statement (a fetch's metadata cost does not grow with its partitions);
-    {} if that read fails (each partition then reads its own and answers its error)."""
-    wanted = []
-    for p in partitions:
-        info = offsets.get(int(p.partition))
-        if info is None:
-            continue
-        end = info.last_stable_offset if committed else info.next_offset
-        if info.log_start_offset <= int(p.fetch_offset) < end:
-            wanted.append((int(p.partition), int(p.fetch_offset)))
-    if len(wanted) < 2:  # one partition: its own query is as cheap
-        return {}
+def _gone(ctx: ServerContext, t: _Topic, found: dict[Key, PartitionFrom]) -> ErrorCode | None:
+    """UNKNOWN_TOPIC_ID if the topic a request named by id is no longer the one read
+    (deleted, or deleted and created again): its partitions' topic row tells, or, none of
+    them found, a look at the topic itself (a second statement, only then); None if it
+    still is."""
+    rows = {f.topic_id for p in t.partitions
+            if (f := found.get((t.name, int(p.partition)))) is not None}
+    if rows:
+        return None if rows == {t.row} else ErrorCode.unknown_topic_id
     try:
-        return ctx.metadata.find_segments_many(topic, wanted, limit=FIRST_SEGMENTS)
-    except Exception:  # each partition's own read then answers its error
-        return {}
+        ctx.metadata.partitions(t.name, t.row)
+    except UnknownTopicError:
+        return ErrorCode.unknown_topic_id
+    except Exception as exc:
+        return failed(f"listing the partitions of {t.name!r}", exc, FETCH)[0]
+    return None  # it lacks those partitions: each answers UNKNOWN_TOPIC_OR_PARTITION
+
+
+def partitions(ctx: ServerContext, wanted: list[tuple[str, Partition]], committed: bool
+               ) -> dict[Key, PartitionFrom]:
+    """The offsets of every (topic, partition) in `wanted` and the first segments of those
+    with something to read from their fetch offset (below the high watermark, or the last
+    stable offset when `committed`), in ONE metadata statement for all topics, or none
+    when the partition states cache (agent/protocol/states.py) knows every partition and
+    none has anything to read: a long-poll of caught-up partitions reads nothing. A
+    partition that does not exist is absent."""
+    generation = ctx.states.generation()  # before reading: see states.py
+    known = ctx.states.get((topic, int(p.partition)) for topic, p in wanted)
+    ask = []
+    for topic, p in wanted:
+        key, offset = (topic, int(p.partition)), int(p.fetch_offset)
+        hit = known.get(key)
+        if hit is None or _has_data(hit[1], offset, committed):
+            ask.append((topic, key[1], offset))
+    found = ctx.metadata.partitions_from(ask, limit=FIRST_SEGMENTS) if ask else {}
+    ctx.states.put(generation, {k: (f.topic_id, f.info) for k, f in found.items()})
+    # Known partitions not read have nothing to read: no segments. One read and not found
+    # is gone (its topic deleted since), whatever was known of it.
+    asked = {(topic, partition) for topic, partition, _ in ask}
+    return {**{k: PartitionFrom(row, info, []) for k, (row, info) in known.items()
+               if k not in asked}, **found}
+
+
+def _has_data(info: PartitionInfo, offset: int, committed: bool) -> bool:
+    """Whether a fetch from `offset` has records to read (else it is caught up, or out of
+    range: either answered from the offsets alone)."""
+    end = info.last_stable_offset if committed else info.next_offset
+    return info.log_start_offset <= offset < end
 
 
 def denied(partitions: list[Partition]) -> list[PartitionRead]:
@@ -316,18 +358,20 @@ def denied(partitions: list[Partition]) -> list[PartitionRead]:
 
 
 def add_aborted(ctx: ServerContext, request: Request,
-                results: list[tuple[TopicRef, str, list[PartitionRead]]]) -> None:
+                results: list[tuple[TopicRef, str, list[PartitionRead]]],
+                aborted_after: set[Key]) -> None:
     """A read_committed fetch's aborted transactions: per partition with records, those
     overlapping [fetch offset, end of the last batch sent) (Kafka's collectAbortedTxns:
     marker at or after the fetch offset, first offset before the upper bound), all read
-    in one metadata query; [] for the others."""
+    in one metadata statement, and only if one of them is in `aborted_after` (a marker at
+    or after its fetch offset: else it has none); [] for the others."""
     fetch_offsets = {(ref, int(p.partition)): int(p.fetch_offset)
                      for ref, partitions in requested(request) for p in partitions}
     ranges = []
     for ref, topic, reads in results:
         for r in reads:
             r.aborted = []
-            if r.records and not r.error:
+            if r.records and not r.error and (topic, r.index) in aborted_after:
                 ranges.append((topic, r.index, fetch_offsets[(ref, r.index)],
                                end_offset(r.records[-1])))
     if not ranges:
@@ -346,6 +390,15 @@ def add_aborted(ctx: ServerContext, request: Request,
             r.aborted = found.get((topic, r.index), [])
 
 
+def _read_counted(ctx: ServerContext, request: Request, readable: Callable[[str], bool],
+                  quota_bytes: float
+                  ) -> tuple[list[tuple[TopicRef, str, list[PartitionRead]]], int]:
+    """`read_all`, and the metadata round trips it made (in the pool thread it runs on)."""
+    before = telemetry.round_trips_here()
+    results = read_all(ctx, request, readable, quota_bytes)
+    return results, telemetry.round_trips_here() - before
+
+
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Encoded:
     readable = ctx.authz.decider(Operation.READ, ResourceType.TOPIC)
@@ -355,9 +408,11 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
     min_bytes = int(request.min_bytes)
+    round_trips = 0
     while True:
         woken = ctx.committed()  # before reading: a commit during the read is not missed
-        results = await ctx.run(read_all, ctx, request, readable, quota_bytes)
+        results, trips = await ctx.run(_read_counted, ctx, request, readable, quota_bytes)
+        round_trips += trips
         size = sum(r.size for _, _, reads in results for r in reads)
         errors = any(r.error for _, _, reads in results for r in reads)
         remaining = deadline - loop.time()
@@ -373,6 +428,7 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
         ctx.unthrottle(FETCH_QUOTA, header.client_id, size)
         results = []
     telemetry.fetched((name, sum(r.size for r in reads)) for _, name, reads in results)
+    telemetry.fetch_round_trips(round_trips)
     return response(b, [(ref, reads) for ref, _, reads in results], throttle_ms)
 
 
