@@ -232,7 +232,7 @@ LONG_POLL_PARTITIONS = 2  # each consumer's, so 100 partitions in all
 LONG_POLL_WAIT_MS = 100  # fetch.wait.max.ms: each caught-up fetch waits this long
 TRICKLE_PER_S = 20  # the producer's records a second (1 KiB), round robin
 FLOOR_BATCH = 200  # ApiVersions requests written before reading their responses
-FLOOR_REQUESTS = 10_000
+FLOOR_PER_S = 1_000  # the floor's requests per second of the run's `seconds`
 
 
 def run_long_polls(agent: AgentProcess, p: WireParams, metrics_port: int) -> list[dict[str, Any]]:
@@ -295,7 +295,7 @@ def run_long_polls(agent: AgentProcess, p: WireParams, metrics_port: int) -> lis
            "requests_per_s_per_agent_core": round(fetches / cpu),
            "agent_cpu_us_per_request": round(1e6 * cpu / fetches),
            "round_trips_per_fetch": round(trips / counted, 3) if counted else None}
-    return [row, run_floor(agent)]
+    return [row, run_floor(agent, max(FLOOR_BATCH, int(FLOOR_PER_S * p.seconds)))]
 
 
 def _end_offset(agent: AgentProcess, partition: int) -> int:
@@ -306,23 +306,24 @@ def _end_offset(agent: AgentProcess, partition: int) -> int:
 _API_VERSIONS_V0 = struct.pack(">hhih", 18, 0, 0, 5) + b"floor"  # header v1, empty body
 
 
-def run_floor(agent: AgentProcess) -> dict[str, Any]:
-    """The floor of a request's agent CPU: FLOOR_REQUESTS ApiVersions v0 (no handler work,
-    no metadata) over one connection, FLOOR_BATCH written before their responses are read;
+def run_floor(agent: AgentProcess, requests: int) -> dict[str, Any]:
+    """The floor of a request's agent CPU: `requests` ApiVersions v0 (no handler work, no
+    metadata) over one connection, FLOOR_BATCH written before their responses are read;
     requests per agent core."""
     frame = struct.pack(">i", len(_API_VERSIONS_V0)) + _API_VERSIONS_V0
+    sent = requests // FLOOR_BATCH * FLOOR_BATCH
     with socket.create_connection(("127.0.0.1", agent.port), timeout=TIMEOUT_S) as sock:
         reader = sock.makefile("rb")
         cpu0 = agent.cpu_seconds()
-        for _ in range(FLOOR_REQUESTS // FLOOR_BATCH):
+        for _ in range(requests // FLOOR_BATCH):
             sock.sendall(frame * FLOOR_BATCH)
             for _ in range(FLOOR_BATCH):
                 (size,) = struct.unpack(">i", reader.read(4))
                 reader.read(size)
         cpu = agent.cpu_seconds() - cpu0
     return {"measure": "floor: pipelined ApiVersions", "agent_cpu_s": round(cpu, 2),
-            "requests_per_s_per_agent_core": round(FLOOR_REQUESTS / cpu),
-            "agent_cpu_us_per_request": round(1e6 * cpu / FLOOR_REQUESTS)}
+            "requests_per_s_per_agent_core": round(sent / cpu),
+            "agent_cpu_us_per_request": round(1e6 * cpu / sent)}
 
 
 def run_fetch(agent: AgentProcess, p: WireParams, records: int, bootstrap: str | None = None,
