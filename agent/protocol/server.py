@@ -72,6 +72,7 @@ from .registry import Registration
 from .session import SESSION, Session
 from .timers import offsets_expiry, producer_expiry, quota_refresh, transactions_sweep
 from .tls import Tls, certificate_principal
+from .tlsconn import Scratch, TlsTransport, tls_protocol
 from .writev import send_buffers
 
 log = logging.getLogger(__name__)
@@ -158,8 +159,13 @@ class Server:
                 walker(key, version)
         advertised = dict(self.ctx.advertised)
         for i, listener in enumerate(self.listeners):
-            server = await asyncio.start_server(
-                functools.partial(self._serve, listener), listener.host, listener.port)
+            serve = functools.partial(self._serve, listener)
+            if listener.tls:
+                server = await self.ctx.loop.create_server(
+                    functools.partial(tls_protocol, serve, self.ctx.loop, Scratch()),
+                    listener.host, listener.port)
+            else:
+                server = await asyncio.start_server(serve, listener.host, listener.port)
             self._servers.append(server)
             port = server.sockets[0].getsockname()[1]
             self.listeners[i] = dataclasses.replace(listener, port=port)
@@ -319,10 +325,10 @@ class Server:
         request.read.timeout.ms (the sweep's frame deadline); on an SSL listener the client
         certificate's principal becomes the session's. ProtocolError: the connection is
         refused (a failed handshake, a subject no mapping rule takes)."""
-        assert self.tls is not None
+        assert self.tls is not None and isinstance(conn.writer.transport, TlsTransport)
         conn.idle, conn.started = False, time.monotonic()
         try:
-            await conn.writer.start_tls(self.tls.context)
+            await conn.writer.transport.handshake(self.tls.context)
         except (OSError, asyncio.IncompleteReadError) as exc:
             why = "not finished within request.read.timeout.ms" if conn.reason else exc
             raise ProtocolError(f"TLS handshake failed ({why})", "tls_handshake") from None
@@ -515,7 +521,11 @@ class Server:
                     reply = await reply
                 if reply is None:  # acks=0
                     continue
-                await send_buffers(writer, encode_response(correlation_id, reply))
+                parts = encode_response(correlation_id, reply)
+                if isinstance(writer.transport, TlsTransport):
+                    await writer.transport.send(parts)
+                else:
+                    await send_buffers(writer, parts)
             except asyncio.CancelledError:
                 writer.transport.abort()
                 raise

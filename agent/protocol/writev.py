@@ -8,7 +8,8 @@ the kernel from where it lies, up to IOV_MAX buffers per system call; when the s
 full the sender waits for it to become writable (the event loop's writer callback), and
 other connections go on meanwhile.
 
-A TLS connection's bytes are encrypted by its transport: its replies go through the
+The agent's TLS listeners encrypt and send their replies themselves (tlsconn.py, the same
+way once encrypted); a stream under asyncio's own TLS transport goes through that
 transport's `writelines`. The transport stays in charge of reading and closing; it never
 holds written data because every reply of a connection is written here, by its one sender
 task, in order. The loop
