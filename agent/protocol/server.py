@@ -333,6 +333,10 @@ class Server:
             why = "not finished within request.read.timeout.ms" if conn.reason else exc
             raise ProtocolError(f"TLS handshake failed ({why})", "tls_handshake") from None
         conn.idle, conn.started, conn.active = True, None, time.monotonic()
+        tls = conn.writer.get_extra_info("ssl_object")
+        self.refusals.say("tls", logging.DEBUG, "connection %s: TLS %s, %s",
+                          conn.writer.get_extra_info("peername"), tls.version(),
+                          (tls.cipher() or ("",))[0])
         if not listener.sasl:
             try:
                 principal = certificate_principal(
