@@ -340,7 +340,7 @@ def run_fetch(agent: AgentProcess, p: WireParams, records: int, bootstrap: str |
         while got < records:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"fetched {got} of {records} records in {TIMEOUT_S} s")
-            for msg in consumer.consume(10_000, 1.0):
+            for msg in consumer.consume(min(10_000, records - got), 1.0):
                 if msg.error() is not None:
                     raise RuntimeError(f"fetch failed: {msg.error()}")
                 got += 1

@@ -5,8 +5,8 @@ The context is built from `ssl.certificate.location` (the certificate chain, PEM
 the key too), `ssl.key.location` (the private key, PEM, unencrypted) and `ssl.ca.location`
 (the CAs client certificates must chain to), with TLS 1.2 as the lowest version (as Kafka's
 default `ssl.enabled.protocols`) and `ssl.client.auth` none | requested | required. Each
-connection's handshake takes the context current when it was accepted (the server calls
-`StreamWriter.start_tls` itself, so a failed handshake is counted and closes only that
+connection's handshake takes the context current when it was accepted (the server starts
+it itself, through tlsconn.py, so a failed handshake is counted and closes only that
 connection). `Tls.reload_if_changed` rebuilds the context when any file's modification time
 or size changed: the server checks every `ssl.reload.interval.ms` and on SIGHUP; a context
 that fails to build (a half-written file) is logged and the old one kept, so renewing a

@@ -262,6 +262,8 @@ class TlsConnection(asyncio.BufferedProtocol):
                 self._fail(exc)
                 raise _lost(exc) from None
             if not self._flush():
+                if self.failure is not None:  # the socket refused the bytes
+                    raise self.failure
                 self._drained = self.loop.create_future()
                 try:
                     await self._drained
