@@ -134,9 +134,9 @@ NOTES: dict[str, str] = {
             " (DYNAMIC_BROKER_CONFIG, GROUP_CONFIG), stored and not applied (an agent runs on"
             " its settings; silt serves no consumer-protocol or share groups);"
             " DescribeConfigs_groups, DescribeTopics and DescribeCluster with authorized"
-            " operations and UserScramCredentials pass (DescribeConsumerGroups_with_"
-            "authorized_ops skips itself: it needs SASL, and this is the PLAINTEXT"
-            " scenario)",
+            " operations and UserScramCredentials pass; DescribeConsumerGroups_with_"
+            "authorized_ops skips itself here (it needs SASL), and passes run alone"
+            " (SUBTESTS=) over the `sasl` scenario's listener with Kafka's authorizer on",
     "0097": "the agent's SSL listener with ssl.client.auth=required: every combination of"
             " client key, certificate and CA loading (location, PEM string, setter; PEM, DER,"
             " PKCS#12) connects; client certificates not from the agent's CA (librdkafka's"
