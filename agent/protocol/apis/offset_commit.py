@@ -8,6 +8,9 @@ FAILED) and on each topic (else its partitions TOPIC_AUTHORIZATION_FAILED, uncom
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
 from kio.schema.errors import ErrorCode
 from kio.schema.offset_commit import v2, v3, v4, v5, v6, v7, v8, v9
 from kio.static.primitive import i32
@@ -24,18 +27,35 @@ Request = (v2.OffsetCommitRequest | v3.OffsetCommitRequest | v4.OffsetCommitRequ
            | v8.OffsetCommitRequest | v9.OffsetCommitRequest)
 """kio's OffsetCommitRequest of each version served (2-9)."""
 Static = v7.OffsetCommitRequest | v8.OffsetCommitRequest | v9.OffsetCommitRequest  # (v7+)
-Epochs = (v6.OffsetCommitRequest | Static)  # committed_leader_epoch (v6+)
 
 
-def _offsets(request: Request) -> list[OffsetCommit]:
-    """The offsets to commit, each with its leader epoch (-1 before v6, which has none)."""
-    if isinstance(request, Epochs):
-        return [OffsetCommit(t.name, int(p.partition_index), int(p.committed_offset),
-                             int(p.committed_leader_epoch), p.committed_metadata)
-                for t in request.topics for p in t.partitions]
-    return [OffsetCommit(t.name, int(p.partition_index), int(p.committed_offset), -1,
-                         p.committed_metadata)
-            for t in request.topics for p in t.partitions]
+class _Partition(Protocol):
+    """A partition entry of OffsetCommit or TxnOffsetCommit, any version."""
+
+    @property
+    def partition_index(self) -> int: ...
+    @property
+    def committed_offset(self) -> int: ...
+    @property
+    def committed_metadata(self) -> str | None: ...
+
+
+class _Topic(Protocol):
+    """A topic entry of OffsetCommit or TxnOffsetCommit, any version."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def partitions(self) -> Sequence[_Partition]: ...
+
+
+def committed_offsets(topics: Iterable[_Topic]) -> list[OffsetCommit]:
+    """The offsets a commit request (OffsetCommit, TxnOffsetCommit) carries, each with its
+    leader epoch (-1 in the versions that have none: OffsetCommit before v6, TxnOffsetCommit
+    before v2)."""
+    return [OffsetCommit(t.name, int(p.partition_index), int(p.committed_offset),
+                         int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata)
+            for t in topics for p in t.partitions]
 
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
@@ -48,7 +68,7 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
     else:
         readable = authz.allowed(Operation.READ, ResourceType.TOPIC,
                                  (t.name for t in request.topics))
-        offsets = [o for o in _offsets(request) if o.topic in readable]
+        offsets = [o for o in committed_offsets(request.topics) if o.topic in readable]
         errors = dict.fromkeys(((t.name, int(p.partition_index)) for t in request.topics
                                 if t.name not in readable for p in t.partitions),
                                ErrorCode.topic_authorization_failed)

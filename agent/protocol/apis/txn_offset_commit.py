@@ -18,11 +18,11 @@ from kio.static.primitive import i32
 from kio.static.protocol import Entity, RequestHeader
 
 from acl import Operation, ResourceType
-from metadata import OffsetCommit
 
 from ..codec import NO_THROTTLE, Builder
 from ..context import ServerContext
 from ..errors import fenced_as
+from .offset_commit import committed_offsets
 
 Request = (v0.TxnOffsetCommitRequest | v1.TxnOffsetCommitRequest
            | v2.TxnOffsetCommitRequest | v3.TxnOffsetCommitRequest
@@ -30,16 +30,6 @@ Request = (v0.TxnOffsetCommitRequest | v1.TxnOffsetCommitRequest
 """kio's TxnOffsetCommitRequest of each version served (0-4)."""
 ALWAYS = 1 << 15  # PRODUCER_FENCED is INVALID_PRODUCER_EPOCH to every version
 Members = v3.TxnOffsetCommitRequest | v4.TxnOffsetCommitRequest  # member and generation
-
-
-def _offsets(request: Request) -> list[OffsetCommit]:
-    if isinstance(request, v2.TxnOffsetCommitRequest | Members):
-        return [OffsetCommit(t.name, int(p.partition_index), int(p.committed_offset),
-                             int(p.committed_leader_epoch), p.committed_metadata)
-                for t in request.topics for p in t.partitions]
-    return [OffsetCommit(t.name, int(p.partition_index), int(p.committed_offset), -1,
-                         p.committed_metadata)
-            for t in request.topics for p in t.partitions]
 
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
@@ -64,7 +54,7 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                                  (t.name for t in request.topics))
         errors = dict.fromkeys((tp for tp in everything if tp[0] not in readable),
                                ErrorCode.topic_authorization_failed)
-        offsets = [o for o in _offsets(request) if o.topic in readable]
+        offsets = [o for o in committed_offsets(request.topics) if o.topic in readable]
         if offsets:
             errors.update(await ctx.groups.offsets.commit(
                 request.group_id, generation, member, instance, offsets, txn))
