@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from harness.agent_process import free_port
+
 from .compaction import run_compaction
 from .consume import run_consume
 from .ingest import IngestParams, run_ingest
@@ -29,9 +30,7 @@ from .ingest import IngestParams, run_ingest
 @contextlib.contextmanager
 def moto_server_process() -> Iterator[str]:
     """A moto S3 server in its own process (so its CPU is not counted as ours)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     bin_dir = Path(sys.executable).parent
     proc = subprocess.Popen(
         [str(bin_dir / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],

@@ -8,6 +8,7 @@ the code of the tree that started it. Not shipped: `REPO` is the checkout this f
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -28,12 +29,37 @@ _UTIME, _STIME = 14, 15
 _AFTER_COMM = 3  # the first field after "(comm)"
 
 
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default when unreadable)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_PORTS = random.SystemRandom()  # never a seeded sequence shared by two processes
+_LOWEST = 10000
+
+
 def free_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
+    """A TCP port of 127.0.0.1 that nothing listens on right now, chosen at random below the
+    kernel's ephemeral range. A port from bind(0) is an ephemeral one: any outgoing
+    connection may take it as its source port before the child binds it (EADDRINUSE,
+    about one agent start in 15 on a loaded machine); below the range only another
+    free_port can pick it."""
+    high = _ephemeral_low() - 1
+    for _ in range(100) if high > _LOWEST + 1000 else ():
+        port = _PORTS.randint(_LOWEST, high)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # no room below the range: the kernel's choice
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        chosen: int = s.getsockname()[1]
+        return chosen
 
 
 @dataclass

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from harness.agent_process import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,9 +41,7 @@ def localstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]
     launch = _launcher()
     if launch.find_python313() is None:
         pytest.skip("LocalStack needs a Python >= 3.13; none on this machine")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     tmp = tmp_path_factory.mktemp("localstack")
     log = tmp / "localstack.log"
     proc = launch.start(port, tmp / "data", log)

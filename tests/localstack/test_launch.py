@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.agent_process import free_port
+
 from .conftest import ROOT, _launcher
 
 WAIT_S = 300.0  # the first run installs LocalStack into localstack/.venv
@@ -42,9 +44,7 @@ def _listening(port: int) -> bool:
 def test_signal_stops_localstack(tmp_path: Path, sig: signal.Signals) -> None:
     if _launcher().find_python313() is None:
         pytest.skip("LocalStack needs a Python >= 3.13; none on this machine")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     out = tmp_path / "out"
     with out.open("wb") as o:
         proc = subprocess.Popen([sys.executable, str(ROOT / "localstack" / "launch.py"),

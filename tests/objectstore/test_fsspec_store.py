@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import threading
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from harness.agent_process import free_port
 from objectstore import (
     CountingStore,
     ObjectStoreError,
@@ -218,9 +218,7 @@ def test_missing_bucket_and_key(moto_server: RecordingMotoServer, s3_url: str) -
 
 
 def test_s3fs_and_botocore_do_not_retry_behind_our_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    with socket.socket() as sock:  # a port nothing listens on: connection refused
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # nothing listens on it: connection refused
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ import pytest
 
 from agent import Agent, AgentConfig, Reader
 from clock import ManualClock
+from harness.agent_process import free_port
 from metadata import MetadataStore
 from objectstore import open_store
 
@@ -46,12 +46,6 @@ SPARK_CONF = {
 class Cluster:
     master_url: str
     logs: Path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -79,7 +73,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
     spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
     logs = tmp_path_factory.mktemp("spark-cluster")
-    port, ui_port = _free_port(), _free_port()
+    port, ui_port = free_port(), free_port()
     master_url = f"spark://127.0.0.1:{port}"
     # No REST submission server: it would take the fixed port 6066.
     env = _clean_env(SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false",
