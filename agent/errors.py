@@ -10,10 +10,12 @@ class AgentError(Exception):
 
 
 class NotCachedError(AgentError):
-    """An append asked to use only what the agent has cached (`cached_only`) would have to
-    read the metadata store first (a topic not cached, a partition past the cached count, an
-    idempotent producer's state not known here): nothing was buffered; the caller retries
-    where blocking is allowed. Never reaches a client."""
+    """Work asked to use only what the agent has cached (`cached_only`: on the server's event
+    loop, where nothing may block) would have to read the metadata store first: an append
+    (a topic not cached, a partition past the cached count, an idempotent producer's state
+    not known here: nothing was buffered), a fetch (a partition whose offsets are not kept
+    or that has records to read, a topic id not known). The caller retries where blocking
+    is allowed. Never reaches a client."""
 
 
 class AgentClosedError(AgentError):

@@ -15,7 +15,7 @@ every 250 ms or 8 MiB):
 - long-polls: 50 consumers caught up on 2 partitions each while one producer trickles 20
   records a second: Fetch requests per agent core and metadata round trips per Fetch (the
   agent's /metrics), next to the floor measured right after on the same agent: pipelined
-  ApiVersions requests (no handler work) per agent core.
+  Fetches of no partition (no metadata read, no record) per agent core.
 MiB are value bytes (keys and framing not counted). The client runs in this process and
 shares the machine's cores with the agent: wall figures depend on both.
 """
@@ -231,7 +231,7 @@ LONG_POLL_CONSUMERS = 50
 LONG_POLL_PARTITIONS = 2  # each consumer's, so 100 partitions in all
 LONG_POLL_WAIT_MS = 100  # fetch.wait.max.ms: each caught-up fetch waits this long
 TRICKLE_PER_S = 20  # the producer's records a second (1 KiB), round robin
-FLOOR_BATCH = 200  # ApiVersions requests written before reading their responses
+FLOOR_BATCH = 200  # requests written before reading their responses
 FLOOR_PER_S = 1_000  # the floor's requests per second of the run's `seconds`
 
 
@@ -303,14 +303,17 @@ def _end_offset(agent: AgentProcess, partition: int) -> int:
         return next(i.next_offset for i in md.partitions(TOPIC) if i.partition == partition)
 
 
-_API_VERSIONS_V0 = struct.pack(">hhih", 18, 0, 0, 5) + b"floor"  # header v1, empty body
+# Fetch v4 of no partition, max_wait 0: header v1 (key, version, correlation id, client id),
+# then replica_id -1, max_wait_ms 0, min_bytes 0, max_bytes 1 MiB, read_uncommitted, no topics.
+_EMPTY_FETCH = (struct.pack(">hhih", 1, 4, 0, 5) + b"floor"
+                + struct.pack(">iiiibi", -1, 0, 0, MIB, 0, 0))
 
 
 def run_floor(agent: AgentProcess, requests: int) -> dict[str, Any]:
-    """The floor of a request's agent CPU: `requests` ApiVersions v0 (no handler work, no
-    metadata) over one connection, FLOOR_BATCH written before their responses are read;
-    requests per agent core."""
-    frame = struct.pack(">i", len(_API_VERSIONS_V0)) + _API_VERSIONS_V0
+    """The floor of a Fetch's agent CPU: `requests` Fetches of no partition (the request
+    path, framing to reply, without a metadata read or a record) over one connection,
+    FLOOR_BATCH written before their responses are read; requests per agent core."""
+    frame = struct.pack(">i", len(_EMPTY_FETCH)) + _EMPTY_FETCH
     sent = requests // FLOOR_BATCH * FLOOR_BATCH
     with socket.create_connection(("127.0.0.1", agent.port), timeout=TIMEOUT_S) as sock:
         reader = sock.makefile("rb")
@@ -321,7 +324,7 @@ def run_floor(agent: AgentProcess, requests: int) -> dict[str, Any]:
                 (size,) = struct.unpack(">i", reader.read(4))
                 reader.read(size)
         cpu = agent.cpu_seconds() - cpu0
-    return {"measure": "floor: pipelined ApiVersions", "agent_cpu_s": round(cpu, 2),
+    return {"measure": "floor: empty Fetches", "agent_cpu_s": round(cpu, 2),
             "requests_per_s_per_agent_core": round(sent / cpu),
             "agent_cpu_us_per_request": round(1e6 * cpu / sent)}
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent.config import AgentConfig
+from agent.errors import NotCachedError
 from agent.groups.coordinator import Coordinator
 from agent.placement import on_listener
 from agent.producer import Agent
@@ -186,14 +187,18 @@ class ServerContext:
     def _uuid(self, topic: TopicInfo) -> uuid.UUID:
         return uuid.uuid5(self.cluster_ns(), f"{topic.id}/{topic.name}")
 
-    def topics_by_id(self, ids: Collection[uuid.UUID]) -> dict[uuid.UUID, TopicInfo]:
+    def topics_by_id(self, ids: Collection[uuid.UUID], cached_only: bool = False
+                     ) -> dict[uuid.UUID, TopicInfo]:
         """The topics (as they were when listed) that `ids` name, those found: from the ids
         handed out or listed, relisting the topics for any other (at most every
         TOPIC_RELIST_S: an id given by another agent may wait that long).
         An id names one incarnation of a topic, so a known one never names another; whether
         it still exists is the reader's check (`MetadataStore.partitions(name, row id)`).
-        Blocking (a metadata read): call through `run`."""
+        Blocking (a metadata read): call through `run`, or with `cached_only` (then
+        NotCachedError rather than a relisting)."""
         known = self._by_id
+        if cached_only and any(i not in known for i in ids):
+            raise NotCachedError("a topic id not known here")
         if any(i not in known for i in ids) and (
                 time.monotonic() - self._by_id_at >= TOPIC_RELIST_S):
             self._by_id_at = time.monotonic()

@@ -4,20 +4,20 @@ Every partition's offsets (log start, high watermark, last stable offset) and fi
 segments from its fetch offset come from ONE metadata statement for all topics
 (`MetadataStore.partitions_from`), or from none: partitions whose offsets this agent read
 since the last commit notification and that have nothing to read are answered from those
-(agent/protocol/states.py), so a long-poll of caught-up partitions reads nothing. Each
-segment is read whole through the segment cache (one ranged GET shared by every consumer),
-which keeps them as served: baseOffsets absolute, partitionLeaderEpoch -1 (patched once per
-segment read, per batch, never per record). A fetch sends views of those cached bytes — one
-per segment, not per batch — after the response fields it writes itself (FetchResponse
-v4-v17 in wire bytes, checked equal to kio's encoding by
-tests/protocol/test_fetch_response.py), so past the cache a record byte is copied by no one
-but the kernel (agent/protocol/writev.py). Batches wholly below the fetch offset are
-skipped; compaction gaps need nothing (the offsets are simply absent). Limits as Kafka:
-partition_max_bytes per partition, max_bytes per response, itself at most the agent's
-fetch.max.bytes (Kafka's broker setting, 55 MiB), but the first batch of the first non-empty
-partition is returned whole even if it is larger (KIP-74), so a consumer always makes
-progress. A partition named twice is read and answered once (`requested`), as Kafka
-collapses a request's partitions. Below the log start or past the high watermark:
+(agent/protocol/states.py), so a long-poll of caught-up partitions reads nothing, and is
+answered on the event loop itself (no hop to the I/O pool). Each segment is read whole
+through the segment cache (one ranged GET shared by every consumer), which keeps them as
+served: baseOffsets absolute, partitionLeaderEpoch -1 (patched once per segment read, per
+batch, never per record). A fetch sends views of those cached bytes — one per segment, not
+per batch — after the response fields it writes itself (FetchResponse v4-v17 in wire bytes,
+checked equal to kio's encoding by tests/protocol/test_fetch_response.py), so past the cache
+a record byte is copied by no one but the kernel (agent/protocol/writev.py). Batches wholly
+below the fetch offset are skipped; compaction gaps need nothing (the offsets are simply
+absent). Limits as Kafka: partition_max_bytes per partition, max_bytes per response, itself
+at most the agent's fetch.max.bytes (Kafka's broker setting, 55 MiB), but the first batch of
+the first non-empty partition is returned whole even if it is larger (KIP-74), so a consumer
+always makes progress. A partition named twice is read and answered once (`requested`), as
+Kafka collapses a request's partitions. Below the log start or past the high watermark:
 OFFSET_OUT_OF_RANGE. With fewer than min_bytes, the fetch waits up to max_wait for the next
 data commit of any agent on the metadata store (an asyncio event set by this agent's flushes
 and by the metadata store's commit watcher, metadata/notify.py; not a sleep loop).
@@ -57,6 +57,7 @@ from kio.static.protocol import RequestHeader
 
 import telemetry
 from acl import Operation, ResourceType
+from agent.errors import NotCachedError
 from agent.quotas import FETCH as FETCH_QUOTA
 from fileformat.batch import LAST_OFFSET_DELTA_POS, LENGTH_POS, LOG_OVERHEAD
 from metadata import AbortedTxn, PartitionFrom, PartitionInfo, SegmentInfo
@@ -243,7 +244,7 @@ class _Topic:
 
 
 def read_all(ctx: ServerContext, request: Request, readable: Callable[[str], bool],
-             quota_bytes: float = float("inf")
+             quota_bytes: float = float("inf"), cached_only: bool = False
              ) -> list[tuple[TopicRef, str, list[PartitionRead]]]:
     """One pass over every requested partition within max_bytes, itself at most the
     agent's fetch.max.bytes and `quota_bytes` (what the client's fetch quota lets one window
@@ -252,12 +253,15 @@ def read_all(ctx: ServerContext, request: Request, readable: Callable[[str], boo
     UNKNOWN_TOPIC_ID for each of its partitions, as Kafka's fetch does; then a topic not
     `readable` (no READ on it) TOPIC_AUTHORIZATION_FAILED, before it is looked up. Every
     partition's offsets and first segments come from one metadata statement, or none
-    (`partitions`)."""
+    (`partitions`). `cached_only` (on the event loop): NotCachedError unless every answer
+    is known without blocking (every partition's offsets kept, none with records to read),
+    the common case of a long-poll of caught-up partitions, which then costs no thread
+    hop."""
     budget = int(min(int(request.max_bytes), ctx.config.fetch_max_bytes, quota_bytes))
     committed = int(request.isolation_level) == READ_COMMITTED
     topics = [_Topic(ref, partitions) for ref, partitions in requested(request)]
     ids = {t.ref for t in topics if isinstance(t.ref, uuid.UUID)}
-    by_id = ctx.topics_by_id(ids) if ids else {}
+    by_id = ctx.topics_by_id(ids, cached_only) if ids else {}
     for t in topics:
         if isinstance(t.ref, uuid.UUID):
             info = by_id.get(t.ref)
@@ -272,7 +276,9 @@ def read_all(ctx: ServerContext, request: Request, readable: Callable[[str], boo
             t.reads = denied(t.partitions)
     wanted = [(t.name, p) for t in topics if t.reads is None for p in t.partitions]
     try:
-        found = partitions(ctx, wanted, committed)
+        found = partitions(ctx, wanted, committed, cached_only)
+    except NotCachedError:
+        raise
     except Exception as exc:  # the metadata store unreachable: no partition is answered
         code = failed("reading the fetched partitions", exc, FETCH)[0]
         found = {}
@@ -320,14 +326,15 @@ def _gone(ctx: ServerContext, t: _Topic, found: dict[Key, PartitionFrom]) -> Err
     return None  # it lacks those partitions: each answers UNKNOWN_TOPIC_OR_PARTITION
 
 
-def partitions(ctx: ServerContext, wanted: list[tuple[str, Partition]], committed: bool
-               ) -> dict[Key, PartitionFrom]:
+def partitions(ctx: ServerContext, wanted: list[tuple[str, Partition]], committed: bool,
+               cached_only: bool = False) -> dict[Key, PartitionFrom]:
     """The offsets of every (topic, partition) in `wanted` and the first segments of those
     with something to read from their fetch offset (below the high watermark, or the last
     stable offset when `committed`), in ONE metadata statement for all topics, or none
     when the partition states cache (agent/protocol/states.py) knows every partition and
     none has anything to read: a long-poll of caught-up partitions reads nothing. A
-    partition that does not exist is absent."""
+    partition that does not exist is absent. `cached_only`: NotCachedError rather than a
+    read."""
     generation = ctx.states.generation()  # before reading: see states.py
     known = ctx.states.get((topic, int(p.partition)) for topic, p in wanted)
     ask = []
@@ -336,6 +343,8 @@ def partitions(ctx: ServerContext, wanted: list[tuple[str, Partition]], committe
         hit = known.get(key)
         if hit is None or _has_data(hit[1], offset, committed):
             ask.append((topic, key[1], offset))
+    if ask and cached_only:
+        raise NotCachedError("partitions to read")
     found = ctx.metadata.partitions_from(ask, limit=FIRST_SEGMENTS) if ask else {}
     ctx.states.put(generation, {k: (f.topic_id, f.info) for k, f in found.items()})
     # Known partitions not read have nothing to read: no segments. One read and not found
@@ -411,8 +420,11 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
     round_trips = 0
     while True:
         woken = ctx.committed()  # before reading: a commit during the read is not missed
-        results, trips = await ctx.run(_read_counted, ctx, request, readable, quota_bytes)
-        round_trips += trips
+        try:  # on the loop when nothing blocks (caught up, offsets kept), else in the pool
+            results = read_all(ctx, request, readable, quota_bytes, cached_only=True)
+        except NotCachedError:
+            results, trips = await ctx.run(_read_counted, ctx, request, readable, quota_bytes)
+            round_trips += trips
         size = sum(r.size for _, _, reads in results for r in reads)
         errors = any(r.error for _, _, reads in results for r in reads)
         remaining = deadline - loop.time()
