@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from . import build
 from .run import Result
-from .suite import KAFKA_VERSION, NOTES, SCENARIOS, TIME_LIMIT_S
+from .suite import KAFKA_VERSION, NOTES, RUNNER_CONF, SCENARIOS, TIME_LIMIT_S
 
 HEADER = "| test | result | seconds | the runner's reason, or why not run | note |"
 _ROW = re.compile(r"^\| (\d{4}\w*) \| ([a-z/]+) \| ([\d.]*) \| (.*?) \| (.*) \|$")
@@ -68,7 +68,9 @@ def render(results: list[Result], previous: str | None, started: float, commit: 
         f" {KAFKA_VERSION} (`TEST_KAFKA_VERSION={KAFKA_VERSION}`: the share-group tests,"
         " which need 4.2, are not counted), one test number at a time (`-p1 -L`), each under"
         " a time limit (`--timeout`, 600 s by default; "
-        + ", ".join(f"{n}: {s:.0f} s" for n, s in TIME_LIMIT_S.items()) + ").",
+        + ", ".join(f"{n}: {s:.0f} s" for n, s in TIME_LIMIT_S.items()) + "), with what"
+        " librdkafka's own runner against a real cluster adds to test.conf"
+        " (LibrdkafkaTestApp.py): " + ", ".join(f"{k}={v}" for k, v in RUNNER_CONF) + ".",
         "- One `silt agent` per scenario, each on its own object store (file://) and SQLite"
         " metadata, at its defaults (a 250 ms flush) except: "
         + "; ".join(f"`{name}`: " + ", ".join(f"{k}={v}" for k, v in sc.env.items())

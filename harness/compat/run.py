@@ -225,7 +225,7 @@ def run_number(tests: Path, clusters: Clusters, number: str, scenario: str,
     home = cluster.home
     conf = home / "test.conf"
     conf.write_text("".join(f"{k}={v}\n" for k, v in (("bootstrap.servers", cluster.bootstrap),
-                                                       *cluster.conf)))
+                                                       *suite.RUNNER_CONF, *cluster.conf)))
     report = home / f"report-{number}.json"
     report.unlink(missing_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
