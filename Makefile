@@ -14,10 +14,10 @@ export SILT_REQUIRE_SERVERS ?= $(CI)
 .PHONY: demo test lint bench chaos clean tools compat compat-build
 
 # kcat (librdkafka's CLI) is one of the Kafka clients the protocol tests drive; librdkafka's
-# own test-runner (`make compat`) is built from source with these Debian packages. CI
-# installs them (as root).
+# own test-runner (`make compat`) is built from source with these Debian packages (libcurl
+# for its OIDC token requests, 0126). CI installs them (as root).
 DEBS := kcat build-essential libssl-dev libsasl2-dev libzstd-dev liblz4-dev zlib1g-dev \
-  rapidjson-dev
+  rapidjson-dev libcurl4-openssl-dev
 tools:
 	@dpkg -s $(DEBS) >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq \
 	  && apt-get install -y -qq $(DEBS) >/dev/null; } \

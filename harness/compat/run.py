@@ -30,7 +30,7 @@ from typing import Self
 from agent.sasl.scram import make_credential
 from harness.agent_process import REPO, AgentProcess
 
-from . import build, kafka_scripts, suite, tls
+from . import build, kafka_scripts, oidc, suite, tls
 
 DEFAULT_TIMEOUT_S = 600.0
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -81,6 +81,7 @@ class Cluster:
     # The runner's test.conf beyond bootstrap.servers, and its environment's additions
     conf: tuple[tuple[str, str], ...] = ()
     runner_env: dict[str, str] = field(default_factory=dict)
+    token_endpoint: oidc.Endpoint | None = None  # the OIDC scenario's
 
     def start(self) -> Self:
         """Start what is not running (after a death too)."""
@@ -124,6 +125,10 @@ class Cluster:
         if self.compactor is not None and self.compactor.poll() is None:
             self.compactor.terminate()
             self.compactor.wait(60)
+        if self.token_endpoint is not None:
+            self.token_endpoint.shutdown()
+            self.token_endpoint.server_close()
+            self.token_endpoint = None
 
 
 @dataclass
@@ -145,8 +150,10 @@ class Clusters:
             if scenario.listener:
                 agent.listeners = {scenario.listener: scenario.listener}
             cluster = self.clusters[name] = Cluster(home, scenario, agent, conf=scenario.conf)
-            if scenario.tls:
-                fixtures = tls.make(home / "certs")
+            fixtures = tls.make(home / "certs") if scenario.tls else None
+            if scenario.oidc:
+                cluster.token_endpoint, fixtures = oidc.make(home / "oidc")
+            if fixtures is not None:
                 agent.extra_env.update(fixtures.agent_env)
                 cluster.conf += fixtures.conf
                 cluster.runner_env = fixtures.runner_env

@@ -4,14 +4,17 @@ report, and docs/compatibility.md's rows (a partial run keeps the other rows).""
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 from pathlib import Path
 
+import jwt
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
-from harness.compat import report, suite, tls
+from harness.compat import oidc, report, suite, tls
 from harness.compat.run import Result, parse_run, plan, reclassified
 
 TEST_C = """
@@ -178,3 +181,58 @@ def test_ssl_fixtures_are_trivups_in_every_encoding(tmp_path: Path) -> None:
     assert serialization.load_pem_private_key(encrypted, password).public_key() == \
         pem.public_key()
     assert dict(fx.conf)["ssl.key.password"] == tls.PASSWORD
+
+
+def _token_request(url: str, body: str = "", **headers: str) -> tuple[int, dict[str, str]]:
+    """The status and JSON answer of a POST (a GET without a body) to the OIDC endpoint."""
+    request = urllib.request.Request(url, data=body.encode() if body else None,
+                                     headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, json.load(answer)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def test_oidc_endpoint_answers_as_trivups(tmp_path: Path) -> None:
+    """0126's token endpoint: `/retrieve` grants trivup's scopes to client credentials, to a
+    JWT-bearer assertion signed by the client's key and to an Azure IMDS query naming its
+    identity; `/retrieve/expire` and `/retrieve/badformat` answer tokens the agent's JWKS
+    refuses (expired, signature broken)."""
+    endpoint, fx = oidc.make(tmp_path)
+    try:
+        env = fx.runner_env
+        jwks = jwt.PyJWKSet.from_json(
+            Path(fx.agent_env["SILT_AGENT_SASL_OAUTHBEARER_JWKS_ENDPOINT_URL"]).read_text())
+        key = jwks.keys[0].key
+
+        def claims(token: str) -> dict[str, object]:
+            return dict(jwt.decode(token, key, algorithms=["RS256"], audience=oidc.AUDIENCE,
+                                   issuer=oidc.ISSUER))
+
+        basic = {"Authorization": "Basic MTIzOmFiYw=="}
+        status, got = _token_request(env["VALID_OIDC_URL"],
+                                     "grant_type=client_credentials&scope=test", **basic)
+        assert status == 200 and claims(got["access_token"])["sub"] == "subject"
+        assert _token_request(env["VALID_OIDC_URL"],
+                              "grant_type=client_credentials&scope=invalid_scope",
+                              **basic)[0] == 400
+        client = serialization.load_pem_private_key(
+            Path(env["OAUTHBEARER_CLIENT_PRIVATE_KEY_ENCRYPTED"]).read_bytes(),
+            env["OAUTHBEARER_CLIENT_PRIVATE_KEY_PASSWORD"].encode())
+        assertion = jwt.encode({"sub": "testuser"}, client, algorithm="RS256")  # type: ignore[arg-type]
+        status, got = _token_request(
+            env["VALID_OIDC_URL"],
+            f"grant_type=urn:ietf:params:oauth:grant-type:jwt-bearer&assertion={assertion}")
+        assert status == 200 and claims(got["access_token"])["sub"] == "testuser"
+        imds = f"{env['VALID_OIDC_URL']}?api-version=2025-04-07&resource=r&client_id=c"
+        status, got = _token_request(imds, Metadata="true")
+        assert status == 200 and claims(got["access_token"])["client_id"] == "c"
+        assert _token_request(imds.replace("&client_id=c", ""), Metadata="true")[0] == 400
+        with pytest.raises(jwt.ExpiredSignatureError):
+            claims(_token_request(env["EXPIRED_TOKEN_OIDC_URL"], "x=1")[1]["access_token"])
+        with pytest.raises(jwt.InvalidTokenError):  # its signature does not decode
+            claims(_token_request(env["INVALID_OIDC_URL"], "x=1")[1]["access_token"])
+    finally:
+        endpoint.shutdown()
+        endpoint.server_close()
