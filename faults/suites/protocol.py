@@ -898,24 +898,25 @@ def reply_problem(request: bytes, body: bytes) -> str | None:
     return None if left == 0 else f"{left} bytes past api {key} v{version}'s response"
 
 
+def error_codes(entity: Any) -> list[ErrorCode]:
+    """Every error code in a decoded response `entity` (nested entities and arrays too)."""
+    found: list[ErrorCode] = []
+    for f in dataclasses.fields(entity):
+        value = getattr(entity, f.name)
+        for item in value if isinstance(value, tuple) else (value,):
+            if isinstance(item, ErrorCode):
+                found.append(item)
+            elif dataclasses.is_dataclass(item):
+                found += error_codes(item)
+    return found
+
+
 def _codes(request: bytes, body: bytes) -> list[ErrorCode]:
     """Every error code in the response `body` to `request` (a well-formed one)."""
     key, version = struct.unpack_from(">hh", request, 4)
-    found: list[ErrorCode] = []
-
-    def walk(entity: Any) -> None:
-        for f in dataclasses.fields(entity):
-            value = getattr(entity, f.name)
-            for item in value if isinstance(value, tuple) else (value,):
-                if isinstance(item, ErrorCode):
-                    found.append(item)
-                elif dataclasses.is_dataclass(item):
-                    walk(item)
-
     api = TABLE.get(key)
-    walk(_decode(key, 0 if key == 18 and (api is None or not api.supports(version))
-                 else version, body))
-    return found
+    return error_codes(_decode(key, 0 if key == 18 and (api is None or not api.supports(version))
+                               else version, body))
 
 
 def _produce_error(version: int, body: bytes) -> int | str:

@@ -4,7 +4,6 @@ response kio decodes that carries the error, echoing what the request named."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import pytest
@@ -16,23 +15,11 @@ from agent.protocol.apis import TABLE
 from agent.protocol.codec import frame
 from agent.protocol.error_responses import error_response
 from faults.frames import good_batch, sample
+from faults.suites.protocol import error_codes
 
 ILLEGAL = ErrorCode.illegal_sasl_state
 VERSIONS = [(key, v) for key, api in sorted(TABLE.items())
             for v in range(api.min_version, api.max_version + 1)]
-
-
-def _codes(entity: Any) -> list[ErrorCode]:
-    """Every error code in `entity` (nested entities and arrays included)."""
-    found: list[ErrorCode] = []
-    for f in dataclasses.fields(entity):
-        value = getattr(entity, f.name)
-        for item in value if isinstance(value, tuple) else (value,):
-            if isinstance(item, ErrorCode):
-                found.append(item)
-            elif dataclasses.is_dataclass(item):
-                found += _codes(item)
-    return found
 
 
 def _request(key: int, version: int) -> Any:
@@ -46,8 +33,8 @@ def test_every_api_version_answers_the_error_in_its_own_shape(key: int, version:
     header, n = entity_reader(cls.__header_schema__)(body, 0)
     decoded, _ = entity_reader(cls)(body, n)
     assert header.correlation_id == 7
-    assert ILLEGAL in _codes(decoded)
-    assert set(_codes(decoded)) == {ILLEGAL}
+    assert ILLEGAL in error_codes(decoded)
+    assert set(error_codes(decoded)) == {ILLEGAL}
 
 
 def test_per_partition_apis_echo_what_the_request_named() -> None:

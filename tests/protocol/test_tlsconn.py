@@ -25,6 +25,8 @@ from agent.protocol.codec import Buffer
 from agent.protocol.tlsconn import Scratch, TlsTransport, tls_protocol
 from harness.certs import CertificateAuthority
 
+from .test_writev import receive
+
 Handler = Callable[[asyncio.StreamReader, TlsTransport], Awaitable[Any]]
 # What a connection may end with when its peer misbehaves: never anything else.
 ENDINGS = (OSError, asyncio.IncompleteReadError)
@@ -86,16 +88,6 @@ def _client(context: ssl.SSLContext, port: int) -> ssl.SSLSocket:
     return context.wrap_socket(sock, server_hostname="localhost")
 
 
-def _receive(sock: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(1 << 16)
-        if not chunk:
-            break
-        out += chunk
-    return bytes(out)
-
-
 async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
@@ -121,7 +113,7 @@ def test_large_transfers_both_ways_arrive_whole_and_in_order(
 
     def client(sock: ssl.SSLSocket) -> bytes:
         sock.sendall(up)
-        return _receive(sock, len(want) + 4)
+        return receive(sock, len(want) + 4)
 
     async def main(client_context: ssl.SSLContext) -> None:
         served = Served(contexts[0], handler)
@@ -155,7 +147,7 @@ def test_the_peers_end_ends_the_stream(contexts: Contexts) -> None:
                 plain = await _in_thread(sock.unwrap)  # close_notify, and the server's
             else:  # the socket's end; what the server sent read, so the close is no reset
                 sock.shutdown(socket.SHUT_WR)  # (the SSLSocket is a plain socket after)
-                await _in_thread(_receive, sock, 1 << 30)
+                await _in_thread(receive, sock, 1 << 30)
                 plain = sock
             plain.close()
             assert await served.outcomes.get() == b"hello" * 1000

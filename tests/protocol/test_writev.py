@@ -29,7 +29,8 @@ async def _pair() -> tuple[asyncio.StreamWriter, socket.socket]:
     return writer, client
 
 
-def _receive(sock: socket.socket, n: int) -> bytes:
+def receive(sock: socket.socket, n: int) -> bytes:
+    """Up to `n` bytes from `sock`: fewer only if the peer closed first."""
     out = bytearray()
     while len(out) < n:
         chunk = sock.recv(1 << 16)
@@ -50,11 +51,11 @@ async def _reply_larger_than_the_socket() -> None:
     want = b"".join(buffers)
     assert len(buffers) > IOV_MAX
     loop = asyncio.get_running_loop()
-    received = loop.run_in_executor(None, _receive, client, len(want))
+    received = loop.run_in_executor(None, receive, client, len(want))
     await send_buffers(writer, buffers)
     assert await received == want
     await send_buffers(writer, [b"next"])  # the connection still works after waiting
-    assert await loop.run_in_executor(None, _receive, client, 4) == b"next"
+    assert await loop.run_in_executor(None, receive, client, 4) == b"next"
     client.close()
     writer.close()
 
