@@ -274,8 +274,8 @@ requests/s of one small batch each, ~0.4 ms of agent CPU per request (asyncio, t
 admission's thread hop, the flush's per-batch work), so 2 MiB/s is close to one agent core
 with the producer's defaults; a larger linger.ms on the client sends fewer, larger requests.
 Fetch sends the records as views of the segment cache (segments patched once as they enter
-it) with writev(2), so no user-space copy; what bounds it now is one metadata query per
-partition per fetch (about a third of the agent's CPU in a profile).
+it) with writev(2), so no user-space copy; its metadata costs one statement per Fetch,
+none for a long-poll of caught-up partitions (round trips per Fetch: the long-polls row).
 """
 
 
