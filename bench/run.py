@@ -248,7 +248,7 @@ def run_secure_suite(quick: bool) -> list[dict[str, Any]]:
     """The wire suite over SASL_SSL next to PLAINTEXT, and set-up time per mechanism."""
     from .secure_wire import run
 
-    return run(5_000, 1, 3) if quick else run(200_000, 3, 20)
+    return run(5_000, 1, 3) if quick else run(200_000, 5, 20)
 
 
 SUITES = {"ingest": run_ingest_suite, "compaction": run_compaction_suite,

@@ -217,3 +217,28 @@ def test_spark_stream_section_renders() -> None:
     assert "## Spark Structured Streaming" in page
     assert "| source (to noop) | 10 |" in page and "| 123 |" in page and "| 1-2 |" in page
     assert "| 3 | 456 |" in page
+
+
+def test_secure_section_compares_within_each_round() -> None:
+    """The TLS section's summary: medians, each round's ratio, and the cipher's floor."""
+    from bench.report import render
+    from bench.run import machine
+
+    def row(n: int, listener: str, measure: str, rate: float) -> dict[str, Any]:
+        return {"benchmark": "secure", "round": n, "listener": listener, "measure": measure,
+                "records": 10, "agent_cpu_s": 1.0, "mib_per_s_per_agent_core": rate,
+                "mib_per_s_wall": 1.0}
+
+    tls = "SASL_SSL SCRAM-SHA-512"
+    rows = [row(0, "PLAINTEXT", "produce", 100), row(0, tls, "produce", 90),
+            row(1, "PLAINTEXT", "produce", 200), row(1, tls, "produce", 100),
+            row(0, "PLAINTEXT", "fetch", 400), row(0, tls, "fetch", 300),
+            row(1, "PLAINTEXT", "fetch", 400), row(1, tls, "fetch", 200),
+            {"benchmark": "secure", "measure": "cipher", "version": "TLSv1.3",
+             "cipher": "X", "encrypt_mib_s_per_core": 1200, "decrypt_mib_s_per_core": 900}]
+    page = render({"machine": machine(), "results": rows})
+    assert "produce 150.0 -> 95.0 MiB/s per agent core (-37%; within a round: -10%, -50%;" \
+           " median -30%)" in page
+    assert "fetch 400.0 -> 250.0 MiB/s per agent core (-38%; within a round: -25%, -50%;" \
+           " median -38%)" in page
+    assert "fetch 300.0 MiB/s per agent core (-25%)" in page  # 1 / (1/400 + 1/1200)
