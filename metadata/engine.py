@@ -17,7 +17,7 @@ import os
 import select
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self, TypeVar
@@ -203,6 +203,22 @@ class KeyRows:
     params: tuple[Any, ...]
 
 
+def pg_arrays(columns: Iterable[Sequence[Any]], types: Sequence[str]) -> tuple[Any, ...]:
+    """Columns as psycopg parameters for `%s::<type>[]` placeholders, one per column:
+    numbers and booleans (or NULLs) as ONE array literal ('{1,2,NULL}'), text as a list
+    (psycopg quotes each element). psycopg's list dumper checks every element with a
+    regex, ~0.5 µs each: ~11 ms of agent CPU in a 1,000-partition flush's commit; the
+    literal costs a fifth of that. Values are ints or bools (typed), never SQL."""
+    return tuple(list(col) if kind == "text" else _array_literal(col)
+                 for col, kind in zip(columns, types, strict=True))
+
+
+def _array_literal(values: Sequence[Any]) -> str:
+    if None in values:
+        return "{" + ",".join("NULL" if v is None else str(int(v)) for v in values) + "}"
+    return "{" + ",".join(map(str, values)) + "}"
+
+
 def key_rows(pg: bool, keys: Sequence[Sequence[Any]], types: Sequence[str]) -> KeyRows:
     """`keys` (tuples of len(types) values) as a derived table: PostgreSQL's unnest of one
     typed array per column (`types`: bigint, integer, text, ...), SQLite's json_each of one
@@ -212,7 +228,7 @@ def key_rows(pg: bool, keys: Sequence[Sequence[Any]], types: Sequence[str]) -> K
         arrays = ", ".join(f"%s::{t}[]" for t in types)
         return KeyRows(f"unnest({arrays}) AS v({', '.join(names)})",
                        tuple(f"v.{n}" for n in names),
-                       tuple(list(col) for col in zip(*keys, strict=True)))
+                       pg_arrays(zip(*keys, strict=True), types))
     return KeyRows("json_each(?) AS v",
                    tuple(f"json_extract(v.value, '$[{i}]')" for i in range(len(types))),
                    (json.dumps([list(k) for k in keys]),))

@@ -30,7 +30,7 @@ from fileformat import FileLayout, ObjectLayout
 
 from . import notify, producers, txnlog
 from . import schema as s
-from .engine import Database, Unknown
+from .engine import Database, Unknown, pg_arrays
 from .errors import (
     BatchRejectedError,
     FileStateError,
@@ -510,7 +510,8 @@ def _lock_partitions(db: Database, conn: sa.Connection,
             'JOIN unnest(%s::bigint[], %s::integer[]) AS v(t, q) '
             'ON p.topic_id = v.t AND p."partition" = v.q '
             'ORDER BY p.topic_id, p."partition" FOR UPDATE OF p',
-            ([k[0] for k in wanted], [k[1] for k in wanted])).all()
+            pg_arrays(([k[0] for k in wanted], [k[1] for k in wanted]),
+                      ("bigint", "integer"))).all()
     else:
         rows = conn.exec_driver_sql(
             'SELECT p.topic_id, p."partition", p.next_offset FROM json_each(?) AS j '
@@ -531,7 +532,8 @@ def _set_next_offsets(db: Database, conn: sa.Connection,
             'UPDATE partitions AS p SET next_offset = v.n FROM unnest('
             '%s::bigint[], %s::integer[], %s::bigint[]) AS v(t, q, n) '
             'WHERE p.topic_id = v.t AND p."partition" = v.q',
-            ([k[0] for k, _ in items], [k[1] for k, _ in items], [n for _, n in items]))
+            pg_arrays(([k[0] for k, _ in items], [k[1] for k, _ in items],
+                       [n for _, n in items]), ("bigint", "integer", "bigint")))
     else:
         conn.exec_driver_sql(
             'UPDATE partitions SET next_offset = ? WHERE topic_id = ? AND "partition" = ?',

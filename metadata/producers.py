@@ -39,7 +39,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from . import schema as s
-from .engine import Database, key_rows
+from .engine import Database, key_rows, pg_arrays
 from .errors import (
     BatchRejectedError,
     InvalidProducerBatchError,
@@ -250,7 +250,8 @@ def save_states(db: Database, conn: sa.Connection,
         conn.exec_driver_sql(
             f'INSERT INTO producer_state ({cols}) SELECT * FROM unnest(%s::bigint[], '
             f'%s::bigint[], %s::integer[], %s::integer[], %s::text[], %s::bigint[]) {upsert}',
-            tuple(list(col) for col in zip(*rows, strict=True)))
+            pg_arrays(zip(*rows, strict=True),
+                      ("bigint", "bigint", "integer", "integer", "text", "bigint")))
     else:
         conn.exec_driver_sql(f"INSERT INTO producer_state ({cols}) VALUES (?, ?, ?, ?, ?, ?) "
                              f"{upsert}", rows)

@@ -22,6 +22,7 @@ from sqlalchemy.dialects import postgresql
 from fileformat import ChunkIndex
 
 from . import schema as s
+from .engine import pg_arrays
 from .errors import InvalidCommitError
 from .models import ChunkMeta, OutputSegment, Segment, SegmentInfo, segment_columns
 
@@ -47,6 +48,8 @@ ROW_COLUMNS: tuple[tuple[str, str], ...] = tuple(
     (c.name, c.type.compile(dialect=_PG).lower()) for c in s.segments.c if c.name != "id")
 if tuple(name for name, _ in ROW_COLUMNS) != (*_HEAD, *_RECORDED, *_TAIL):
     raise AssertionError(f"segments columns {ROW_COLUMNS} do not match segment_row")
+
+_ROW_KINDS = tuple(kind for _, kind in ROW_COLUMNS)
 
 _INFO_FIELDS = tuple(f.name for f in dataclasses.fields(SegmentInfo))
 # What a SegmentInfo is read from, in its fields' order (`SegmentInfo(*row)`): a segment
@@ -135,7 +138,7 @@ def insert_segments(conn: sa.Connection, pg: bool, rows: Sequence[tuple[Any, ...
     if pg:
         arrays = ", ".join(f"%s::{kind}[]" for _, kind in ROW_COLUMNS)
         conn.exec_driver_sql(f"INSERT INTO segments ({cols}) SELECT * FROM unnest({arrays})",
-                             tuple(list(col) for col in zip(*rows, strict=True)))
+                             pg_arrays(zip(*rows, strict=True), _ROW_KINDS))
     else:
         marks = ", ".join("?" for _ in ROW_COLUMNS)
         conn.exec_driver_sql(f"INSERT INTO segments ({cols}) VALUES ({marks})", list(rows))
