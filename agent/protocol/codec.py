@@ -167,9 +167,18 @@ def decode_request(payload: bytes, api_key: int, version: int) -> tuple[Any, Any
 
 
 @functools.cache
-def _response_header(api_key: int, version: int) -> type[Any]:
-    header: type[Any] = load_response_schema(api_key, version).__header_schema__
-    return header
+def _header_tail(api_key: int, version: int) -> bytes:
+    """What follows the correlation id in the response header of API `api_key` at
+    `version` (kio's encoding, computed once: nothing in v0, the empty tagged-field section
+    in flexible v1), so an `Encoded` reply's frame head is one struct pack."""
+    header_cls = load_response_schema(api_key, version).__header_schema__
+    buf = io.BytesIO()
+    entity_writer(header_cls)(buf, header_cls(correlation_id=i32(0)))
+    return buf.getvalue()[_CORRELATION.size:]
+
+
+_CORRELATION = struct.Struct(">i")
+_HEAD = struct.Struct(">ii")  # frame size, correlation id
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -184,22 +193,20 @@ def encode_response(correlation_id: int, response: Any) -> list[Buffer]:
     """The size-prefixed frame as buffers to send in order: size, response header (its
     version from kio) and body (a kio entity, or `Encoded` parts, which are not copied);
     a `RawToken` is its size and bytes alone."""
+    if isinstance(response, Encoded):
+        tail = _header_tail(response.api_key, response.version)
+        size = _CORRELATION.size + len(tail) + sum(len(p) for p in response.parts)
+        return [_HEAD.pack(size, correlation_id) + tail, *response.parts]
     if isinstance(response, RawToken):
         return [FRAME.pack(len(response.token)) + response.token]
-    encoded = isinstance(response, Encoded)
-    header_cls = (_response_header(response.api_key, response.version) if encoded
-                  else type(response).__header_schema__)
+    header_cls = type(response).__header_schema__
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
     entity_writer(header_cls)(buf, header_cls(correlation_id=i32(correlation_id)))
-    if encoded:
-        body = sum(len(p) for p in response.parts)
-    else:
-        entity_writer(type(response))(buf, response)
-        body = 0
+    entity_writer(type(response))(buf, response)
     with buf.getbuffer() as view:
-        FRAME.pack_into(view, 0, len(view) + body - FRAME.size)
-    return [buf.getvalue(), *response.parts] if encoded else [buf.getvalue()]
+        FRAME.pack_into(view, 0, len(view) - FRAME.size)
+    return [buf.getvalue()]
 
 
 def frame(correlation_id: int, response: Any) -> bytes:

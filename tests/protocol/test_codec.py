@@ -1,22 +1,27 @@
 """`codec.Builder`: a field the request's version lacks is dropped, a field no version of the
-class has is refused; and every response field the handlers name exists in some version."""
+class has is refused; every response field the handlers name exists in some version; and an
+`Encoded` reply's frame head is kio's response header."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
 import importlib
+import io
+import struct
 import typing
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
+from kio.serial import entity_writer
 from kio.static.primitive import i32
 
 from agent.protocol import apis
 from agent.protocol.apis import HEARTBEAT, METADATA, TABLE
-from agent.protocol.codec import Builder, _fields_anywhere, _request_schema
+from agent.protocol.codec import Builder, Encoded, _fields_anywhere, _request_schema, frame
 
 
 def test_a_field_of_another_version_is_dropped() -> None:
@@ -79,3 +84,17 @@ def test_each_handler_takes_the_requests_of_the_versions_it_serves() -> None:
                   for v in range(api.min_version, api.max_version + 1)}
         declared = set(typing.get_args(module.Request)) or {module.Request}
         assert declared == served, api.name
+
+
+def test_an_encoded_reply_is_framed_with_kios_response_header() -> None:
+    """The head written for a handler's own bytes (`Encoded`) is the size and kio's response
+    header of that API and version, for every version served."""
+    for api in TABLE.values():
+        for version in range(api.min_version, api.max_version + 1):
+            header_cls = load_response_schema(api.key, version).__header_schema__
+            buf = io.BytesIO()
+            entity_writer(header_cls)(buf, header_cls(correlation_id=i32(-123456)))
+            head = buf.getvalue()
+            body = (b"body", memoryview(b"parts"))
+            assert frame(-123456, Encoded(api.key, version, body)) == (
+                struct.pack(">i", len(head) + 9) + head + b"bodyparts"), (api.name, version)

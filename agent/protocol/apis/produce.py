@@ -48,8 +48,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import struct
 import threading
+from collections.abc import Callable
 from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
@@ -235,37 +237,47 @@ async def _admit_all(ctx: ServerContext, request: Request, version: int,
             for t in request.topic_data]
 
 
-def _when_flushed(ctx: ServerContext, admitted: Admitted) -> asyncio.Future[None]:
-    """Resolves on the loop once every future of the request is done, and then wakes the
-    long-polling fetches (acks=0 included). One loop wake-up per flush, not one per
-    request or partition: a flush resolves thousands of futures at once, on the flusher
-    thread, and each cross-thread wake-up is a syscall under the interpreter lock, so the
-    requests it completes are handed over together (`ServerContext.call_threadsafe`)."""
+def _when_flushed(ctx: ServerContext, admitted: Admitted,
+                  answer: Callable[[], Encoded] | None) -> asyncio.Future[Encoded | None]:
+    """Resolves on the loop, to `answer()` (None: no answer), once every future of the
+    request is done, and then wakes the long-polling fetches (acks=0 included). One loop
+    wake-up per flush, not one per request or partition: a flush resolves thousands of
+    futures at once, on the flusher thread, and each cross-thread wake-up is a syscall
+    under the interpreter lock, so the requests it completes are handed over together
+    (`ServerContext.call_threadsafe`). One callback per flush the request's batches are in
+    (usually one), and no task: the reply is written when the future resolves."""
     loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
-    futures = [f for _, parts in admitted for _, o in parts if isinstance(o, list) for f in o]
-    remaining = len(futures)
+    done: asyncio.Future[Encoded | None] = loop.create_future()
+    flushes = list({id(f.flush_future): f.flush_future for _, parts in admitted
+                    for _, o in parts if isinstance(o, list) for f in o}.values())
+    if not flushes:
+        _resolve(ctx, done, answer)
+        return done
+    remaining = len(flushes)
     lock = threading.Lock()
 
-    def one_done(_: ProduceFuture) -> None:
+    def one_done(_: object) -> None:
         nonlocal remaining
         with lock:
             remaining -= 1
             if remaining:
                 return
-        ctx.call_threadsafe(_resolve, ctx, done)
+        ctx.call_threadsafe(_resolve, ctx, done, answer)
 
-    for fut in futures:
-        fut.add_done_callback(one_done)
-    if not futures:
-        done.set_result(None)
+    for flush in flushes:
+        flush.add_done_callback(one_done)
     return done
 
 
-def _resolve(ctx: ServerContext, done: asyncio.Future[None]) -> None:
+def _resolve(ctx: ServerContext, done: asyncio.Future[Encoded | None],
+             answer: Callable[[], Encoded] | None) -> None:
     ctx.notify_commit()
-    if not done.done():
-        done.set_result(None)
+    if done.done():  # dropped: the connection's replies are no longer written
+        return
+    try:
+        done.set_result(None if answer is None else answer())
+    except Exception as exc:  # the sender raises it, as it would a handler's failure
+        done.set_exception(exc)
 
 
 def _outcome(futures: list[ProduceFuture] | ErrorCode | Refusal) -> Outcome:
@@ -345,20 +357,19 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
     writable = ctx.authz.allowed(Operation.WRITE, ResourceType.TOPIC,
                                  (t.name for t in request.topic_data))
     admitted = await _admit_all(ctx, request, b.version, writable, refused)
-    flushed = _when_flushed(ctx, admitted)  # fetches wake at its commit, acks=0 included
     # Client quotas (agent/quotas.py): the records' bytes against producer_byte_rate; past
     # it the reply says how long to wait and the connection is muted that long.
     throttle_ms = ctx.throttle(PRODUCE_QUOTA, header.client_id,
                                sum(len(p.records or b"") for t in request.topic_data
                                    for p in t.partition_data))
-    if request.acks == 0:
-        return None
-    return asyncio.ensure_future(_complete(b, admitted, flushed, throttle_ms))
+    # Fetches wake at its commit, acks=0 included (which is answered by nothing).
+    flushed = _when_flushed(ctx, admitted, None if request.acks == 0 else functools.partial(
+        _completed, b, admitted, throttle_ms))
+    return None if request.acks == 0 else flushed
 
 
-async def _complete(b: Builder, admitted: Admitted, flushed: asyncio.Future[None],
-                    throttle_ms: int) -> Encoded:
-    await flushed
+def _completed(b: Builder, admitted: Admitted, throttle_ms: int) -> Encoded:
+    """The response once every admitted future is done."""
     return _response(b, [(topic, [(index, _outcome(o)) for index, o in parts])
                          for topic, parts in admitted], throttle_ms)
 
