@@ -581,6 +581,8 @@ class Agent:
         limit = self._config.buffer_memory
         if size > limit:
             raise RecordTooLargeError(f"record of {size} bytes exceeds buffer.memory={limit}")
+        if self._in_flight_bytes + size <= limit:  # room now: no deadline to compute
+            return
         block_ms = self._config.max_block_ms if block_s is None else block_s * 1000
         deadline = self._clock.monotonic() + block_ms / 1000
         while self._in_flight_bytes + size > limit:

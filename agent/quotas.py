@@ -115,6 +115,8 @@ class QuotaManager:
                now_ms: int) -> int:
         """Record `nbytes` of `kind` for the client; the throttle time in ms (0: within
         its quota, or none applies)."""
+        if not self._quotas:  # none stored (replaced whole by set_quotas): nothing to count
+            return 0
         with self._lock:
             found = self.quota(kind, user, client_id)
             if found is None:

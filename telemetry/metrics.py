@@ -196,9 +196,15 @@ def fetched(by_topic: Iterable[tuple[str, int]]) -> None:
             FETCH_BYTES.labels(topic).inc(nbytes)
 
 
+_REQUESTS_BY_API: dict[str, Counter] = {}  # REQUESTS' child per API, looked up once
+
+
 def request(api: str) -> None:
     """A Kafka request of `api` (its handler's name: produce, fetch, ...) is dispatched."""
-    REQUESTS.labels(api).inc()
+    counter = _REQUESTS_BY_API.get(api)
+    if counter is None:
+        counter = _REQUESTS_BY_API[api] = REQUESTS.labels(api)
+    counter.inc()
 
 
 def connection_opened() -> None:

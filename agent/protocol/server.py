@@ -508,24 +508,37 @@ class Server:
     async def _send(self, replies: asyncio.Queue[tuple[int, int, Any] | None],
                     conn: _Connection) -> None:
         """Write replies in request order (awaiting the pending ones) until the reader's
-        end (None), each freeing its request's queued bytes once written. If one cannot be
-        written the connection is aborted, so its reader stops too (the client reconnects),
-        and the replies still coming are dropped: taken off the queue all the same, so a
-        reader waiting for room in a full one is never left waiting (it would hang, and its
-        connection with it)."""
+        end (None), each freeing its request's queued bytes once written. The replies
+        already answered behind the one awaited go out in the same write (a flush answers
+        a connection's pipelined Produces at once: one system call for all of them, not
+        one each). If one cannot be written the connection is aborted, so its reader stops
+        too (the client reconnects), and the replies still coming are dropped: taken off
+        the queue all the same, so a reader waiting for room in a full one is never left
+        waiting (it would hang, and its connection with it)."""
         writer = conn.writer
         failed = False
-        while (item := await replies.get()) is not None:
+        held: list[tuple[int, int, Any] | None] = []  # taken while gathering, not ready
+        while (item := held.pop() if held else await replies.get()) is not None:
             size, correlation_id, reply = item
+            sizes = [size]
             try:
                 if failed:
                     _drop(reply)
                     continue
                 if isawaitable(reply):
                     reply = await reply
-                if reply is None:  # acks=0
+                parts = [] if reply is None else encode_response(correlation_id, reply)
+                while not replies.empty():  # the answered ones behind it join this write
+                    after = replies.get_nowait()
+                    ready = _answered(after)
+                    if after is None or ready is _NOT_READY:
+                        held.append(after)
+                        break
+                    sizes.append(after[0])
+                    if ready is not None:  # None: acks=0
+                        parts += encode_response(after[1], ready)
+                if not parts:  # acks=0
                     continue
-                parts = encode_response(correlation_id, reply)
                 if isinstance(writer.transport, TlsTransport):
                     await writer.transport.send(parts)
                 else:
@@ -539,7 +552,26 @@ class Server:
                 self.refusals.refused("reply_failed", "connection %s: reply not sent (%s),"
                                       " closing", writer.get_extra_info("peername"), exc)
             finally:
-                self._release(conn, size)
+                for size in sizes:
+                    self._release(conn, size)
+
+
+_NOT_READY = object()
+
+
+def _answered(item: tuple[int, int, Any] | None) -> Any:
+    """A queued reply's response if it is already answered (None: no response), else
+    _NOT_READY: not resolved yet, failed (left to the sender's usual path, which closes
+    the connection after the replies before it), or an awaitable other than a future."""
+    if item is None:
+        return _NOT_READY
+    reply = item[2]
+    if not isawaitable(reply):
+        return reply
+    if asyncio.isfuture(reply) and reply.done() and not reply.cancelled() and (
+            reply.exception() is None):
+        return reply.result()
+    return _NOT_READY
 
 
 def _drop(reply: Any) -> None:

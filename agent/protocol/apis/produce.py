@@ -253,6 +253,9 @@ def _when_flushed(ctx: ServerContext, admitted: Admitted,
     if not flushes:
         _resolve(ctx, done, answer)
         return done
+    if len(flushes) == 1:  # the usual case: nothing to count
+        flushes[0].add_done_callback(lambda _: ctx.call_threadsafe(_resolve, ctx, done, answer))
+        return done
     remaining = len(flushes)
     lock = threading.Lock()
 
