@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,6 +125,24 @@ def partitions_from(
                               key=_LAST_OFFSET)
         out[key] = PartitionFrom(int(r[_TOPIC_ROW]), info, segments, bool(r[_ABORTED]))
     return out
+
+
+def partition_offsets(db: Database, topics: Collection[str], partitions: Collection[int]
+                      ) -> dict[tuple[str, int], tuple[int, PartitionInfo]]:
+    """The offsets (log start, high watermark, last stable offset) and topic row id of each
+    existing partition numbered in `partitions` of a topic in `topics`, in ONE statement
+    outside a transaction: the long-polls a commit notification wakes together share it
+    (agent/protocol/apis/fetch.py), so it reads only partition rows, no segments (a tenth of
+    what a `partitions_from` arm costs on SQLite)."""
+    t, p = s.topics.c, s.partitions.c
+    query = (sa.select(t.id, t.name, p.partition, p.log_start_offset, p.next_offset,
+                       p.clean_offset, txnlog.FIRST_UNSTABLE)
+             .select_from(s.topics.join(s.partitions, p.topic_id == t.id))
+             .where(t.name.in_(sorted(topics)), p.partition.in_(sorted(partitions))))
+    with db.single() as conn:
+        rows = conn.execute(query).all()
+    return {(r.name, int(r.partition)): (int(r.id), partition_info(r.name, r, r.first_unstable))
+            for r in rows}
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,7 @@ class MetadataStore(Database):
     # reads
     find_segments = reads.find_segments
     partitions_from = reads.partitions_from  # Fetch: offsets and first segments of many
+    partition_offsets = reads.partition_offsets  # woken long-polls: offsets of many
     stats = reads.stats
     snapshot = reads.snapshot
     # `silt doctor`

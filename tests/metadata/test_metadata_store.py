@@ -387,6 +387,28 @@ def test_partitions_from_answers_as_partitions_and_find_segments_in_one_statemen
     assert all(isinstance(v.segments, list) and len(v.segments) == 1 for v in wide.values())
 
 
+def test_partition_offsets_are_partitions_rows_in_one_statement(store: MetadataStore) -> None:
+    store.create_topic("t", 3)
+    store.create_topic("u", 2)
+    commit(store, "k", [chunk("t", 0, 3), chunk("t", 2, 1), chunk("u", 1, 2)])
+    store.delete_records({("t", 0): 2})
+    statements: list[str] = []
+
+    def capture(conn: sa.Connection, cursor: object, stmt: str, *args: object) -> None:
+        statements.append(stmt)
+
+    sa.event.listen(store.engine, "before_cursor_execute", capture)
+    try:  # partitions 0 and 2 of t, u and a topic that does not exist
+        found = store.partition_offsets({"t", "u", "gone"}, {0, 2})
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", capture)
+    assert len(statements) == 1  # no BEGIN nor COMMIT either
+    infos = {(p.topic, p.partition): p for name in ("t", "u") for p in store.partitions(name)}
+    rows = {"t": store.get_topic("t").id, "u": store.get_topic("u").id}
+    assert found == {k: (rows[k[0]], infos[k]) for k in [("t", 0), ("t", 2), ("u", 0)]}
+    assert found[("t", 0)][1].log_start_offset == 2
+
+
 def test_find_segments_is_one_query_on_the_live_index(store: MetadataStore) -> None:
     store.create_topic("t", 2)
     for i in range(5):

@@ -5,16 +5,31 @@ and ping counted: metadata/engine.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import select
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from kio.schema.fetch.v12 import request as f12
+from kio.schema.types import TopicName
+from kio.static.primitive import i8, i32, i32Timedelta, i64
 
+from agent import Agent, AgentConfig
+from agent.protocol.cache import SegmentCache
+from agent.protocol.context import ServerContext
 from harness.agent_process import free_port
+from metadata import MetadataStore
+from objectstore import open_backend
 from tests.telemetry.test_services_metrics import scrape, value
 
-from .server import AgentProcess, Backend
+from .server import AgentProcess, Backend, RawClient, serve_in_process
+from .test_raw import batch, produce
 
 TOPICS, PER_TOPIC = 4, 25  # 100 partitions
 WAIT_S = 60.0
@@ -108,3 +123,79 @@ def test_a_100_partition_long_poll_costs_at_most_one_round_trip(
         assert woken.fetches >= 1 and bound == woken.fetches, woken
     finally:
         consumer.close()
+
+
+WOKEN_POLLS = 8
+SETTLE_S = 0.3  # for woken fetches to read (or not) and wait again
+
+
+def test_long_polls_woken_together_share_one_read(tmp_path: Path) -> None:
+    """WOKEN_POLLS long-polls, each on its own caught-up partition, woken by one
+    notification: one read of all their offsets (agent/protocol/apis/fetch.py `_share`)
+    answers every one (none returns: nothing new); woken by a record in one partition, one
+    more read for all, and one of that partition's own for the fetch that returns it.
+    In process, to count the metadata store's reads."""
+    store = open_backend(f"file://{tmp_path}/objects")
+    md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True)
+    md.create_topic("woken", WOKEN_POLLS)
+    agent = Agent(store, md, AgentConfig(linger_ms=0))
+    ctx = ServerContext(agent=agent, metadata=md, store=store,
+                        advertised={"PLAINTEXT": ("127.0.0.1", 0)},
+                        cache=SegmentCache(store, 1 << 20))
+    ctx.states.hearing = lambda: True  # only this agent commits: its own notifications
+    reads: list[tuple[str, int]] = []  # (which read, partitions asked)
+    read_from, read_offsets = md.partitions_from, md.partition_offsets
+
+    def counted_from(wanted: Any, *, limit: int) -> Any:
+        reads.append(("from", len(wanted)))
+        return read_from(wanted, limit=limit)
+
+    def counted_offsets(topics: Any, partitions: Any) -> Any:
+        reads.append(("offsets", len(partitions)))
+        return read_offsets(topics, partitions)
+
+    md.partitions_from = counted_from  # type: ignore[method-assign]
+    md.partition_offsets = counted_offsets  # type: ignore[method-assign]
+    clients: list[RawClient] = []
+    try:
+        with serve_in_process(ctx) as server:
+            clients = [RawClient(server.port, timeout=WAIT_S) for _ in range(WOKEN_POLLS)]
+            for p, c in enumerate(clients):
+                c.send_raw(c.frame(1, 12, f12.FetchRequest(
+                    max_wait=i32Timedelta.parse(timedelta(seconds=WAIT_S)), min_bytes=i32(1),
+                    max_bytes=i32(1 << 20), isolation_level=i8(0),
+                    topics=(f12.FetchTopic(topic=TopicName("woken"), partitions=(
+                        f12.FetchPartition(partition=i32(p), fetch_offset=i64(0),
+                                           partition_max_bytes=i32(1 << 20)),)),),
+                    forgotten_topics_data=())))
+            assert ctx.loop is not None
+            loop = ctx.loop
+
+            def on_loop(fn: Callable[[], Any]) -> Any:
+                async def call() -> Any:
+                    return fn()
+                return asyncio.run_coroutine_threadsafe(call(), loop).result(WAIT_S)
+
+            deadline = time.monotonic() + WAIT_S
+            while len(on_loop(ctx.states.waiting)) < WOKEN_POLLS:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            reads.clear()
+            on_loop(ctx.notify_commit)  # nothing new: each re-reads (shared) and waits again
+            time.sleep(SETTLE_S)
+            assert reads == [("offsets", WOKEN_POLLS)]
+            assert not select.select([c.sock for c in clients], [], [], 0)[0]  # none answered
+            producer = RawClient(server.port, timeout=WAIT_S)
+            clients.append(producer)
+            assert produce(producer, {("woken", 3): batch(1)}) == {("woken", 3): (0, 0)}
+            answer = clients[3].receive(1, 12).responses[0].partitions[0]
+            assert (answer.high_watermark, len(answer.records or b"") > 0) == (1, True)
+            time.sleep(SETTLE_S)
+            # One read for all, then the fetch of partition 3 reads its records' segments.
+            assert reads == [("offsets", WOKEN_POLLS)] * 2 + [("from", 1)], reads
+            assert not select.select([c.sock for c in clients], [], [], 0)[0]
+    finally:
+        for c in clients:
+            c.close()
+        agent.close()
+        md.close()

@@ -5,9 +5,11 @@ segments from its fetch offset come from ONE metadata statement for all topics
 (`MetadataStore.partitions_from`), or from none: partitions whose offsets this agent read
 since the last commit notification and that have nothing to read are answered from those
 (agent/protocol/states.py), so a long-poll of caught-up partitions reads nothing, and is
-answered on the event loop itself (no hop to the I/O pool). Each segment is read whole
-through the segment cache (one ranged GET shared by every consumer), which keeps them as
-served: baseOffsets absolute, partitionLeaderEpoch -1 (patched once per segment read, per
+answered on the event loop itself (no hop to the I/O pool). Long-polls woken together by a
+notification (which forgets those offsets) share one read of them all (`_share`): only
+those with records to read then go to the pool. Each segment is
+read whole through the segment cache (one ranged GET shared by every consumer), which keeps
+them as served: baseOffsets absolute, partitionLeaderEpoch -1 (patched once per segment read, per
 batch, never per record). A fetch sends views of those cached bytes — one per segment, not
 per batch — after the response fields it writes itself (FetchResponse v4-v17 in wire bytes,
 checked equal to kio's encoding by tests/protocol/test_fetch_response.py), so past the cache
@@ -66,7 +68,7 @@ from metadata.errors import OffsetOutOfRangeError, UnknownTopicError
 from ..codec import Buffer, Builder, Encoded, write_array_length, write_topic_head, write_uvarint
 from ..context import ServerContext
 from ..errors import FETCH, error_code, failed
-from ..states import Key
+from ..states import Key, SharedRead
 
 Request = (v4.FetchRequest | v5.FetchRequest | v6.FetchRequest | v7.FetchRequest | v8.FetchRequest
            | v9.FetchRequest | v10.FetchRequest | v11.FetchRequest | v12.FetchRequest
@@ -90,11 +92,23 @@ SEGMENTS_PER_QUERY = 32
 # Segments read per partition for all of a fetch's partitions at once: most fetches take a
 # partition's next few segments; one that needs more pages on with SEGMENTS_PER_QUERY.
 FIRST_SEGMENTS = 8
+SHARED_TRIES = 2
+# Shared reads a pass awaits before reading alone: a second only when a notification came
+# during the first (which then kept nothing).
 READ_COMMITTED = 1  # isolation_level: records below the last stable offset, and the
 # aborted transactions among them (else aborted_transactions null, as Kafka sends)
 _BASE = struct.Struct(">q")
 _LENGTH = struct.Struct(">i")
 _LAST_DELTA = struct.Struct(">i")
+
+
+class OffsetsNotKept(NotCachedError):
+    """`cached_only`: only the offsets of `keys` are missing (none of the others has records
+    to read), which a read shared with the other long-polls can fill (`_share`)."""
+
+    def __init__(self, keys: list[Key]) -> None:
+        super().__init__(f"the offsets of {len(keys)} partitions are not kept")
+        self.keys = keys
 
 
 @dataclass(slots=True)
@@ -334,17 +348,20 @@ def partitions(ctx: ServerContext, wanted: list[tuple[str, Partition]], committe
     when the partition states cache (agent/protocol/states.py) knows every partition and
     none has anything to read: a long-poll of caught-up partitions reads nothing. A
     partition that does not exist is absent. `cached_only`: NotCachedError rather than a
-    read."""
+    read (OffsetsNotKept when only offsets are missing)."""
     generation = ctx.states.generation()  # before reading: see states.py
     known = ctx.states.get((topic, int(p.partition)) for topic, p in wanted)
-    ask = []
+    ask, unknown = [], []
     for topic, p in wanted:
         key, offset = (topic, int(p.partition)), int(p.fetch_offset)
         hit = known.get(key)
+        if hit is None:
+            unknown.append(key)
         if hit is None or _has_data(hit[1], offset, committed):
             ask.append((topic, key[1], offset))
     if ask and cached_only:
-        raise NotCachedError("partitions to read")
+        raise (OffsetsNotKept(unknown) if len(unknown) == len(ask)
+               else NotCachedError("partitions to read"))
     found = ctx.metadata.partitions_from(ask, limit=FIRST_SEGMENTS) if ask else {}
     ctx.states.put(generation, {k: (f.topic_id, f.info) for k, f in found.items()})
     # Known partitions not read have nothing to read: no segments. One read and not found
@@ -408,6 +425,70 @@ def _read_counted(ctx: ServerContext, request: Request, readable: Callable[[str]
     return results, telemetry.round_trips_here() - before
 
 
+def _read_offsets(ctx: ServerContext, topics: frozenset[str], numbers: frozenset[int],
+                  generation: int) -> int:
+    """Keep the offsets of partitions `numbers` of `topics`, read after `generation` in one
+    statement (runs in the pool); its round trips. A failure keeps nothing: each fetch then
+    reads alone, and answers the error."""
+    before = telemetry.round_trips_here()
+    with contextlib.suppress(Exception):
+        ctx.states.put(generation, ctx.metadata.partition_offsets(topics, numbers))
+    return telemetry.round_trips_here() - before
+
+
+async def _share(ctx: ServerContext, keys: list[Key]) -> int | None:
+    """Await a read that keeps the offsets of `keys` and of every partition other waiting
+    long-polls want and are not kept: the one under way since the last notification if it
+    covers `keys`, else one started here, if there are such others (None if not: a fetch
+    alone reads alone). The round trips this fetch paid for."""
+    states = ctx.states
+    generation, shared = states.generation(), states.shared
+    if (shared is not None and shared.generation == generation and not shared.task.done()
+            and all(t in shared.topics and p in shared.numbers for t, p in keys)):
+        await asyncio.shield(shared.task)
+        return 0
+    waiting = states.waiting()
+    kept = states.get(waiting)
+    wanted = {k for k in waiting if k not in kept}.union(keys)
+    if len(wanted) == len(keys):
+        return None
+    topics, numbers = frozenset(t for t, _ in wanted), frozenset(p for _, p in wanted)
+    task = asyncio.ensure_future(ctx.run(_read_offsets, ctx, topics, numbers, generation))
+    states.shared = SharedRead(generation, topics, numbers, task)
+    return await asyncio.shield(task)
+
+
+async def _pass(ctx: ServerContext, request: Request, readable: Callable[[str], bool],
+                quota_bytes: float
+                ) -> tuple[list[tuple[TopicRef, str, list[PartitionRead]]], int]:
+    """One `read_all`, and the metadata round trips this fetch paid for: on the event loop
+    when nothing blocks (every offset kept, no records to read); when only offsets are
+    missing, after a read of them shared with the other waiting long-polls (`_share`; a
+    second only if a notification forgot what the first kept); else in the pool. The
+    long-polls a notification wakes together cost one read, plus one for each that has
+    records to read."""
+    trips = 0
+    for _ in range(SHARED_TRIES):
+        try:
+            return read_all(ctx, request, readable, quota_bytes, cached_only=True), trips
+        except OffsetsNotKept as exc:
+            if not ctx.states.hearing():
+                break
+            generation = ctx.states.generation()
+            shared = await _share(ctx, exc.keys)
+            if shared is None:
+                break
+            trips += shared
+            if ctx.states.generation() == generation:  # what it read is kept, if it exists
+                with contextlib.suppress(NotCachedError):
+                    return read_all(ctx, request, readable, quota_bytes, cached_only=True), trips
+                break
+        except NotCachedError:
+            break
+    results, more = await ctx.run(_read_counted, ctx, request, readable, quota_bytes)
+    return results, trips + more
+
+
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Encoded:
     readable = ctx.authz.decider(Operation.READ, ResourceType.TOPIC)
@@ -418,20 +499,24 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
     deadline = loop.time() + request.max_wait.total_seconds()
     min_bytes = int(request.min_bytes)
     round_trips = 0
-    while True:
-        woken = ctx.committed()  # before reading: a commit during the read is not missed
-        try:  # on the loop when nothing blocks (caught up, offsets kept), else in the pool
-            results = read_all(ctx, request, readable, quota_bytes, cached_only=True)
-        except NotCachedError:
-            results, trips = await ctx.run(_read_counted, ctx, request, readable, quota_bytes)
+    waiting: list[Key] = []  # what this long-poll waits for (a shared read reads them too)
+    try:
+        while True:
+            woken = ctx.committed()  # before reading: a commit during the read is not missed
+            results, trips = await _pass(ctx, request, readable, quota_bytes)
             round_trips += trips
-        size = sum(r.size for _, _, reads in results for r in reads)
-        errors = any(r.error for _, _, reads in results for r in reads)
-        remaining = deadline - loop.time()
-        if size >= min_bytes or errors or remaining <= 0 or ctx.stopping:
-            break
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(woken.wait(), remaining)
+            size = sum(r.size for _, _, reads in results for r in reads)
+            errors = any(r.error for _, _, reads in results for r in reads)
+            remaining = deadline - loop.time()
+            if size >= min_bytes or errors or remaining <= 0 or ctx.stopping:
+                break
+            if not waiting:
+                waiting = [(name, r.index) for _, name, reads in results for r in reads]
+                ctx.states.wait(waiting)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), remaining)
+    finally:
+        ctx.states.done(waiting)
     # Client quotas (agent/quotas.py): the records' bytes against consumer_byte_rate; past
     # it, as Kafka, the reply carries no records (not counted), says how long to wait, and
     # the connection is muted that long.
