@@ -25,6 +25,7 @@ from agent.protocol.cache import SegmentCache
 from agent.protocol.context import ServerContext
 from harness.agent_process import free_port
 from metadata import MetadataStore
+from metadata.notify import DATA_VERSION_POLL_S
 from objectstore import open_backend
 from tests.telemetry.test_services_metrics import scrape, value
 
@@ -89,6 +90,9 @@ def test_a_100_partition_long_poll_costs_at_most_one_round_trip(
     for topic, p in partitions:
         producer.produce(topic, b"v", partition=p)
     assert producer.flush(WAIT_S) == 0
+    # The SQLite watcher hears the flush's commits within a poll: before the reads below,
+    # or its late notification forgets what they kept (a caught-up fetch then reads once).
+    time.sleep(4 * DATA_VERSION_POLL_S)
     consumer = Consumer({"bootstrap.servers": proc.bootstrap, "group.id": "unused",
                          "enable.auto.commit": False, "fetch.wait.max.ms": LONG_POLL_MS})
     try:
