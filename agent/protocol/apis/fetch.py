@@ -514,7 +514,8 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                 waiting = [(name, r.index) for _, name, reads in results for r in reads]
                 ctx.states.wait(waiting)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(woken.wait(), remaining)
+                async with asyncio.timeout(remaining):  # no task, as wait_for makes one
+                    await woken.wait()
     finally:
         ctx.states.done(waiting)
     # Client quotas (agent/quotas.py): the records' bytes against consumer_byte_rate; past
