@@ -52,7 +52,7 @@ import functools
 import struct
 import threading
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from kio.schema.errors import ErrorCode
 from kio.schema.produce import v3, v4, v5, v6, v7, v8, v9, v10, v11, v12
@@ -188,14 +188,17 @@ def _admit_some(ctx: ServerContext, parts: list[tuple[str, Partition]], version:
     return [_admit(ctx, topic, p.index, p.records, version) or FULL for topic, p in parts]
 
 
-async def _try_some(ctx: ServerContext, parts: list[tuple[str, Partition]], version: int,
-                    inline: bool) -> list[Admission]:
-    """`_admit_some`, on the loop for the partitions the agent can take from its caches
-    (`inline`), in the pool for the rest."""
-    if not inline:
-        return await ctx.run(_admit_some, ctx, parts, version)
-    tried = [_admit(ctx, topic, p.index, p.records, version, cached_only=True)
-             for topic, p in parts]
+def _try_cached(ctx: ServerContext, parts: list[tuple[str, Partition]], version: int
+                ) -> list[Admission | None]:
+    """`_admit` on the loop for each partition the agent can take from its caches (None
+    for the others: they go to the pool)."""
+    return [_admit(ctx, topic, p.index, p.records, version, cached_only=True)
+            for topic, p in parts]
+
+
+async def _try_rest(ctx: ServerContext, parts: list[tuple[str, Partition]], version: int,
+                    tried: list[Admission | None]) -> list[Admission]:
+    """`_admit_some` in the pool for the partitions `_try_cached` left (None in `tried`)."""
     rest = [i for i, outcome in enumerate(tried) if outcome is None]
     if rest:
         for i, outcome in zip(rest, await ctx.run(_admit_some, ctx, [parts[i] for i in rest],
@@ -223,7 +226,14 @@ async def _admit_all(ctx: ServerContext, request: Request, version: int,
     inline = sum(len(p.records or b"") for _, p in parts) <= INLINE_BYTES
     while True:
         room = ctx.room_freed()  # before trying: room freed during the attempt wakes us
-        tried = await _try_some(ctx, [parts[i] for i in waiting], version, inline)
+        trying: list[tuple[str, Partition]] = [parts[i] for i in waiting]
+        if not inline:
+            tried = await ctx.run(_admit_some, ctx, trying, version)
+        else:  # on the loop where the agent has what it needs cached, in the pool if not
+            cached = _try_cached(ctx, trying, version)
+            tried = (await _try_rest(ctx, trying, version, cached)
+                     if any(outcome is None for outcome in cached)
+                     else cast(list[Admission], cached))
         for i, outcome in zip(waiting, tried, strict=True):
             outcomes[i] = outcome
         waiting = [i for i in waiting if outcomes[i] is FULL]
@@ -331,13 +341,11 @@ _VERIFIED = {
 }
 
 
-async def _unverified(ctx: ServerContext, request: Request, version: int
+async def _unverified(ctx: ServerContext, request: Request, version: int,
+                      producers: dict[tuple[str, int], tuple[int, int]]
                       ) -> dict[tuple[str, int], ErrorCode] | None:
-    """The partitions whose transactional batches may not be stored, with their errors
-    (none: {}); None when the request must be refused whole."""
-    producers = _transactional(request)
-    if not producers:
-        return {}
+    """The partitions whose transactional batches (`producers`: `_transactional`) may not
+    be stored, with their errors (none: {}); None when the request must be refused whole."""
     txn_id = request.transactional_id
     if txn_id is None or not ctx.authz.allows(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
                                               txn_id):  # KafkaApis, before anything else
@@ -352,7 +360,8 @@ async def _unverified(ctx: ServerContext, request: Request, version: int
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                  b: Builder) -> Reply:
-    refused = await _unverified(ctx, request, b.version)
+    producers = _transactional(request)
+    refused = await _unverified(ctx, request, b.version, producers) if producers else {}
     if refused is None:  # KafkaApis' answer to a transactional batch without the id
         return _response(b, [(t.name, [(p.index, ErrorCode.transactional_id_authorization_failed)
                                        for p in t.partition_data])
