@@ -445,7 +445,8 @@ async def _share(ctx: ServerContext, keys: list[Key]) -> int | None:
     generation, shared = states.generation(), states.shared
     if (shared is not None and shared.generation == generation and not shared.task.done()
             and all(t in shared.topics and p in shared.numbers for t, p in keys)):
-        await asyncio.shield(shared.task)
+        with contextlib.suppress(Exception):  # not read: this fetch then reads alone
+            await asyncio.shield(shared.task)
         return 0
     waiting = states.waiting()
     kept = states.get(waiting)
