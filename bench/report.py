@@ -270,9 +270,10 @@ produce run back (goal >= 200). `latency`: a steady load with the producer's def
 1 KiB batch per request at this load); ack time minus produce time (goals p50 <= 300 ms,
 p99 <= 450 ms on file), and objects written per second (one per flush: ~4 below 8 MiB per
 250 ms). The request rate, not the bytes, is what loads the agent at this load: ~2,000
-requests/s of one small batch each, ~0.4 ms of agent CPU per request (asyncio, the
-admission's thread hop, the flush's per-batch work), so 2 MiB/s is close to one agent core
-with the producer's defaults; a larger linger.ms on the client sends fewer, larger requests.
+requests/s of one small batch each, ~100 µs of agent CPU per request on a quiet machine
+(issue 28 below: where it went and what was cut), so 2 MiB/s at the producer's defaults
+takes about 0.2 of an agent core; a larger linger.ms on the client sends fewer, larger
+requests.
 Fetch sends the records as views of the segment cache (segments patched once as they enter
 it) with writev(2), so no user-space copy; its metadata costs one statement per Fetch,
 none for a long-poll of caught-up partitions (round trips per Fetch: the long-polls row).
