@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from settings import Section, integer, text
 
-from .engine import DEFAULT_URL, engine_url
+from .engine import DEFAULT_POOL_SIZE, DEFAULT_URL, engine_url
 from .errors import UnsupportedMetadataUrlError
 
 URL = "url"
@@ -23,6 +23,7 @@ OFFSETS_RETENTION_CHECK_INTERVAL_MS = "offsets.retention.check.interval.ms"
 JOBS_RETENTION_MS = "jobs.retention.ms"
 DELETED_FILES_RETENTION_MS = "deleted.files.retention.ms"
 MAX_PARTITIONS = "max.partitions"
+POOL_SIZE = "pool.size"
 ENV_URL = "SILT_METADATA"
 
 
@@ -91,6 +92,15 @@ class MetadataConfig(Section):
     max_partitions: int = integer(
         MAX_PARTITIONS, 100_000, lo=1, hi=2**31 - 1,
         doc="partitions of all topics together; creates and growth past it are refused")
+
+    # Connections each process keeps to the metadata database, at most: a fixed pool, as
+    # an agent's reads come from its 16 I/O threads at once (beyond it a thread waits for a
+    # connection). Fixed rather than 5 kept + 10 opened and closed per burst: on PostgreSQL
+    # each connection opened is a server process started (~6 a second under 50 long-polls).
+    # Every process may hold this many: size PostgreSQL's max_connections for them.
+    pool_size: int = integer(
+        POOL_SIZE, DEFAULT_POOL_SIZE, lo=1, hi=1000,
+        doc="connections each process keeps to the metadata database, at most")
 
     def check_across(self) -> None:
         if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms:

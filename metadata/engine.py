@@ -74,13 +74,20 @@ def shown_url(url: str) -> str:
         return url
 
 
-def make_engine(url: str, *, create: bool = False) -> sa.Engine:
-    """An engine for `url`; SQLite: WAL, foreign keys, busy timeout, and BEGIN IMMEDIATE for
-    write transactions (`silt_write` execution option). An SQLite file that does not exist
-    is MetadataNotFoundError unless `create` (then it and its directories are created)."""
+DEFAULT_POOL_SIZE = 15  # the metadata.pool.size setting's default (config.py)
+
+
+def make_engine(url: str, *, create: bool = False,
+                pool_size: int = DEFAULT_POOL_SIZE) -> sa.Engine:
+    """An engine for `url` with a fixed pool of up to `pool_size` connections (kept once
+    opened: none opened and closed per burst); SQLite: WAL, foreign keys, busy timeout, and
+    BEGIN IMMEDIATE for write transactions (`silt_write` execution option). An SQLite file
+    that does not exist is MetadataNotFoundError unless `create` (then it and its
+    directories are created)."""
     target = engine_url(url)
+    pool = {"pool_size": pool_size, "max_overflow": 0}
     if target.startswith("postgresql"):
-        engine = sa.create_engine(target)
+        engine = sa.create_engine(target, **pool)
         _ping_when_told(engine)
         _count_round_trips(engine, driver_begins=True)
         return engine
@@ -95,7 +102,7 @@ def make_engine(url: str, *, create: bool = False) -> sa.Engine:
             " the first write command (topics create, produce, agent, up)")
     if create:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    engine = sa.create_engine(target, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+    engine = sa.create_engine(target, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S}, **pool)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -261,8 +268,8 @@ class Database:
         is never created. A database that cannot be reached or read (server down, no such
         database, a file that is not SQLite) is MetadataUnavailableError, one line.
 
-        `config` gives the timeouts (producer-state expiry, agent sessions; its URL is not
-        used: `url` is); default: the section's defaults.
+        `config` gives the timeouts (producer-state expiry, agent sessions) and the pool's
+        size (its URL is not used: `url` is); default: the section's defaults.
 
         Each migration runs in its own transaction that re-reads the version under a lock
         (PostgreSQL advisory lock / SQLite write lock), so two processes opening a fresh
@@ -271,7 +278,8 @@ class Database:
         if config is None:
             from .config import MetadataConfig
             config = MetadataConfig()
-        db = cls(make_engine(url, create=create), url, clock, config)
+        db = cls(make_engine(url, create=create, pool_size=config.pool_size), url, clock,
+                 config)
         try:
             db._migrate(create)
         except sa.exc.DBAPIError as exc:
