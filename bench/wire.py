@@ -241,7 +241,7 @@ def run_long_polls(agent: AgentProcess, p: WireParams, metrics_port: int) -> lis
     records a second for `p.seconds`: Fetch requests per agent core (all its CPU, the
     trickle's produce and flushes included) and metadata round trips per Fetch; then the
     floor on the same agent (`run_floor`)."""
-    ends = {i: _end_offset(agent, i) for i in range(p.partitions)}
+    ends = _end_offsets(agent)
     consumers = []
     for n in range(LONG_POLL_CONSUMERS):
         c = Consumer({"bootstrap.servers": agent.bootstrap, "group.id": "long-polls",
@@ -298,9 +298,10 @@ def run_long_polls(agent: AgentProcess, p: WireParams, metrics_port: int) -> lis
     return [row, run_floor(agent, max(FLOOR_BATCH, int(FLOOR_PER_S * p.seconds)))]
 
 
-def _end_offset(agent: AgentProcess, partition: int) -> int:
+def _end_offsets(agent: AgentProcess) -> dict[int, int]:
+    """Every partition's end offset, in one metadata read."""
     with agent.metadata() as md:
-        return next(i.next_offset for i in md.partitions(TOPIC) if i.partition == partition)
+        return {i.partition: i.next_offset for i in md.partitions(TOPIC)}
 
 
 # Fetch v4 of no partition, max_wait 0: header v1 (key, version, correlation id, client id),
