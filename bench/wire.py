@@ -240,7 +240,8 @@ def run_long_polls(agent: AgentProcess, p: WireParams, metrics_port: int) -> lis
     partitions from their end, long-polling while one producer trickles TRICKLE_PER_S
     records a second for `p.seconds`: Fetch requests per agent core (all its CPU, the
     trickle's produce and flushes included) and metadata round trips per Fetch; then the
-    floor on the same agent (`run_floor`)."""
+    same trickle alone for as long (what the agent spends without the consumers), what the
+    long-polls cost beyond it, and the floor on the same agent (`run_floor`)."""
     ends = _end_offsets(agent)
     consumers = []
     for n in range(LONG_POLL_CONSUMERS):
@@ -271,17 +272,8 @@ def run_long_polls(agent: AgentProcess, p: WireParams, metrics_port: int) -> lis
         fetches0, cpu0 = _metric(metrics_port, fetch), agent.cpu_seconds()
         trips0 = _metric(metrics_port, "silt_fetch_metadata_round_trips_sum")
         counted0 = _metric(metrics_port, "silt_fetch_metadata_round_trips_count")
-        got = sent = 0
-        start = time.perf_counter()
-        value = b"t" * p.value_size
-        while (elapsed := time.perf_counter() - start) < p.seconds:
-            while sent < int(elapsed * TRICKLE_PER_S) + 1:
-                _produce(producer, sent % p.partitions, b"t%d" % sent, value,
-                         acks.since(time.perf_counter()))
-                sent += 1
-            producer.poll(0)
-            poll_all()
-            time.sleep(0.005)
+        got = 0
+        sent = _trickle(producer, acks, p, poll_all)
         cpu = agent.cpu_seconds() - cpu0
         fetches = _metric(metrics_port, fetch) - fetches0
         trips = _metric(metrics_port, "silt_fetch_metadata_round_trips_sum") - trips0
@@ -290,12 +282,41 @@ def run_long_polls(agent: AgentProcess, p: WireParams, metrics_port: int) -> lis
     finally:
         for c in consumers:
             c.close()
-    row = {"measure": f"{LONG_POLL_CONSUMERS} long-polling consumers", "records": sent,
-           "agent_cpu_s": round(cpu, 2), "fetch_requests": int(fetches),
-           "requests_per_s_per_agent_core": round(fetches / cpu),
-           "agent_cpu_us_per_request": round(1e6 * cpu / fetches),
-           "round_trips_per_fetch": round(trips / counted, 3) if counted else None}
-    return [row, run_floor(agent, max(FLOOR_BATCH, int(FLOOR_PER_S * p.seconds)))]
+    cpu0 = agent.cpu_seconds()
+    alone = _trickle(producer, acks, p, lambda: None)
+    alone_cpu = agent.cpu_seconds() - cpu0
+    _drain(producer, acks.errors)
+    beyond = cpu - alone_cpu
+    rows = [{"measure": f"{LONG_POLL_CONSUMERS} long-polling consumers", "records": sent,
+             "agent_cpu_s": round(cpu, 2), "fetch_requests": int(fetches),
+             "requests_per_s_per_agent_core": round(fetches / cpu),
+             "agent_cpu_us_per_request": round(1e6 * cpu / fetches),
+             "round_trips_per_fetch": round(trips / counted, 3) if counted else None},
+            {"measure": "the trickle alone", "records": alone,
+             "agent_cpu_s": round(alone_cpu, 2)},
+            {"measure": "long-polls beyond the trickle", "agent_cpu_s": round(beyond, 2),
+             "fetch_requests": int(fetches),
+             "requests_per_s_per_agent_core": round(fetches / beyond) if beyond > 0 else None,
+             "agent_cpu_us_per_request": round(1e6 * beyond / fetches) if beyond > 0 else None}]
+    return [*rows, run_floor(agent, max(FLOOR_BATCH, int(FLOOR_PER_S * p.seconds)))]
+
+
+def _trickle(producer: Producer, acks: _Acks, p: WireParams, poll: Callable[[], None]
+             ) -> int:
+    """TRICKLE_PER_S records a second round robin for `p.seconds`, calling `poll` every
+    ~5 ms (the consumers'); the records sent."""
+    sent = 0
+    start = time.perf_counter()
+    value = b"t" * p.value_size
+    while (elapsed := time.perf_counter() - start) < p.seconds:
+        while sent < int(elapsed * TRICKLE_PER_S) + 1:
+            _produce(producer, sent % p.partitions, b"t%d" % sent, value,
+                     acks.since(time.perf_counter()))
+            sent += 1
+        producer.poll(0)
+        poll()
+        time.sleep(0.005)
+    return sent
 
 
 def _end_offsets(agent: AgentProcess) -> dict[int, int]:

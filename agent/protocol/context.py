@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import telemetry
 from agent.config import AgentConfig
 from agent.errors import NotCachedError
 from agent.groups.coordinator import Coordinator
@@ -33,7 +34,7 @@ from .cache import SegmentCache
 from .errors import error_code
 from .registry import Registration
 from .session import SESSION
-from .states import PartitionStates
+from .states import Key, Known, PartitionStates
 
 if TYPE_CHECKING:
     from .apis import Api
@@ -127,7 +128,6 @@ class ServerContext:
     quotas: QuotaManager = field(init=False)  # client byte rates
     sasl: SaslService | None = None  # the SASL listeners' side (set by the server)
     authz: Authorization = field(init=False)  # ACL decisions (authz.py)
-    _commits: Wakeup = field(default_factory=Wakeup)
     # Partitions' offsets as last read, forgotten at each commit notification (states.py).
     states: PartitionStates = field(default_factory=PartitionStates)
     # Calls from other threads waiting for the loop (`call_threadsafe`).
@@ -140,6 +140,7 @@ class ServerContext:
     _by_id_at: float = float("-inf")
 
     def __post_init__(self) -> None:
+        self.states.reader = self._read_offsets
         self.quotas = QuotaManager(self.config.quota_window_size_seconds * 1000,
                                    self.config.quota_window_num)
         self.groups = Coordinator(self.metadata, self.config, self.run, self._agent_id,
@@ -267,23 +268,31 @@ class ServerContext:
         """Run blocking work (metadata queries, object GETs, agent appends) off the loop."""
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
-    def committed(self) -> asyncio.Event:
-        """An event set at the next data commit of any agent (this one's flushes, and the
-        metadata store's commit watcher for all of them: metadata/notify.py). Take it
-        BEFORE reading, so a commit between the read and the wait is not missed."""
-        return self._commits.event()
-
     def notify_commit(self) -> None:
-        """Forget the partitions' offsets read so far and wake every fetch waiting for data
-        (on the loop thread)."""
+        """Forget the partitions' offsets read so far and look at the long-polls waiting for
+        data again, waking those whose partitions moved (on the loop thread; at shutdown,
+        all of them)."""
         self.states.changed()
-        self._commits.notify()
+        self._notified()
 
     def notify_commit_threadsafe(self) -> None:
         """`notify_commit` from any thread (the agent's flusher, the commit watcher): the
         offsets are forgotten at once, in that thread."""
         self.states.changed()
-        self._commits.notify_threadsafe()
+        if self.loop is not None and not self.loop.is_closed():
+            self.call_threadsafe(self._notified)
+
+    def _notified(self) -> None:
+        if self.stopping:
+            self.states.wake_all()
+        else:
+            self.states.notified()
+
+    async def _read_offsets(self, topics: frozenset[str], numbers: frozenset[int]
+                            ) -> tuple[dict[Key, Known], int]:
+        """The long-polls' shared read (states.py): the offsets of partitions `numbers` of
+        `topics`, and its metadata round trips."""
+        return await self.run(_offsets_counted, self.metadata, topics, numbers)
 
     def room_freed(self) -> asyncio.Event:
         """An event set the next time buffer.memory room is freed (take it BEFORE trying
@@ -298,3 +307,12 @@ class ServerContext:
     def notify_room_threadsafe(self) -> None:
         """`notify_room` from any thread (the agent's room listener)."""
         self._room.notify_threadsafe()
+
+
+def _offsets_counted(md: MetadataStore, topics: frozenset[str], numbers: frozenset[int]
+                     ) -> tuple[dict[Key, Known], int]:
+    """`MetadataStore.partition_offsets`, and the round trips it made (in the pool thread
+    it runs on)."""
+    before = telemetry.round_trips_here()
+    offsets = md.partition_offsets(topics, numbers)
+    return offsets, telemetry.round_trips_here() - before

@@ -75,13 +75,17 @@ def test_wire_suite_measures_a_real_agent(tmp_path: Path) -> None:
                                small_producers=True, long_polls=True))
     by_run = {r["measure"]: r for r in rows}
     assert set(by_run) == {"produce", "fetch", "latency", "50 small producers",
-                           "50 long-polling consumers", "floor: empty Fetches"}
+                           "50 long-polling consumers", "the trickle alone",
+                           "long-polls beyond the trickle", "floor: empty Fetches"}
     polls = by_run["50 long-polling consumers"]
     assert polls["fetch_requests"] > 0 and polls["requests_per_s_per_agent_core"] > 0
     # counted by the agent: at most one a wake-up, and most Fetches wake once or not at all
     assert polls["round_trips_per_fetch"] is not None
     assert 0 <= polls["round_trips_per_fetch"] <= 2
     assert by_run["floor: empty Fetches"]["requests_per_s_per_agent_core"] > 0
+    alone = by_run["the trickle alone"]  # the same records a second, no consumer
+    assert alone["records"] > 0 and alone["agent_cpu_s"] >= 0
+    assert by_run["long-polls beyond the trickle"]["fetch_requests"] == polls["fetch_requests"]
     small = by_run["50 small producers"]
     assert small["records"] == 50 * 20  # every one acked (errors would have raised)
     # counted by the agent itself: at least one request per producer, at most one a record

@@ -135,8 +135,8 @@ SETTLE_S = 0.3  # for woken fetches to read (or not) and wait again
 
 def test_long_polls_woken_together_share_one_read(tmp_path: Path) -> None:
     """WOKEN_POLLS long-polls, each on its own caught-up partition, woken by one
-    notification: one read of all their offsets (agent/protocol/apis/fetch.py `_share`)
-    answers every one (none returns: nothing new); woken by a record in one partition, one
+    notification: one read of all their offsets (agent/protocol/states.py, the refresh)
+    looks at every one (none is woken: nothing new); a record in one partition, one
     more read for all, and one of that partition's own for the fetch that returns it.
     In process, to count the metadata store's reads."""
     store = open_backend(f"file://{tmp_path}/objects")

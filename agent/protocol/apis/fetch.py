@@ -5,9 +5,11 @@ segments from its fetch offset come from ONE metadata statement for all topics
 (`MetadataStore.partitions_from`), or from none: partitions whose offsets this agent read
 since the last commit notification and that have nothing to read are answered from those
 (agent/protocol/states.py), so a long-poll of caught-up partitions reads nothing, and is
-answered on the event loop itself (no hop to the I/O pool). Long-polls woken together by a
-notification (which forgets those offsets) share one read of them all (`_share`): only
-those with records to read then go to the pool. Each segment is
+answered on the event loop itself (no hop to the I/O pool). A long-poll waits parked
+(agent/protocol/states.py): a commit notification starts one read of the offsets of every
+parked partition, which wakes only the long-polls whose partitions moved (only those with
+records to read then go to the pool), and one that expires with nothing moved answers what
+it read, without a second look. Each segment is
 read whole through the segment cache (one ranged GET shared by every consumer), which keeps
 them as served: baseOffsets absolute, partitionLeaderEpoch -1 (patched once per segment read, per
 batch, never per record). A fetch sends views of those cached bytes — one per segment, not
@@ -20,9 +22,9 @@ at most the agent's fetch.max.bytes (Kafka's broker setting, 55 MiB), but the fi
 the first non-empty partition is returned whole even if it is larger (KIP-74), so a consumer
 always makes progress. A partition named twice is read and answered once (`requested`), as
 Kafka collapses a request's partitions. Below the log start or past the high watermark:
-OFFSET_OUT_OF_RANGE. With fewer than min_bytes, the fetch waits up to max_wait for the next
-data commit of any agent on the metadata store (an asyncio event set by this agent's flushes
-and by the metadata store's commit watcher, metadata/notify.py; not a sleep loop).
+OFFSET_OUT_OF_RANGE. With fewer than min_bytes, the fetch waits up to max_wait for a data
+commit of any agent to move one of its partitions (this agent's flushes and the metadata
+store's commit watcher notify, metadata/notify.py; not a sleep loop).
 
 isolation_level read_committed (1) returns only the batches below each partition's last
 stable offset (the first offset of its oldest open transaction, else the high watermark: a
@@ -30,8 +32,8 @@ batch boundary, so a segment is cut there, never a batch), with the aborted tran
 overlapping what it returns (one more metadata statement for all partitions, when records
 are returned; Kafka's collectAbortedTxns), so the client drops their records; control
 batches go as stored. last_stable_offset is sent under both levels, as Kafka. A long-poll
-wakes on every data commit, markers included, so a fetch waiting for the LSO to move sees it
-move.
+wakes when any offset of its partitions moves, the LSO included (a marker's commit), so a
+fetch waiting for the LSO to move sees it move.
 
 From v13 topics are named by id (KIP-516: `ServerContext.topic_id`): an id that names no
 topic, or a topic deleted since, answers UNKNOWN_TOPIC_ID.
@@ -68,7 +70,7 @@ from metadata.errors import OffsetOutOfRangeError, UnknownTopicError
 from ..codec import Buffer, Builder, Encoded, write_array_length, write_topic_head, write_uvarint
 from ..context import ServerContext
 from ..errors import FETCH, error_code, failed
-from ..states import Key, SharedRead
+from ..states import Key, Seen
 
 Request = (v4.FetchRequest | v5.FetchRequest | v6.FetchRequest | v7.FetchRequest | v8.FetchRequest
            | v9.FetchRequest | v10.FetchRequest | v11.FetchRequest | v12.FetchRequest
@@ -104,7 +106,8 @@ _LAST_DELTA = struct.Struct(">i")
 
 class OffsetsNotKept(NotCachedError):
     """`cached_only`: only the offsets of `keys` are missing (none of the others has records
-    to read), which a read shared with the other long-polls can fill (`_share`)."""
+    to read), which a read shared with the other long-polls can fill
+    (`PartitionStates.share`)."""
 
     def __init__(self, keys: list[Key]) -> None:
         super().__init__(f"the offsets of {len(keys)} partitions are not kept")
@@ -124,6 +127,7 @@ class PartitionRead:
     size: int = 0  # bytes in `records`
     # read_committed: the aborted transactions overlapping the records sent (else None)
     aborted: list[AbortedTxn] | None = None
+    row: int = -1  # the topic row whose partition was read (-1: none)
 
 
 def span(data: bytearray, from_offset: int, room: int, take_first: bool,
@@ -186,7 +190,7 @@ def _read_partition(ctx: ServerContext, topic: str, p: Partition, found: Partiti
     index, offset, info = int(p.partition), int(p.fetch_offset), found.info
     stable = info.last_stable_offset
     read = PartitionRead(index, high_watermark=info.next_offset, last_stable=stable,
-                         log_start=info.log_start_offset)
+                         log_start=info.log_start_offset, row=found.topic_id)
     if offset < info.log_start_offset or offset > info.next_offset:
         read.error = ErrorCode.offset_out_of_range
         return read
@@ -257,10 +261,22 @@ class _Topic:
     reads: list[PartitionRead] | None = None
 
 
+Grouped = list[tuple[TopicRef, list[Partition]]]
+"""A request's partitions as `requested` groups them."""
+
+
+def fetch_offsets(grouped: Grouped) -> dict[tuple[TopicRef, int], int]:
+    """Each requested partition's fetch offset."""
+    return {(ref, int(p.partition)): int(p.fetch_offset)
+            for ref, partitions in grouped for p in partitions}
+
+
 def read_all(ctx: ServerContext, request: Request, readable: Callable[[str], bool],
-             quota_bytes: float = float("inf"), cached_only: bool = False
+             quota_bytes: float = float("inf"), cached_only: bool = False,
+             grouped: Grouped | None = None
              ) -> list[tuple[TopicRef, str, list[PartitionRead]]]:
-    """One pass over every requested partition within max_bytes, itself at most the
+    """One pass over every requested partition (`grouped`: `requested(request)`, if the
+    caller has it) within max_bytes, itself at most the
     agent's fetch.max.bytes and `quota_bytes` (what the client's fetch quota lets one window
     carry) (runs in the pool): (the request's topic, its name, reads).
     A topic id that names no topic (none has it, or that topic was deleted) answers
@@ -273,7 +289,8 @@ def read_all(ctx: ServerContext, request: Request, readable: Callable[[str], boo
     hop."""
     budget = int(min(int(request.max_bytes), ctx.config.fetch_max_bytes, quota_bytes))
     committed = int(request.isolation_level) == READ_COMMITTED
-    topics = [_Topic(ref, partitions) for ref, partitions in requested(request)]
+    grouped = requested(request) if grouped is None else grouped
+    topics = [_Topic(ref, partitions) for ref, partitions in grouped]
     ids = {t.ref for t in topics if isinstance(t.ref, uuid.UUID)}
     by_id = ctx.topics_by_id(ids, cached_only) if ids else {}
     for t in topics:
@@ -318,7 +335,8 @@ def read_all(ctx: ServerContext, request: Request, readable: Callable[[str], boo
             reads.append(read)
         results.append((t.ref, t.name, reads))
     if committed:
-        add_aborted(ctx, request, results, {k for k, f in found.items() if f.aborted_after})
+        add_aborted(ctx, fetch_offsets(grouped), results,
+                    {k for k, f in found.items() if f.aborted_after})
     return results
 
 
@@ -378,27 +396,32 @@ def _has_data(info: PartitionInfo, offset: int, committed: bool) -> bool:
     return info.log_start_offset <= offset < end
 
 
+def _wants(results: list[tuple[TopicRef, str, list[PartitionRead]]]) -> list[tuple[Key, Seen]]:
+    """What a long-poll's answer rests on: each partition read, by name, and its offsets."""
+    return [((name, r.index), (r.row, r.log_start, r.high_watermark, r.last_stable))
+            for _, name, reads in results for r in reads]
+
+
 def denied(partitions: list[Partition]) -> list[PartitionRead]:
     return [PartitionRead(int(p.partition), ErrorCode.topic_authorization_failed)
             for p in partitions]
 
 
-def add_aborted(ctx: ServerContext, request: Request,
+def add_aborted(ctx: ServerContext, offsets: dict[tuple[TopicRef, int], int],
                 results: list[tuple[TopicRef, str, list[PartitionRead]]],
                 aborted_after: set[Key]) -> None:
     """A read_committed fetch's aborted transactions: per partition with records, those
     overlapping [fetch offset, end of the last batch sent) (Kafka's collectAbortedTxns:
     marker at or after the fetch offset, first offset before the upper bound), all read
     in one metadata statement, and only if one of them is in `aborted_after` (a marker at
-    or after its fetch offset: else it has none); [] for the others."""
-    fetch_offsets = {(ref, int(p.partition)): int(p.fetch_offset)
-                     for ref, partitions in requested(request) for p in partitions}
+    or after its fetch offset: else it has none); [] for the others. `offsets`: each
+    partition's fetch offset (`fetch_offsets`)."""
     ranges = []
     for ref, topic, reads in results:
         for r in reads:
             r.aborted = []
             if r.records and not r.error and (topic, r.index) in aborted_after:
-                ranges.append((topic, r.index, fetch_offsets[(ref, r.index)],
+                ranges.append((topic, r.index, offsets[(ref, r.index)],
                                end_offset(r.records[-1])))
     if not ranges:
         return
@@ -416,77 +439,42 @@ def add_aborted(ctx: ServerContext, request: Request,
             r.aborted = found.get((topic, r.index), [])
 
 
-def _read_counted(ctx: ServerContext, request: Request, readable: Callable[[str], bool],
-                  quota_bytes: float
+def _read_counted(ctx: ServerContext, request: Request, grouped: Grouped,
+                  readable: Callable[[str], bool], quota_bytes: float
                   ) -> tuple[list[tuple[TopicRef, str, list[PartitionRead]]], int]:
     """`read_all`, and the metadata round trips it made (in the pool thread it runs on)."""
     before = telemetry.round_trips_here()
-    results = read_all(ctx, request, readable, quota_bytes)
+    results = read_all(ctx, request, readable, quota_bytes, grouped=grouped)
     return results, telemetry.round_trips_here() - before
 
 
-def _read_offsets(ctx: ServerContext, topics: frozenset[str], numbers: frozenset[int],
-                  generation: int) -> int:
-    """Keep the offsets of partitions `numbers` of `topics`, read after `generation` in one
-    statement (runs in the pool); its round trips. A failure keeps nothing: each fetch then
-    reads alone, and answers the error."""
-    before = telemetry.round_trips_here()
-    with contextlib.suppress(Exception):
-        ctx.states.put(generation, ctx.metadata.partition_offsets(topics, numbers))
-    return telemetry.round_trips_here() - before
-
-
-async def _share(ctx: ServerContext, keys: list[Key]) -> int | None:
-    """Await a read that keeps the offsets of `keys` and of every partition other waiting
-    long-polls want and are not kept: the one under way since the last notification if it
-    covers `keys`, else one started here, if there are such others (None if not: a fetch
-    alone reads alone). The round trips this fetch paid for."""
-    states = ctx.states
-    generation, shared = states.generation(), states.shared
-    if (shared is not None and shared.generation == generation and not shared.task.done()
-            and all(t in shared.topics and p in shared.numbers for t, p in keys)):
-        with contextlib.suppress(Exception):  # not read: this fetch then reads alone
-            await asyncio.shield(shared.task)
-        return 0
-    waiting = states.waiting()
-    kept = states.get(waiting)
-    wanted = {k for k in waiting if k not in kept}.union(keys)
-    if len(wanted) == len(keys):
-        return None
-    topics, numbers = frozenset(t for t, _ in wanted), frozenset(p for _, p in wanted)
-    task = asyncio.ensure_future(ctx.run(_read_offsets, ctx, topics, numbers, generation))
-    states.shared = SharedRead(generation, topics, numbers, task)
-    return await asyncio.shield(task)
-
-
-async def _pass(ctx: ServerContext, request: Request, readable: Callable[[str], bool],
-                quota_bytes: float
+async def _pass(ctx: ServerContext, request: Request, grouped: Grouped,
+                readable: Callable[[str], bool], quota_bytes: float
                 ) -> tuple[list[tuple[TopicRef, str, list[PartitionRead]]], int]:
     """One `read_all`, and the metadata round trips this fetch paid for: on the event loop
     when nothing blocks (every offset kept, no records to read); when only offsets are
-    missing, after a read of them shared with the other waiting long-polls (`_share`; a
-    second only if a notification forgot what the first kept); else in the pool. The
-    long-polls a notification wakes together cost one read, plus one for each that has
-    records to read."""
+    missing, after a read of them shared with the other long-polls (`PartitionStates.share`;
+    a second only if a notification forgot what the first kept); else in the pool."""
     trips = 0
     for _ in range(SHARED_TRIES):
         try:
-            return read_all(ctx, request, readable, quota_bytes, cached_only=True), trips
+            return read_all(ctx, request, readable, quota_bytes, True, grouped), trips
         except OffsetsNotKept as exc:
             if not ctx.states.hearing():
                 break
             generation = ctx.states.generation()
-            shared = await _share(ctx, exc.keys)
+            shared = await ctx.states.share(exc.keys)
             if shared is None:
                 break
             trips += shared
             if ctx.states.generation() == generation:  # what it read is kept, if it exists
                 with contextlib.suppress(NotCachedError):
-                    return read_all(ctx, request, readable, quota_bytes, cached_only=True), trips
+                    return read_all(ctx, request, readable, quota_bytes, True, grouped), trips
                 break
         except NotCachedError:
             break
-    results, more = await ctx.run(_read_counted, ctx, request, readable, quota_bytes)
+    results, more = await ctx.run(_read_counted, ctx, request, grouped, readable,
+                                  quota_bytes)
     return results, trips + more
 
 
@@ -500,25 +488,27 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
     deadline = loop.time() + request.max_wait.total_seconds()
     min_bytes = int(request.min_bytes)
     round_trips = 0
-    waiting: list[Key] = []  # what this long-poll waits for (a shared read reads them too)
-    try:
-        while True:
-            woken = ctx.committed()  # before reading: a commit during the read is not missed
-            results, trips = await _pass(ctx, request, readable, quota_bytes)
-            round_trips += trips
-            size = sum(r.size for _, _, reads in results for r in reads)
-            errors = any(r.error for _, _, reads in results for r in reads)
-            remaining = deadline - loop.time()
-            if size >= min_bytes or errors or remaining <= 0 or ctx.stopping:
-                break
-            if not waiting:
-                waiting = [(name, r.index) for _, name, reads in results for r in reads]
-                ctx.states.wait(waiting)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(remaining):  # no task, as wait_for makes one
-                    await woken.wait()
-    finally:
-        ctx.states.done(waiting)
+    grouped = requested(request)
+    while True:
+        generation = ctx.states.generation()  # a commit during the pass is not missed
+        results, trips = await _pass(ctx, request, grouped, readable, quota_bytes)
+        round_trips += trips
+        size = sum(r.size for _, _, reads in results for r in reads)
+        errors = any(r.error for _, _, reads in results for r in reads)
+        if size >= min_bytes or errors or deadline <= loop.time() or ctx.stopping:
+            break
+        if ctx.states.generation() != generation:
+            continue  # what it read may predate a commit: look again
+        # Parked until a refresh sees one of its partitions move, or until the deadline
+        # (states.py); expired with nothing moved, the answer read is the answer.
+        waiter = ctx.states.park(_wants(results), generation, deadline)
+        try:
+            moved = await waiter.woken
+        finally:
+            ctx.states.unpark(waiter)
+        if not moved and ctx.states.unchanged(waiter):
+            break
+    round_trips += ctx.states.paid()  # the shared reads that looked at parked long-polls
     # Client quotas (agent/quotas.py): the records' bytes against consumer_byte_rate; past
     # it, as Kafka, the reply carries no records (not counted), says how long to wait, and
     # the connection is muted that long.
