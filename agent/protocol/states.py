@@ -250,8 +250,9 @@ class PartitionStates:
     async def share(self, keys: list[Key]) -> int | None:
         """Await a read that keeps the offsets of `keys`: the one under way in this
         generation if it covers them, else one started here that also covers every other
-        partition parked or recent long-polls want, if there are such (None if not: a fetch
-        alone reads alone). The round trips this fetch paid for."""
+        partition parked or recent long-polls want, if there are such (None if not, or if
+        that read failed: the fetch then reads alone, and answers the error). The round
+        trips this fetch paid for."""
         generation, shared = self._generation, self.shared
         if (shared is not None and shared.generation == generation and not shared.task.done()
                 and shared.covers(keys)):
@@ -264,7 +265,10 @@ class PartitionStates:
         if len(missing) == len(set(keys)):
             return None
         read = self._start_read(generation, missing)
-        return (await asyncio.shield(read.task))[1]
+        try:
+            return (await asyncio.shield(read.task))[1]
+        except Exception:
+            return None
 
 
 def _expire(woken: asyncio.Future[bool]) -> None:

@@ -200,3 +200,17 @@ def test_an_expired_long_poll_is_unchanged_only_if_nothing_unlooked_was_notified
         states.hearing = lambda: hearing[0]
         assert not states.unchanged(other)  # deaf: other agents' commits go unheard
     asyncio.run(body())
+
+
+def test_a_failed_shared_read_leaves_the_fetch_to_read_alone() -> None:
+    async def body() -> None:
+        a, b = ("t", 0), ("t", 1)
+        offsets = {a: _known(5), b: _known(5)}
+        states, reader = _states(offsets)
+        parked = _park(states, [a], offsets)
+        states.changed()  # what was kept is forgotten: a fetch of b misses
+        reader.fail = True
+        assert await states.share([b]) is None  # not raised: the fetch reads alone
+        assert reader.reads == [(frozenset({"t"}), frozenset({0, 1}))]  # b and the parked a
+        states.unpark(parked)
+    asyncio.run(body())
