@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from metadata import PartitionInfo
 
@@ -64,14 +65,19 @@ class SharedRead:
         return all(t in self.topics and p in self.numbers for t, p in keys)
 
 
-Seen = tuple[int, int, int, int]
-"""What a fetch's answer for a partition rests on: its topic row, log start, high watermark
-and last stable offset."""
+class Seen(NamedTuple):
+    """What a fetch's answer for a partition rests on: any change to one of these, and the
+    answer may differ."""
+
+    row: int  # the topic row (a topic deleted and created again has another)
+    log_start: int
+    high_watermark: int
+    last_stable: int
 
 
 def seen(known: Known) -> Seen:
     info = known[1]
-    return known[0], info.log_start_offset, info.next_offset, info.last_stable_offset
+    return Seen(known[0], info.log_start_offset, info.next_offset, info.last_stable_offset)
 
 
 @dataclass(slots=True, eq=False)

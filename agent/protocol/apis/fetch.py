@@ -271,14 +271,13 @@ def fetch_offsets(grouped: Grouped) -> dict[tuple[TopicRef, int], int]:
             for ref, partitions in grouped for p in partitions}
 
 
-def read_all(ctx: ServerContext, request: Request, readable: Callable[[str], bool],
-             quota_bytes: float = float("inf"), cached_only: bool = False,
-             grouped: Grouped | None = None
-             ) -> list[tuple[TopicRef, str, list[PartitionRead]]]:
-    """One pass over every requested partition (`grouped`: `requested(request)`, if the
-    caller has it) within max_bytes, itself at most the
-    agent's fetch.max.bytes and `quota_bytes` (what the client's fetch quota lets one window
-    carry) (runs in the pool): (the request's topic, its name, reads).
+def read_all(ctx: ServerContext, request: Request, grouped: Grouped,
+             readable: Callable[[str], bool], quota_bytes: float = float("inf"),
+             cached_only: bool = False) -> list[tuple[TopicRef, str, list[PartitionRead]]]:
+    """One pass over every requested partition (`grouped`: `requested(request)`) within
+    max_bytes, itself at most the agent's fetch.max.bytes and `quota_bytes` (what the
+    client's fetch quota lets one window carry) (runs in the pool): (the request's topic,
+    its name, reads).
     A topic id that names no topic (none has it, or that topic was deleted) answers
     UNKNOWN_TOPIC_ID for each of its partitions, as Kafka's fetch does; then a topic not
     `readable` (no READ on it) TOPIC_AUTHORIZATION_FAILED, before it is looked up. Every
@@ -289,7 +288,6 @@ def read_all(ctx: ServerContext, request: Request, readable: Callable[[str], boo
     hop."""
     budget = int(min(int(request.max_bytes), ctx.config.fetch_max_bytes, quota_bytes))
     committed = int(request.isolation_level) == READ_COMMITTED
-    grouped = requested(request) if grouped is None else grouped
     topics = [_Topic(ref, partitions) for ref, partitions in grouped]
     ids = {t.ref for t in topics if isinstance(t.ref, uuid.UUID)}
     by_id = ctx.topics_by_id(ids, cached_only) if ids else {}
@@ -398,7 +396,7 @@ def _has_data(info: PartitionInfo, offset: int, committed: bool) -> bool:
 
 def _wants(results: list[tuple[TopicRef, str, list[PartitionRead]]]) -> list[tuple[Key, Seen]]:
     """What a long-poll's answer rests on: each partition read, by name, and its offsets."""
-    return [((name, r.index), (r.row, r.log_start, r.high_watermark, r.last_stable))
+    return [((name, r.index), Seen(r.row, r.log_start, r.high_watermark, r.last_stable))
             for _, name, reads in results for r in reads]
 
 
@@ -444,7 +442,7 @@ def _read_counted(ctx: ServerContext, request: Request, grouped: Grouped,
                   ) -> tuple[list[tuple[TopicRef, str, list[PartitionRead]]], int]:
     """`read_all`, and the metadata round trips it made (in the pool thread it runs on)."""
     before = telemetry.round_trips_here()
-    results = read_all(ctx, request, readable, quota_bytes, grouped=grouped)
+    results = read_all(ctx, request, grouped, readable, quota_bytes)
     return results, telemetry.round_trips_here() - before
 
 
@@ -458,7 +456,7 @@ async def _pass(ctx: ServerContext, request: Request, grouped: Grouped,
     trips = 0
     for _ in range(SHARED_TRIES):
         try:
-            return read_all(ctx, request, readable, quota_bytes, True, grouped), trips
+            return read_all(ctx, request, grouped, readable, quota_bytes, True), trips
         except OffsetsNotKept as exc:
             if not ctx.states.hearing():
                 break
@@ -469,7 +467,7 @@ async def _pass(ctx: ServerContext, request: Request, grouped: Grouped,
             trips += shared
             if ctx.states.generation() == generation:  # what it read is kept, if it exists
                 with contextlib.suppress(NotCachedError):
-                    return read_all(ctx, request, readable, quota_bytes, True, grouped), trips
+                    return read_all(ctx, request, grouped, readable, quota_bytes, True), trips
                 break
         except NotCachedError:
             break
