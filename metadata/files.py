@@ -397,7 +397,7 @@ def _commit_body(db: Database, conn: sa.Connection, files: Sequence[FileCommit],
     # 3. lock the partition rows in sorted (topic_id, partition) order. A produced file's
     #    chunks of topics or partitions gone since are rejected, the others committed.
     wanted = sorted({(ids[c.topic], c.partition) for c in all_chunks if c.topic in ids})
-    next_offset = _lock_partitions(db, conn, wanted)
+    next_offset = lock_partitions(db, conn, wanted)
     gone: dict[tuple[str, int], RejectedChunk] = {}
     for c in all_chunks:
         error: MetadataError
@@ -495,21 +495,28 @@ def _validate_chunks(chunks: Sequence[ChunkMeta]) -> None:
         check_segment(c, f"chunk {c.topic}/{c.partition}")
 
 
-def _lock_partitions(db: Database, conn: sa.Connection,
-                     wanted: Sequence[tuple[int, int]]) -> dict[tuple[int, int], int]:
-    """Lock the (topic_id, partition) rows in sorted order; their next offsets.
+def lock_partitions(db: Database, conn: sa.Connection, wanted: Sequence[tuple[int, int]],
+                    *, share: bool = False) -> dict[tuple[int, int], int]:
+    """Lock the (topic_id, partition) rows in sorted order; their next offsets (a missing
+    partition is absent). FOR UPDATE to advance them, or with `share` FOR KEY SHARE (what
+    a foreign key's check took, compaction commits): no partition row is deleted under the
+    segments a transaction inserts for it. `segments` has no foreign keys since schema v16;
+    a topic's deletion (topics._finish_delete) also waits for the commits writing it: agent
+    commits hold its topic row FOR SHARE, compaction commits their input files, both of
+    which it locks before deleting segments and partitions.
 
     One statement driven by the wanted keys (primary-key probes), passed as arrays
-    (PostgreSQL: unnest, rows locked FOR UPDATE in key order) or one JSON text (SQLite:
-    json_each; the write transaction already holds the database lock) rather than a
-    thousand-placeholder IN list, whose compiling and parsing dominated agent commits.
+    (PostgreSQL: unnest, rows locked in key order) or one JSON text (SQLite: json_each; the
+    write transaction already holds the database lock) rather than a thousand-placeholder
+    IN list, whose compiling and parsing dominated agent commits.
     """
     if db.pg:
+        mode = "KEY SHARE" if share else "UPDATE"
         rows = conn.exec_driver_sql(
             'SELECT p.topic_id, p."partition", p.next_offset FROM partitions AS p '
             'JOIN unnest(%s::bigint[], %s::integer[]) AS v(t, q) '
             'ON p.topic_id = v.t AND p."partition" = v.q '
-            'ORDER BY p.topic_id, p."partition" FOR UPDATE OF p',
+            f'ORDER BY p.topic_id, p."partition" FOR {mode} OF p',
             pg_arrays(([k[0] for k in wanted], [k[1] for k in wanted]),
                       ("bigint", "integer"))).all()
     else:

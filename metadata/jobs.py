@@ -35,7 +35,7 @@ from .errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from .files import held_jobs, layout_columns, lock_files
+from .files import held_jobs, layout_columns, lock_files, lock_partitions
 from .models import CompactionCommit, CompactionOutput, JobInfo, Lease
 from .segments import check_segment, insert_segments, segment_row
 
@@ -289,10 +289,9 @@ def _commit_body(db: Database, conn: sa.Connection, lease: Lease,
     names = sorted({name for name, _ in wanted})
     ids = {r.name: int(r.id) for r in conn.execute(
         sa.select(t.id, t.name).where(t.name.in_(names)))}
-    next_offset = {(int(r.topic_id), int(r.partition)): int(r.next_offset)
-                   for r in conn.execute(
-        sa.select(pc.topic_id, pc.partition, pc.next_offset).where(
-            pc.topic_id.in_(sorted(set(ids.values())))))}
+    # The partitions written, locked FOR KEY SHARE: not deleted under the outputs.
+    next_offset = lock_partitions(db, conn, sorted(
+        {(ids[name], part) for name, part in wanted if name in ids}), share=True)
     for name, part in wanted:
         if name not in ids:
             raise UnknownTopicError(f"unknown topic {name!r}")

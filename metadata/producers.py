@@ -218,7 +218,7 @@ def _state_of(row: Any) -> ProducerState:
 def load_states(db: Database, conn: sa.Connection,
                 keys: Iterable[StateKey]) -> dict[StateKey, ProducerState]:
     """The stored states of these (producer_id, topic_id, partition) keys, in one statement
-    driven by the keys (as `files._lock_partitions`: arrays / one JSON text, not an IN list).
+    driven by the keys (as `files.lock_partitions`: arrays / one JSON text, not an IN list).
     Callers hold the partitions' row locks, so the rows cannot change under them."""
     wanted = sorted(set(keys))
     if not wanted:

@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from clock import ManualClock
-from metadata import CompactionOutput, MetadataStore, OutputSegment, engine, files
+from metadata import CompactionOutput, MetadataStore, OutputSegment, engine, files, jobs
 from metadata import schema as s
 from metadata.errors import (
     CommitConflictError,
@@ -168,6 +168,54 @@ def test_delete_topic_waits_for_a_commit_in_progress(store: MetadataStore,
     assert {store.get_file(i).object_key: store.get_file(i).state for i in (1, 2)} == {
         "old": s.FILE_RETIRED, "new": s.FILE_RETIRED}
     assert rows(store, s.segments) == 0
+
+
+def test_delete_topic_waits_for_a_compaction_commit_in_progress(
+        store: MetadataStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compaction commit that locked its inputs before delete_topic started finishes
+    first; the delete then retires its output (the segments table has no foreign keys since
+    schema v16: the commit's input-file and partition locks are what keep its output from
+    being left behind the deleted partitions)."""
+    lease = leased_two_files(store)
+    out = output(store, "out", "t", 0, 9)
+    monkeypatch.setattr(engine, "COMMIT_ATTEMPTS", 1)  # the one interleaving decides
+    locked, go = threading.Event(), threading.Event()
+
+    def paused_insert(*args: Any) -> None:  # the commit holds its locks here
+        locked.set()
+        go.wait(60)
+        insert_segments(*args)
+
+    monkeypatch.setattr(jobs, "insert_segments", paused_insert)
+    outcomes: dict[str, Any] = {}
+
+    def run(name: str, fn: Any) -> threading.Thread:
+        def target() -> None:
+            try:
+                outcomes[name] = fn()
+            except Exception as exc:
+                outcomes[name] = exc
+        th = threading.Thread(target=target)
+        th.start()
+        return th
+
+    committer = run("commit", lambda: store.commit_compaction(lease, outputs=[out]))
+    assert locked.wait(60)
+    deleter = run("delete", lambda: store.delete_topic("t"))
+    if store.dialect == "postgresql":  # (SQLite: the delete waits for the write lock)
+        deadline = time.monotonic() + 60
+        while not _waiting_on_a_lock(store):
+            assert time.monotonic() < deadline, "the delete never waited for the commit"
+            time.sleep(0.01)
+    go.set()
+    committer.join(60)
+    deleter.join(60)
+    assert not isinstance(outcomes["commit"], Exception), outcomes["commit"]
+    assert not isinstance(outcomes["delete"], Exception), outcomes["delete"]
+    with pytest.raises(UnknownTopicError):
+        store.get_topic("t")
+    assert store.get_file(out.file_id).state == s.FILE_RETIRED
+    assert rows(store, s.segments) == 0 and rows(store, s.partitions) == 0
 
 
 def _waiting_on_a_lock(store: MetadataStore) -> bool:

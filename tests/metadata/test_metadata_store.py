@@ -553,3 +553,34 @@ def test_find_segments_matches_a_model(metadata_url: str) -> None:
         check()
     finally:
         store.close()
+
+
+def test_v16_drops_the_segments_foreign_keys_and_keeps_every_row(
+        metadata_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A version-15 database (segments with foreign keys, as released) migrated to 16: the
+    same segment rows under the same ids, no foreign key left (PostgreSQL dropped them,
+    SQLite rebuilt the table with its indexes), and commits and reads work on it."""
+    from metadata import schema
+
+    monkeypatch.setattr(schema, "LATEST_VERSION", 15)
+    old = MetadataStore.open(metadata_url, create=True)
+    old.create_topic("t", 2)
+    for i in range(3):
+        commit(old, f"k{i}", [chunk("t", 0, span=2), chunk("t", 1)])
+    assert len(sa.inspect(old.engine).get_foreign_keys("segments")) == 2
+    with old.engine.connect() as conn:
+        before = conn.execute(sa.select(schema.segments).order_by(schema.segments.c.id)).all()
+    old.close()
+    monkeypatch.setattr(schema, "LATEST_VERSION", len(schema.MIGRATIONS))
+    new = MetadataStore.open(metadata_url)
+    assert new.schema_version() == 16
+    inspector = sa.inspect(new.engine)
+    assert inspector.get_foreign_keys("segments") == []
+    assert {i["name"] for i in inspector.get_indexes("segments")} >= {
+        "segments_file", "segments_live_by_offset", "segments_partition"}
+    with new.engine.connect() as conn:
+        after = conn.execute(sa.select(schema.segments).order_by(schema.segments.c.id)).all()
+    assert after == before and len(after) == 6
+    assert commit(new, "k3", [chunk("t", 0)]) == {("t", 0): 6}
+    assert [s.base_offset for s in new.find_segments("t", 0, 0)] == [0, 2, 4, 6]
+    new.close()
