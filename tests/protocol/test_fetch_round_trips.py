@@ -130,7 +130,6 @@ def test_a_100_partition_long_poll_costs_at_most_one_round_trip(
 
 
 WOKEN_POLLS = 8
-SETTLE_S = 0.3  # for woken fetches to read (or not) and wait again
 
 
 def test_long_polls_woken_together_share_one_read(tmp_path: Path) -> None:
@@ -184,9 +183,20 @@ def test_long_polls_woken_together_share_one_read(tmp_path: Path) -> None:
             while len(on_loop(ctx.states.waiting)) < WOKEN_POLLS:
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
+            def settle(parked: int) -> None:
+                """Until the refresh that read is done and `parked` long-polls wait again
+                (no fixed sleep: a slow machine's read takes as long as it takes)."""
+                states = ctx.states
+                deadline = time.monotonic() + WAIT_S
+                while not (reads and on_loop(lambda: (
+                        (states._refresh is None or states._refresh.done())
+                        and len(states.waiting()) == parked))):
+                    assert time.monotonic() < deadline, reads
+                    time.sleep(0.01)
+
             reads.clear()
             on_loop(ctx.notify_commit)  # nothing new: each re-reads (shared) and waits again
-            time.sleep(SETTLE_S)
+            settle(WOKEN_POLLS)
             assert reads == [("offsets", WOKEN_POLLS)]
             assert not select.select([c.sock for c in clients], [], [], 0)[0]  # none answered
             producer = RawClient(server.port, timeout=WAIT_S)
@@ -194,7 +204,7 @@ def test_long_polls_woken_together_share_one_read(tmp_path: Path) -> None:
             assert produce(producer, {("woken", 3): batch(1)}) == {("woken", 3): (0, 0)}
             answer = clients[3].receive(1, 12).responses[0].partitions[0]
             assert (answer.high_watermark, len(answer.records or b"") > 0) == (1, True)
-            time.sleep(SETTLE_S)
+            settle(WOKEN_POLLS - 1)
             # One read for all, then the fetch of partition 3 reads its records' segments.
             assert reads == [("offsets", WOKEN_POLLS)] * 2 + [("from", 1)], reads
             assert not select.select([c.sock for c in clients], [], [], 0)[0]
