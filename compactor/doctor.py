@@ -13,6 +13,9 @@ What is a problem (`Problem.kind`):
   neither committed nor was abandoned in that time (GC removes it after its grace period);
 - `stray_segments`: live segments in a file that is not live (none should exist: a file
   is retired with its last live segment);
+- `dangling_segment`: a segment row naming a file or partition row that no longer exists
+  (none should: the segments table has no foreign keys since schema v16, its writers hold
+  both rows and its deleters delete segments first); the first 100 are reported;
 - `corrupt` (`deep` only): a live object fails fileformat's verification (every batch CRC,
   the batches' framing against the chunk index, the META CRCs, the footer), or its layout
   or one of its live segments' rows disagrees with what the object says of itself.
@@ -51,6 +54,7 @@ SIZE = "size"
 ORPHAN = "orphan"
 STALE_PENDING = "stale_pending"
 STRAY_SEGMENTS = "stray_segments"
+DANGLING_SEGMENT = "dangling_segment"
 CORRUPT = "corrupt"
 
 
@@ -150,6 +154,12 @@ def doctor(store: ObjectStore, metadata: MetadataStore, config: CompactorConfig 
     for f, n in audit.stray:
         report.problems.append(Problem(STRAY_SEGMENTS, f.object_key,
                                        f"{n} live segments in a {f.state} file", f.id))
+    keys = {f.id: f.object_key for f in audit.files}
+    for seg_id, file_id, topic_id, partition in audit.dangling:
+        report.problems.append(Problem(
+            DANGLING_SEGMENT, keys.get(file_id, ""), f"segment {seg_id} (topic id {topic_id},"
+            f" partition {partition}) names a file or partition that no longer exists",
+            file_id))
     if deep:
         wrong = {p.key for p in report.problems}
         by_file: dict[int, list[SegmentInfo]] = {}

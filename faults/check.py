@@ -48,6 +48,7 @@ CRASH_KINDS = (
     "compaction_mismatch",  # a compacted log other than the one Kafka's cleaner leaves
     "orphans",  # objects no live file references (after GC)
     "missing",  # live files whose object is gone
+    "dangling_segments",  # segment rows whose file or partition row is gone
 )
 
 
@@ -141,8 +142,11 @@ def check_compacted(tally: Tally, tp: TP, before: Sequence[ConsumedRecord],
 
 
 def check_objects(tally: Tally, store: ObjectStore, md: MetadataStore) -> None:
-    """After GC: every object is a live file's and every live file's object exists."""
-    live = {f.object_key for f in md.audit_snapshot().files if f.state == FILE_LIVE}
+    """After GC: every object is a live file's and every live file's object exists, and
+    every segment row's file and partition exist."""
+    audit = md.audit_snapshot()
+    live = {f.object_key for f in audit.files if f.state == FILE_LIVE}
+    tally.note("dangling_segments", len(audit.dangling), f"{audit.dangling[:3]}")
     stored = {o.key for o in store.list() if o.key != MARKER_KEY}
     tally.note("orphans", len(stored - live), f"{sorted(stored - live)[:3]}")
     tally.note("missing", len(live - stored), f"{sorted(live - stored)[:3]}")

@@ -15,6 +15,7 @@ from .models import AuditSnapshot, FileInfo
 from .segments import INFO_COLUMNS, segment_info
 
 _IN_BATCH = 500  # keys per IN list
+DANGLING_SHOWN = 100  # dangling segment rows reported (one would already be a bug)
 
 
 def audit_snapshot(db: Database, *, segments: bool = False) -> AuditSnapshot:
@@ -34,7 +35,14 @@ def audit_snapshot(db: Database, *, segments: bool = False) -> AuditSnapshot:
             sa.select(*INFO_COLUMNS)
             .select_from(sg.join(f, f.c.id == sg.c.file_id).join(t, t.c.id == sg.c.topic_id))
             .where(s.LIVE).order_by(sg.c.file_id, sg.c.topic_id, sg.c.partition)))
-    return AuditSnapshot(files=files, stray=stray, segments=live)
+        p = s.partitions
+        dangling = tuple((int(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in conn.execute(
+            sa.select(sg.c.id, sg.c.file_id, sg.c.topic_id, sg.c.partition)
+            .select_from(sg.outerjoin(f, f.c.id == sg.c.file_id).outerjoin(p, sa.and_(
+                p.c.topic_id == sg.c.topic_id, p.c.partition == sg.c.partition)))
+            .where(sa.or_(f.c.id.is_(None), p.c.topic_id.is_(None)))
+            .order_by(sg.c.id).limit(DANGLING_SHOWN)))
+    return AuditSnapshot(files=files, stray=stray, segments=live, dangling=dangling)
 
 
 def files_by_key(db: Database, keys: Iterable[str]) -> dict[str, FileInfo]:

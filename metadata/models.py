@@ -204,12 +204,17 @@ class Snapshot:
 class AuditSnapshot:
     """What `silt doctor` checks the object store against, read in one consistent snapshot:
     every file row but the deleted ones; files that are not live yet hold live segments
-    (none should: a file is retired with its last live segment), with how many; and, when
-    asked for, every live segment (to compare with the objects' own indexes)."""
+    (none should: a file is retired with its last live segment), with how many; when asked
+    for, every live segment (to compare with the objects' own indexes); and segment rows
+    whose file or partition is gone."""
 
     files: tuple[FileInfo, ...]
     stray: tuple[tuple[FileInfo, int], ...]
     segments: tuple[SegmentInfo, ...] = ()
+    # Segment rows (live or not) naming a file or partition row that does not exist: (segment
+    # id, file id, topic id, partition), the first DANGLING_SHOWN. None should: the writers
+    # hold both rows and the deleters delete segments first (no foreign key since schema v16).
+    dangling: tuple[tuple[int, int, int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

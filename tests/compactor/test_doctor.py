@@ -18,6 +18,7 @@ from clock import ManualClock
 from compactor import CompactorConfig
 from compactor.doctor import (
     CORRUPT,
+    DANGLING_SEGMENT,
     MISSING,
     ORPHAN,
     SIZE,
@@ -293,3 +294,26 @@ def test_silt_doctor_fix_removes_old_orphans_only(tmp_path: Path) -> None:
     code, out, _ = run(["doctor", "--fix"], env)
     assert code == 0 and "1 orphans removed" in out
     assert list(objects.iterdir()) == []
+
+
+def test_segment_rows_whose_partition_or_file_is_gone(h: Harness) -> None:
+    """The segments table has no foreign keys (schema v16): a segment row left behind its
+    partition's or its file's row is reported, by segment."""
+    events = h.md.get_topic("events").id
+    sg = s.segments.c
+    with h.md.read() as conn:
+        in_p1 = conn.execute(sa.select(sg.id).where(sg.topic_id == events, sg.partition == 1)
+                             .order_by(sg.id)).scalars().all()
+        other = conn.execute(sa.select(sg.id, sg.file_id).where(sg.topic_id != events)
+                             .order_by(sg.id).limit(1)).one()
+    with h.md.write() as conn:  # what no metadata function does: the bugs this finds
+        conn.execute(s.partitions.delete().where(s.partitions.c.topic_id == events,
+                                                 s.partitions.c.partition == 1))
+        conn.execute(s.segments.update().where(sg.id == other.id).values(file_id=10**9))
+    report = check(h)
+    dangling = sorted(int(p.detail.split()[1]) for p in report.problems
+                      if p.kind == DANGLING_SEGMENT)
+    assert dangling == sorted([*in_p1, other.id]) and len(in_p1) >= 3
+    assert not report.ok
+    assert all(p.kind == DANGLING_SEGMENT for p in report.problems)
+    assert any(p.file_id == 10**9 and p.key == "" for p in report.problems)
