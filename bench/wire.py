@@ -22,6 +22,7 @@ shares the machine's cores with the agent: wall figures depend on both.
 
 from __future__ import annotations
 
+import selectors
 import socket
 import statistics
 import struct
@@ -29,7 +30,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from objects.keys import DATA_PREFIX
 from objectstore import ObjectStore, open_store
 
 TOPIC = "wire"
+CAPACITY_TOPIC = "wire-capacity"  # never written: the capacity run's long-polls wait on it
 MIB = 2**20
 TIMEOUT_S = 300.0
 
@@ -230,6 +232,7 @@ def run_many_small(agent: AgentProcess, p: WireParams, metrics_port: int) -> dic
 LONG_POLL_CONSUMERS = 50
 LONG_POLL_PARTITIONS = 2  # each consumer's, so 100 partitions in all
 LONG_POLL_WAIT_MS = 100  # fetch.wait.max.ms: each caught-up fetch waits this long
+CAPACITY_CONNECTIONS = 500  # the capacity run's raw long-polls (~5,000 Fetches offered a second)
 TRICKLE_PER_S = 20  # the producer's records a second (1 KiB), round robin
 FLOOR_BATCH = 200  # requests written before reading their responses
 FLOOR_PER_S = 1_000  # the floor's requests per second of the run's `seconds`
@@ -298,7 +301,8 @@ def run_long_polls(agent: AgentProcess, p: WireParams, metrics_port: int) -> lis
              "fetch_requests": int(fetches),
              "requests_per_s_per_agent_core": round(fetches / beyond) if beyond > 0 else None,
              "agent_cpu_us_per_request": round(1e6 * beyond / fetches) if beyond > 0 else None}]
-    return [*rows, run_floor(agent, max(FLOOR_BATCH, int(FLOOR_PER_S * p.seconds)))]
+    return [*rows, run_floor(agent, max(FLOOR_BATCH, int(FLOOR_PER_S * p.seconds))),
+            run_long_poll_capacity(agent, p)]
 
 
 def _trickle(producer: Producer, acks: _Acks, p: WireParams, poll: Callable[[], None]
@@ -351,6 +355,63 @@ def run_floor(agent: AgentProcess, requests: int) -> dict[str, Any]:
             "agent_cpu_us_per_request": round(1e6 * cpu / sent)}
 
 
+def _fetch_frame(partitions: Sequence[int], max_wait_ms: int) -> bytes:
+    """A framed Fetch v4 of CAPACITY_TOPIC's `partitions` from offset 0 (caught up: that
+    topic stays empty), min_bytes 1, waiting up to `max_wait_ms`."""
+    name = CAPACITY_TOPIC.encode()
+    body = (struct.pack(">iiiibih", -1, max_wait_ms, 1, MIB, 0, 1, len(name)) + name
+            + struct.pack(">i", len(partitions))
+            + b"".join(struct.pack(">iqi", q, 0, MIB) for q in partitions))
+    message = struct.pack(">hhih", 1, 4, 0, 8) + b"capacity" + body
+    return struct.pack(">i", len(message)) + message
+
+
+def run_long_poll_capacity(agent: AgentProcess, p: WireParams) -> dict[str, Any]:
+    """How many caught-up long-polls one agent core answers: CAPACITY_CONNECTIONS raw
+    connections, each a Fetch of 2 of CAPACITY_TOPIC's empty partitions waiting
+    LONG_POLL_WAIT_MS, sent again as soon as it is answered, for `p.seconds` (no client
+    library: the bench process must keep up). That offers ~CAPACITY_CONNECTIONS * 10
+    Fetches a second, beyond one core on the machines measured, so the agent's event loop
+    is saturated: its capacity, where the 50 consumers' row also pays for waking an idle
+    agent for each request."""
+    frames = [_fetch_frame([2 * i % p.partitions, (2 * i + 1) % p.partitions],
+                           LONG_POLL_WAIT_MS) for i in range(CAPACITY_CONNECTIONS)]
+    socks = [socket.create_connection(("127.0.0.1", agent.port), timeout=TIMEOUT_S)
+             for _ in range(CAPACITY_CONNECTIONS)]
+    sel = selectors.DefaultSelector()
+    pending = [b""] * len(socks)
+    answered = 0
+    try:
+        for i, sock in enumerate(socks):
+            sock.sendall(frames[i])
+            sock.setblocking(False)
+            sel.register(sock, selectors.EVENT_READ, i)
+        cpu0 = agent.cpu_seconds()
+        end = time.monotonic() + p.seconds
+        while time.monotonic() < end:
+            for key, _ in sel.select(0.5):
+                i = key.data
+                pending[i] += socks[i].recv(MIB)
+                while len(pending[i]) >= 4:
+                    (size,) = struct.unpack(">i", pending[i][:4])
+                    if len(pending[i]) < 4 + size:
+                        break
+                    pending[i] = pending[i][4 + size:]
+                    answered += 1
+                    socks[i].setblocking(True)
+                    socks[i].sendall(frames[i])
+                    socks[i].setblocking(False)
+        cpu = agent.cpu_seconds() - cpu0
+    finally:
+        sel.close()
+        for sock in socks:
+            sock.close()
+    return {"measure": f"{CAPACITY_CONNECTIONS} raw long-polls (capacity)",
+            "agent_cpu_s": round(cpu, 2), "fetch_requests": answered,
+            "requests_per_s_per_agent_core": round(answered / cpu) if cpu > 0 else None,
+            "agent_cpu_us_per_request": round(1e6 * cpu / answered) if answered else None}
+
+
 def run_fetch(agent: AgentProcess, p: WireParams, records: int, bootstrap: str | None = None,
               conf: dict[str, Any] | None = None, passes: int = 1) -> dict[str, Any]:
     """Read `records` records back from offset 0 of every partition (assign, no group),
@@ -401,6 +462,8 @@ def run_wire(p: WireParams, env: dict[str, str] | None = None) -> list[dict[str,
         md_url = f"sqlite:///{tmp}/md.db"
         md = MetadataStore.open(md_url, create=True)
         md.create_topic(TOPIC, p.partitions)
+        if p.long_polls:
+            md.create_topic(CAPACITY_TOPIC, p.partitions)
         md.close()
         store = open_store(store_url)
         metrics_port = free_port()
