@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -120,14 +121,11 @@ def test_delete_topic_lost_commit_reply_is_read_back(store: MetadataStore,
         store.get_topic("t")
 
 
-def test_delete_topic_waits_for_a_commit_in_progress(store: MetadataStore,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """An agent commit that locked a partition of the topic before delete_topic started
-    finishes first; the delete then retires what it committed (PostgreSQL: the commit holds
-    the topic row FOR SHARE; without it the delete removed the segments, waited for the
-    partition row, then hit the new segment's foreign key)."""
-    store.create_topic("t", 1)
-    commit(store, "old", [chunk("t", 0, 5)])
+def _commit_during_delete(store: MetadataStore, monkeypatch: pytest.MonkeyPatch,
+                          module: Any, commit_fn: Callable[[], Any]) -> dict[str, Any]:
+    """Run `commit_fn` until it holds its locks (paused where `module` inserts its
+    segments), start delete_topic("t"), wait (PostgreSQL) until the delete waits for a
+    lock, let the commit go on; each one's outcome ("commit", "delete": result or error)."""
     monkeypatch.setattr(engine, "COMMIT_ATTEMPTS", 1)  # the one interleaving decides
     locked, go = threading.Event(), threading.Event()
 
@@ -136,10 +134,10 @@ def test_delete_topic_waits_for_a_commit_in_progress(store: MetadataStore,
         go.wait(60)
         insert_segments(*args)
 
-    monkeypatch.setattr(files, "insert_segments", paused_insert)
+    monkeypatch.setattr(module, "insert_segments", paused_insert)
     outcomes: dict[str, Any] = {}
 
-    def run(name: str, fn: Any) -> threading.Thread:
+    def run(name: str, fn: Callable[[], Any]) -> threading.Thread:
         def target() -> None:
             try:
                 outcomes[name] = fn()
@@ -149,7 +147,7 @@ def test_delete_topic_waits_for_a_commit_in_progress(store: MetadataStore,
         th.start()
         return th
 
-    committer = run("commit", lambda: commit(store, "new", [chunk("t", 0, 3)]))
+    committer = run("commit", commit_fn)
     assert locked.wait(60)
     deleter = run("delete", lambda: store.delete_topic("t"))
     if store.dialect == "postgresql":  # (SQLite: the delete waits for the write lock)
@@ -160,6 +158,19 @@ def test_delete_topic_waits_for_a_commit_in_progress(store: MetadataStore,
     go.set()
     committer.join(60)
     deleter.join(60)
+    return outcomes
+
+
+def test_delete_topic_waits_for_a_commit_in_progress(store: MetadataStore,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent commit that locked a partition of the topic before delete_topic started
+    finishes first; the delete then retires what it committed (PostgreSQL: the commit holds
+    the topic row FOR SHARE; without it the delete removed the segments, waited for the
+    partition row, then hit the new segment's foreign key)."""
+    store.create_topic("t", 1)
+    commit(store, "old", [chunk("t", 0, 5)])
+    outcomes = _commit_during_delete(store, monkeypatch, files,
+                                     lambda: commit(store, "new", [chunk("t", 0, 3)]))
     assert outcomes["commit"] == {("t", 0): 5}
     assert not isinstance(outcomes["delete"], Exception), outcomes["delete"]
     assert outcomes["delete"].name == "t"
@@ -178,38 +189,8 @@ def test_delete_topic_waits_for_a_compaction_commit_in_progress(
     being left behind the deleted partitions)."""
     lease = leased_two_files(store)
     out = output(store, "out", "t", 0, 9)
-    monkeypatch.setattr(engine, "COMMIT_ATTEMPTS", 1)  # the one interleaving decides
-    locked, go = threading.Event(), threading.Event()
-
-    def paused_insert(*args: Any) -> None:  # the commit holds its locks here
-        locked.set()
-        go.wait(60)
-        insert_segments(*args)
-
-    monkeypatch.setattr(jobs, "insert_segments", paused_insert)
-    outcomes: dict[str, Any] = {}
-
-    def run(name: str, fn: Any) -> threading.Thread:
-        def target() -> None:
-            try:
-                outcomes[name] = fn()
-            except Exception as exc:
-                outcomes[name] = exc
-        th = threading.Thread(target=target)
-        th.start()
-        return th
-
-    committer = run("commit", lambda: store.commit_compaction(lease, outputs=[out]))
-    assert locked.wait(60)
-    deleter = run("delete", lambda: store.delete_topic("t"))
-    if store.dialect == "postgresql":  # (SQLite: the delete waits for the write lock)
-        deadline = time.monotonic() + 60
-        while not _waiting_on_a_lock(store):
-            assert time.monotonic() < deadline, "the delete never waited for the commit"
-            time.sleep(0.01)
-    go.set()
-    committer.join(60)
-    deleter.join(60)
+    outcomes = _commit_during_delete(store, monkeypatch, jobs,
+                                     lambda: store.commit_compaction(lease, outputs=[out]))
     assert not isinstance(outcomes["commit"], Exception), outcomes["commit"]
     assert not isinstance(outcomes["delete"], Exception), outcomes["delete"]
     with pytest.raises(UnknownTopicError):
