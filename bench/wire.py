@@ -329,17 +329,13 @@ def _end_offsets(agent: AgentProcess) -> dict[int, int]:
         return {i.partition: i.next_offset for i in md.partitions(TOPIC)}
 
 
-# Fetch v4 of no partition, max_wait 0: header v1 (key, version, correlation id, client id),
-# then replica_id -1, max_wait_ms 0, min_bytes 0, max_bytes 1 MiB, read_uncommitted, no topics.
-_EMPTY_FETCH = (struct.pack(">hhih", 1, 4, 0, 5) + b"floor"
-                + struct.pack(">iiiibi", -1, 0, 0, MIB, 0, 0))
 
 
 def run_floor(agent: AgentProcess, requests: int) -> dict[str, Any]:
     """The floor of a Fetch's agent CPU: `requests` Fetches of no partition (the request
     path, framing to reply, without a metadata read or a record) over one connection,
     FLOOR_BATCH written before their responses are read; requests per agent core."""
-    frame = struct.pack(">i", len(_EMPTY_FETCH)) + _EMPTY_FETCH
+    frame = _fetch_frame((), 0)
     sent = requests // FLOOR_BATCH * FLOOR_BATCH
     with socket.create_connection(("127.0.0.1", agent.port), timeout=TIMEOUT_S) as sock:
         reader = sock.makefile("rb")
@@ -356,13 +352,17 @@ def run_floor(agent: AgentProcess, requests: int) -> dict[str, Any]:
 
 
 def _fetch_frame(partitions: Sequence[int], max_wait_ms: int) -> bytes:
-    """A framed Fetch v4 of CAPACITY_TOPIC's `partitions` from offset 0 (caught up: that
-    topic stays empty), min_bytes 1, waiting up to `max_wait_ms`."""
+    """A framed Fetch v4 (header v1: key, version, correlation id, client id; then
+    replica_id -1, max_wait_ms, min_bytes, max_bytes 1 MiB, read_uncommitted) of
+    CAPACITY_TOPIC's `partitions` from offset 0 (caught up: that topic stays empty) with
+    min_bytes 1, or of no topic at all with min_bytes 0 (the floor's) if none is given."""
     name = CAPACITY_TOPIC.encode()
-    body = (struct.pack(">iiiibih", -1, max_wait_ms, 1, MIB, 0, 1, len(name)) + name
-            + struct.pack(">i", len(partitions))
-            + b"".join(struct.pack(">iqi", q, 0, MIB) for q in partitions))
-    message = struct.pack(">hhih", 1, 4, 0, 8) + b"capacity" + body
+    topics = (struct.pack(">ih", 1, len(name)) + name + struct.pack(">i", len(partitions))
+              + b"".join(struct.pack(">iqi", q, 0, MIB) for q in partitions)
+              if partitions else struct.pack(">i", 0))
+    message = (struct.pack(">hhih", 1, 4, 0, 5) + b"bench"
+               + struct.pack(">iiiib", -1, max_wait_ms, 1 if partitions else 0, MIB, 0)
+               + topics)
     return struct.pack(">i", len(message)) + message
 
 
