@@ -94,6 +94,12 @@ class QuotaManager:
                 self._quotas = quotas
                 self._rates = {}  # sensors regroup as the quotas now say (Kafka: new tags)
 
+    @property
+    def configured(self) -> bool:
+        """Whether any quota is stored (`_quotas` is replaced whole by `set_quotas`: read
+        without the lock)."""
+        return bool(self._quotas)
+
     def quota(self, kind: str, user: str, client_id: str) -> tuple[float, Entity] | None:
         """The quota of `kind` for (user, client-id) and the entity that sets it, if any."""
         for entity in precedence(user, client_id):
@@ -105,6 +111,8 @@ class QuotaManager:
     def max_window_bytes(self, kind: str, user: str, client_id: str) -> float:
         """Kafka's getMaxValueInQuotaWindow: quota x (samples - 1) windows, the most one
         response may carry without certain throttling (infinite without a quota)."""
+        if not self.configured:
+            return float("inf")
         with self._lock:
             found = self.quota(kind, user, client_id)
         if found is None:
@@ -115,7 +123,7 @@ class QuotaManager:
                now_ms: int) -> int:
         """Record `nbytes` of `kind` for the client; the throttle time in ms (0: within
         its quota, or none applies)."""
-        if not self._quotas:  # none stored (replaced whole by set_quotas): nothing to count
+        if not self.configured:  # nothing to count
             return 0
         with self._lock:
             found = self.quota(kind, user, client_id)

@@ -52,7 +52,7 @@ WIRE_COLUMNS = [
     ("mib_per_s_per_agent_core", "MiB/s per agent core"), ("mib_per_s_wall", "MiB/s wall"),
     ("load_mib_s", "load MiB/s"), ("ack_ms_p50", "ack p50 ms"), ("ack_ms_p99", "ack p99 ms"),
     ("puts_per_s", "PUTs/s"), ("agent_cpu_s", "agent CPU s"),
-    ("produce_requests", "Produce requests"),
+    ("agent_busy", "agent cores busy"), ("produce_requests", "Produce requests"),
     ("agent_cpu_us_per_request", "agent CPU µs per request"),
     ("agent_cpu_s_per_mib", "agent CPU s per MiB"), ("fetch_requests", "Fetch requests"),
     ("requests_per_s_per_agent_core", "requests/s per agent core"),

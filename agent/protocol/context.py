@@ -223,6 +223,8 @@ class ServerContext:
         """Record `nbytes` of `kind` (agent/quotas.py PRODUCE or FETCH) for the session's
         user and this client id; the throttle time in ms, for which the connection is then
         muted (0: within its quota)."""
+        if not self.quotas.configured:
+            return 0
         user = SESSION.get().principal.partition(":")[2]
         ms = self.quotas.record(kind, user, client_id or "", nbytes,
                                 self.metadata.clock.now_ms())
@@ -234,6 +236,8 @@ class ServerContext:
     def quota_window_bytes(self, kind: str, client_id: str | None) -> float:
         """The most bytes of `kind` one response may carry for the session's user and this
         client id without certain throttling (infinite without a quota)."""
+        if not self.quotas.configured:
+            return float("inf")
         user = SESSION.get().principal.partition(":")[2]
         return self.quotas.max_window_bytes(kind, user, client_id or "")
 

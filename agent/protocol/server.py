@@ -274,7 +274,10 @@ class Server:
                         correlation_id, reply = -1, await self._raw_token(auth, payload)
                     else:
                         correlation_id, reply = await self._dispatch(payload, auth)
-                    await replies.put((size, correlation_id, reply))
+                    if replies.full():  # MAX_IN_FLIGHT replies wait to be written
+                        await replies.put((size, correlation_id, reply))
+                    else:
+                        replies.put_nowait((size, correlation_id, reply))
                 except BaseException:
                     self._release(conn, size)
                     raise

@@ -20,6 +20,7 @@ it (same socket, another descriptor number), closed as soon as the reply is out.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Sequence
 
@@ -39,7 +40,19 @@ async def send_buffers(writer: asyncio.StreamWriter, buffers: Sequence[Buffer]) 
     if writer.transport.is_closing():
         raise ConnectionResetError("connection closed")
     fd = sock.fileno()
-    views = [memoryview(b) for b in buffers if len(b)]
+    sent = 0
+    if len(buffers) <= IOV_MAX:  # most replies go out whole in this one call
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            sent = os.writev(fd, buffers)
+        if sent == sum(len(b) for b in buffers):
+            return
+    views = []  # what is left, re-sliced where the socket stopped
+    for b in buffers:
+        if sent >= len(b):
+            sent -= len(b)
+        else:
+            views.append(memoryview(b)[sent:])
+            sent = 0
     loop = asyncio.get_running_loop()
     waiting_fd = -1  # the duplicate the loop watches for writability, made on first need
     i = 0

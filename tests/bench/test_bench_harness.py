@@ -69,7 +69,7 @@ def test_authz_suite_times_each_decision_under_the_goal() -> None:
 def test_wire_suite_measures_a_real_agent(tmp_path: Path) -> None:
     from bench.report import render
     from bench.run import machine
-    from bench.wire import WireParams, run_wire
+    from bench.wire import CAPACITY_CONNECTIONS, WireParams, run_wire
 
     rows = run_wire(WireParams("file", records=2_000, rate_mib_s=1.0, seconds=1.0,
                                small_producers=True, long_polls=True))
@@ -77,15 +77,17 @@ def test_wire_suite_measures_a_real_agent(tmp_path: Path) -> None:
     assert set(by_run) == {"produce", "fetch", "latency", "50 small producers",
                            "50 long-polling consumers", "the trickle alone",
                            "long-polls beyond the trickle", "floor: empty Fetches",
-                           "500 raw long-polls (capacity)"}
+                           f"{CAPACITY_CONNECTIONS} raw long-polls (capacity)"}
     polls = by_run["50 long-polling consumers"]
     assert polls["fetch_requests"] > 0 and polls["requests_per_s_per_agent_core"] > 0
     # counted by the agent: at most one a wake-up, and most Fetches wake once or not at all
     assert polls["round_trips_per_fetch"] is not None
     assert 0 <= polls["round_trips_per_fetch"] <= 2
     assert by_run["floor: empty Fetches"]["requests_per_s_per_agent_core"] > 0
-    capacity = by_run["500 raw long-polls (capacity)"]  # every one answered, none refused
-    assert capacity["fetch_requests"] >= 500 and capacity["requests_per_s_per_agent_core"] > 0
+    # every connection admitted and answered
+    capacity = by_run[f"{CAPACITY_CONNECTIONS} raw long-polls (capacity)"]
+    assert capacity["fetch_requests"] >= CAPACITY_CONNECTIONS
+    assert capacity["requests_per_s_per_agent_core"] > 0 and capacity["agent_busy"] > 0
     alone = by_run["the trickle alone"]  # the same records a second, no consumer
     assert alone["records"] > 0 and alone["agent_cpu_s"] >= 0
     assert by_run["long-polls beyond the trickle"]["fetch_requests"] == polls["fetch_requests"]

@@ -514,7 +514,8 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
     if throttle_ms > 0:
         ctx.unthrottle(FETCH_QUOTA, header.client_id, size)
         results = []
-    telemetry.fetched((name, sum(r.size for r in reads)) for _, name, reads in results)
+    if size:
+        telemetry.fetched((name, sum(r.size for r in reads)) for _, name, reads in results)
     telemetry.fetch_round_trips(round_trips)
     return response(b, [(ref, reads) for ref, _, reads in results], throttle_ms)
 
