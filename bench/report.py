@@ -270,13 +270,19 @@ produce run back (goal >= 200). `latency`: a steady load with the producer's def
 1 KiB batch per request at this load); ack time minus produce time (goals p50 <= 300 ms,
 p99 <= 450 ms on file), and objects written per second (one per flush: ~4 below 8 MiB per
 250 ms). The request rate, not the bytes, is what loads the agent at this load: ~2,000
-requests/s of one small batch each, ~100 µs of agent CPU per request on a quiet machine
-(issue 28 below: where it went and what was cut), so 2 MiB/s at the producer's defaults
-takes about 0.2 of an agent core; a larger linger.ms on the client sends fewer, larger
-requests.
+requests/s of one small batch each, so the latency row's agent CPU over its 20 s is the
+price of ~40,000 small requests (goal: 100 µs each, 0.2 of a core; issue 28 below: where
+it went and what was cut); a larger linger.ms on the client sends fewer, larger requests.
+`50 small producers`: the many-clients shape, each producer its own connection at 20 KiB/s.
 Fetch sends the records as views of the segment cache (segments patched once as they enter
 it) with writev(2), so no user-space copy; its metadata costs one statement per Fetch,
 none for a long-poll of caught-up partitions (round trips per Fetch: the long-polls row).
+`50 long-polling consumers` wait 100 ms on 2 caught-up partitions each while a producer
+trickles 20 records a second (and `the trickle alone` is that producer without them);
+`floor`: Fetches of no partition, 200 pipelined on one connection; `raw long-polls
+(capacity)`: raw connections long-polling 2 partitions of an empty topic, each again as soon
+as answered, offering more than the agent can take (agent cores busy near 1), so its
+requests/s per agent core is the long-polls' capacity (goal >= 10,000).
 """
 
 
@@ -573,8 +579,9 @@ def _first_line(text: str, prefix: str) -> str:
 def update(page: str, report: dict[str, Any], suites: list[str]) -> str:
     """`page` (as render() wrote it) with the sections of `suites` rendered from `report`,
     the other sections left as they were. A section replaces the one under the same
-    heading, or goes where render() puts it if the page has none. The header is rendered
-    anew but keeps the page's machine; sections measured on another machine say which."""
+    heading (its hand-written "### " subsections, which no suite renders, kept after it),
+    or goes where render() puts it if the page has none. The header is rendered anew but
+    keeps the page's machine; sections measured on another machine say which."""
     parts = _split(page)
     header = _header(report)
     ours, theirs = _first_line(header, "Measured on"), _first_line(parts[0], "Measured on")
@@ -587,7 +594,9 @@ def update(page: str, report: dict[str, Any], suites: list[str]) -> str:
         new = heading + "\n" + body
         headings = [p.split("\n", 1)[0] for p in parts]
         if heading in headings:
-            parts[headings.index(heading)] = new
+            i = headings.index(heading)
+            kept = parts[i].find("\n### ")
+            parts[i] = new if kept < 0 else new + "\n" + parts[i][kept:]
             continue
         later = {SECTIONS[s](report).split("\n", 1)[0] for s in order[order.index(suite) + 1:]}
         at = next((i for i, h in enumerate(headings) if h in later), len(parts))

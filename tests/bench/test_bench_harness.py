@@ -251,3 +251,25 @@ def test_secure_section_compares_within_each_round() -> None:
     assert "fetch 400.0 -> 250.0 MiB/s per agent core (-38%; within a round: -25%, -50%;" \
            " median -38%)" in page
     assert "fetch 300.0 MiB/s per agent core (-25%)" in page  # 1 / (1/400 + 1/1200)
+
+
+def test_update_keeps_a_sections_hand_written_subsections() -> None:
+    """A suite rerun with --write replaces its section's table and prose, and keeps the
+    "### " subsections written under it by hand (no suite renders one)."""
+    from bench.report import render, update
+    from bench.run import machine
+
+    def consume(records: int) -> dict[str, Any]:
+        return {"benchmark": "consume", "value_bytes": 7, "records": records, "partitions": 3}
+
+    page = render({"machine": machine(), "results": [consume(77)]})
+    heading = "## Consume"
+    at = page.index("\n## ", page.index(heading) + 1)
+    page = page[:at] + "\n### Measured by hand\n\nkept words\n" + page[at:]
+    again = update(page, {"machine": machine(), "results": [consume(88)]}, ["consume"])
+    assert "| 7 | 88 | 3 |" in again and "| 7 | 77 | 3 |" not in again
+    assert again.count("### Measured by hand\n\nkept words\n") == 1
+    assert again.index(heading) < again.index("| 7 | 88 |") < again.index("### Measured")
+    assert again.index("### Measured") < again.index("\n## ", again.index(heading) + 1)
+    assert update(again, {"machine": machine(), "results": [consume(88)]},
+                  ["consume"]) == again
