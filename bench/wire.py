@@ -22,7 +22,6 @@ shares the machine's cores with the agent: wall figures depend on both.
 
 from __future__ import annotations
 
-import resource
 import selectors
 import socket
 import statistics
@@ -38,6 +37,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
+from agent.protocol.server import open_files
 from harness.agent_process import AgentProcess, free_port
 from metadata import MetadataStore
 from objects.keys import DATA_PREFIX
@@ -370,14 +370,6 @@ def _fetch_frame(partitions: Sequence[int], max_wait_ms: int) -> bytes:
     return struct.pack(">i", len(message)) + message
 
 
-def _open_files(wanted: int) -> None:
-    """Raise this process's soft limit on open files to `wanted`, within the hard limit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (
-            wanted if hard == resource.RLIM_INFINITY else min(wanted, hard), hard))
-
-
 def run_long_poll_capacity(agent: AgentProcess, p: WireParams) -> dict[str, Any]:
     """How many caught-up long-polls one agent core answers: CAPACITY_CONNECTIONS raw
     connections, each a Fetch of 2 of CAPACITY_TOPIC's empty partitions waiting
@@ -389,7 +381,7 @@ def run_long_poll_capacity(agent: AgentProcess, p: WireParams) -> dict[str, Any]
     saturated, as the figure assumes)."""
     frames = [_fetch_frame([2 * i % p.partitions, (2 * i + 1) % p.partitions],
                            LONG_POLL_WAIT_MS) for i in range(CAPACITY_CONNECTIONS)]
-    _open_files(CAPACITY_CONNECTIONS + 256)
+    open_files(CAPACITY_CONNECTIONS + 256)  # this process's sockets
     socks = [socket.create_connection(("127.0.0.1", agent.port), timeout=TIMEOUT_S)
              for _ in range(CAPACITY_CONNECTIONS)]
     sel = selectors.DefaultSelector()

@@ -597,19 +597,26 @@ async def _check_group_leases(ctx: ServerContext) -> None:
             log.exception("checking group leases failed (retrying)")
 
 
-def _descriptors_for(connections: int) -> None:
-    """Raise the soft limit on open files toward max.connections (+ the agent's own files),
-    within the hard limit; say so if it still falls short (accepts would then fail)."""
-    want = connections + 1024
+def open_files(wanted: int) -> int:
+    """Raise this process's soft limit on open files to `wanted`, within the hard limit;
+    the soft limit after (RLIM_INFINITY: none)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < want:
-        target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
         if target > soft:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
             soft = target
-        if soft < want:
-            log.warning("open files limited to %d (RLIMIT_NOFILE): fewer connections than"
-                        " max.connections (%d) can be accepted", soft, connections)
+    return soft
+
+
+def _descriptors_for(connections: int) -> None:
+    """Raise the soft limit on open files toward max.connections (+ the agent's own files);
+    say so if it still falls short (accepts would then fail)."""
+    want = connections + 1024
+    soft = open_files(want)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        log.warning("open files limited to %d (RLIMIT_NOFILE): fewer connections than"
+                    " max.connections (%d) can be accepted", soft, connections)
 
 
 async def serve(store: ObjectStore, metadata: MetadataStore, config: AgentConfig,
