@@ -111,8 +111,6 @@ class QuotaManager:
     def max_window_bytes(self, kind: str, user: str, client_id: str) -> float:
         """Kafka's getMaxValueInQuotaWindow: quota x (samples - 1) windows, the most one
         response may carry without certain throttling (infinite without a quota)."""
-        if not self.configured:
-            return float("inf")
         with self._lock:
             found = self.quota(kind, user, client_id)
         if found is None:

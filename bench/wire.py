@@ -333,8 +333,6 @@ def _end_offsets(agent: AgentProcess) -> dict[int, int]:
         return {i.partition: i.next_offset for i in md.partitions(TOPIC)}
 
 
-
-
 def run_floor(agent: AgentProcess, requests: int) -> dict[str, Any]:
     """The floor of a Fetch's agent CPU: `requests` Fetches of no partition (the request
     path, framing to reply, without a metadata read or a record) over one connection,

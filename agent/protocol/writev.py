@@ -46,16 +46,10 @@ async def send_buffers(writer: asyncio.StreamWriter, buffers: Sequence[Buffer]) 
             sent = os.writev(fd, buffers)
         if sent == sum(len(b) for b in buffers):
             return
-    views = []  # what is left, re-sliced where the socket stopped
-    for b in buffers:
-        if sent >= len(b):
-            sent -= len(b)
-        else:
-            views.append(memoryview(b)[sent:])
-            sent = 0
+    views = [memoryview(b) for b in buffers if len(b)]
+    i = _past(views, 0, sent)
     loop = asyncio.get_running_loop()
     waiting_fd = -1  # the duplicate the loop watches for writability, made on first need
-    i = 0
     try:
         while i < len(views):
             try:
@@ -65,16 +59,23 @@ async def send_buffers(writer: asyncio.StreamWriter, buffers: Sequence[Buffer]) 
                     waiting_fd = os.dup(fd)
                 await _writable(loop, waiting_fd)
                 continue
-            while sent:  # skip what went out; the first buffer not wholly sent is re-sliced
-                size = len(views[i])
-                if sent < size:
-                    views[i] = views[i][sent:]
-                    break
-                sent -= size
-                i += 1
+            i = _past(views, i, sent)
     finally:
         if waiting_fd >= 0:
             os.close(waiting_fd)
+
+
+def _past(views: list[memoryview], i: int, sent: int) -> int:
+    """The index of the first of `views` from `i` not wholly sent once `sent` more bytes
+    went out, that one re-sliced past what went out of it."""
+    while sent:
+        size = len(views[i])
+        if sent < size:
+            views[i] = views[i][sent:]
+            break
+        sent -= size
+        i += 1
+    return i
 
 
 async def _writable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
