@@ -256,30 +256,47 @@ def _when_flushed(ctx: ServerContext, admitted: Admitted,
     under the interpreter lock, so the requests it completes are handed over together
     (`ServerContext.call_threadsafe`). One callback per flush the request's batches are in
     (usually one), and no task: the reply is written when the future resolves."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[Encoded | None] = loop.create_future()
+    done: asyncio.Future[Encoded | None] = asyncio.get_running_loop().create_future()
     flushes = list({id(f.flush_future): f.flush_future for _, parts in admitted
                     for _, o in parts if isinstance(o, list) for f in o}.values())
     if not flushes:
         _resolve(ctx, done, answer)
         return done
-    if len(flushes) == 1:  # the usual case: nothing to count
-        flushes[0].add_done_callback(lambda _: ctx.call_threadsafe(_resolve, ctx, done, answer))
-        return done
-    remaining = len(flushes)
-    lock = threading.Lock()
-
-    def one_done(_: object) -> None:
-        nonlocal remaining
-        with lock:
-            remaining -= 1
-            if remaining:
-                return
-        ctx.call_threadsafe(_resolve, ctx, done, answer)
-
+    flushed = _Flushed(ctx, done, answer, len(flushes))
     for flush in flushes:
-        flush.add_done_callback(one_done)
+        flush.add_done_callback(flushed)
     return done
+
+
+class _Flushed:
+    """A request's callback on the flushes holding its batches: once the last is done,
+    `_resolve` on the loop, and the request let go. A flush's Future keeps its callbacks
+    after calling them, and the request holds its produce futures, which hold the flush's:
+    a callback still holding the request would tie every request of the flush into one
+    reference cycle, left to the garbage collector (~11 objects a request; at 2,000 small
+    requests a second, ~6 % of the agent's CPU in collections and a 50-60 ms pause each)."""
+
+    __slots__ = ("answer", "ctx", "done", "lock", "remaining")
+
+    def __init__(self, ctx: ServerContext, done: asyncio.Future[Encoded | None],
+                 answer: Callable[[], Encoded] | None, flushes: int) -> None:
+        self.ctx: ServerContext | None = ctx
+        self.done: asyncio.Future[Encoded | None] | None = done
+        self.answer = answer
+        self.remaining = flushes
+        self.lock = threading.Lock() if flushes > 1 else None
+
+    def __call__(self, _: object) -> None:
+        if self.lock is not None:  # the flushes may complete on different threads
+            with self.lock:
+                self.remaining -= 1
+                if self.remaining:
+                    return
+        ctx, done, answer = self.ctx, self.done, self.answer
+        if ctx is None or done is None:
+            return
+        self.ctx, self.done, self.answer = None, None, None
+        ctx.call_threadsafe(_resolve, ctx, done, answer)
 
 
 def _resolve(ctx: ServerContext, done: asyncio.Future[Encoded | None],
