@@ -119,26 +119,28 @@ class ProduceFuture:
         # log_append_time_ms), -1 otherwise (CreateTime, and resends of committed batches).
         self.log_append_time = -1
 
-    def result(self, timeout: float | None = None) -> int:
-        """The offset; raises the flush's error if it failed."""
+    def outcome(self, timeout: float | None = None) -> int | BaseException:
+        """The offset, or the error the record failed with (the flush Future itself never
+        fails): one look at the flush's outcome, where `exception` then `result` take two."""
         outcome = self._flush.result(timeout)[self._tp]
         if isinstance(outcome, PerBatch):
-            answer = outcome.answers.get(self._rel, outcome.other)
-            if isinstance(answer, BaseException):
-                raise answer
-            return answer
+            return outcome.answers.get(self._rel, outcome.other)
+        if isinstance(outcome, BaseException):
+            return outcome
+        return outcome + self._rel
+
+    def result(self, timeout: float | None = None) -> int:
+        """The offset; raises the flush's error if it failed."""
+        outcome = self.outcome(timeout)
         if isinstance(outcome, BaseException):
             raise outcome
-        return outcome + self._rel
+        return outcome
 
     def done(self) -> bool:
         return self._flush.done()
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        outcome = self._flush.result(timeout)[self._tp]  # the flush Future itself never fails
-        if isinstance(outcome, PerBatch):
-            answer = outcome.answers.get(self._rel, outcome.other)
-            return answer if isinstance(answer, BaseException) else None
+        outcome = self.outcome(timeout)
         return outcome if isinstance(outcome, BaseException) else None
 
     def add_done_callback(self, fn: Callable[[ProduceFuture], object]) -> None:

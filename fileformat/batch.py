@@ -33,7 +33,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import crc32c
 from aiokafka.errors import CorruptRecordException
@@ -99,9 +99,10 @@ class Record:
     headers: tuple[tuple[str, bytes | None], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
-    """The 61-byte header of a batch; `length` is the TOTAL batch size in bytes."""
+class BatchHeader(NamedTuple):
+    """The 61-byte header of a batch; `length` is the TOTAL batch size in bytes. A named
+    tuple: one is made for every batch a produce checks or a reader walks, and a frozen
+    dataclass's field-by-field __init__ costs ~1 us more each."""
 
     base_offset: int
     length: int

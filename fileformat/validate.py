@@ -6,7 +6,6 @@ pure-Python twin is `_validate_records_py`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import crc32c
@@ -206,10 +205,10 @@ def check_client_batch(raw: Any, decode: bool, *, null_keys: bool = False,
             tuple((i, "Compacted topic cannot accept message without key") for i in nulls))
     max_ts = (header.first_timestamp + max_delta + _I64) % (2 * _I64) - _I64  # Java's wrap
     if max_ts != header.max_timestamp:
-        header = replace(header, max_timestamp=max_ts)
+        header = header._replace(max_timestamp=max_ts)
     decoded = None
     if decode:
-        plain_header = replace(header, attributes=header.attributes & ~CODEC_MASK,
+        plain_header = header._replace(attributes=header.attributes & ~CODEC_MASK,
                                length=len(plain))
         decoded = batch_offsets(plain, plain_header)
     return header, decoded

@@ -315,11 +315,11 @@ def _outcome(futures: list[ProduceFuture] | ErrorCode | Refusal) -> Outcome:
     first failed batch; its futures are done."""
     if isinstance(futures, ErrorCode | Refusal):
         return futures
-    for fut in futures:
-        exc = fut.exception()
-        if exc is not None:
-            return refusal(exc)
-    return Appended(futures[0].result(), futures[0].log_append_time)
+    outcomes = [fut.outcome() for fut in futures]
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            return refusal(outcome)
+    return Appended(cast(int, outcomes[0]), futures[0].log_append_time)
 
 
 def _transactional(request: Request) -> dict[tuple[str, int], tuple[int, int]]:
