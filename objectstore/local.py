@@ -155,23 +155,43 @@ class FileStore(Backend):
         return _LocalWriter(self._path(key), self._report)
 
     def open_stream(self, key: str, start: int = 0, end: int | None = None) -> ReadStream:
+        opened = self._open_range(key, start, end)
+        if opened is None:
+            return _empty_stream(self._report)
+        fd, stop = opened
+        return _FileRangeStream(os.fdopen(fd, "rb"), start, stop, self._report)
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        """The range in one pread(2): no buffered file nor stream object (a fetch reads a
+        segment this way)."""
+        opened = self._open_range(key, start, end)
+        if opened is None:
+            return b""
+        fd, stop = opened
+        try:
+            data = os.pread(fd, stop - start, start)
+        finally:
+            os.close(fd)
+        self._report("", 0, len(data))
+        return data
+
+    def _open_range(self, key: str, start: int, end: int | None) -> tuple[int, int] | None:
+        """The key's file opened for [start, end) and the range's end, its GET counted;
+        None for an empty range (nothing opened nor counted, as S3 makes no request).
+        InvalidRangeError where S3 answers 416; FileNotFoundError for a missing key."""
         path = self._path(key)
         if _bad_range(start, end):
             raise InvalidRangeError(f"bad range [{start}, {end}) for {key!r}")
         if end == start:
-            return _empty_stream(self._report)
-        f = path.open("rb")
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            stop = _check_range(key, os.fstat(f.fileno()).st_size, start, end)
+            stop = _check_range(key, os.fstat(fd).st_size, start, end)
         except BaseException:
-            f.close()
+            os.close(fd)
             raise
         self._report(GET, 0, 0)
-        return _FileRangeStream(f, start, stop, self._report)
-
-    def get_range(self, key: str, start: int, end: int) -> bytes:
-        with self.open_stream(key, start, end) as s:
-            return s.read()
+        return fd, stop
 
     def size(self, key: str) -> int:
         self._report(HEAD, 0, 0)
