@@ -209,7 +209,7 @@ def check_client_batch(raw: Any, decode: bool, *, null_keys: bool = False,
     decoded = None
     if decode:
         plain_header = header._replace(attributes=header.attributes & ~CODEC_MASK,
-                               length=len(plain))
+                                       length=len(plain))
         decoded = batch_offsets(plain, plain_header)
     return header, decoded
 
