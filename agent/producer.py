@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 import telemetry
 from clock import SYSTEM_CLOCK, Clock
 from fileformat import ChunkBuilder, KeyHasher
-from fileformat.batch import TIMESTAMP_TYPE_MASK, read_header, stamp_log_append_time
+from fileformat.batch import CONTROL_MASK, TIMESTAMP_TYPE_MASK, read_header, stamp_log_append_time
 from fileformat.compression import MAX_DECOMPRESSED
 from fileformat.control import read_marker
 from fileformat.errors import ProducerFieldsError
@@ -380,24 +380,31 @@ class Agent:
         `cached_only` (one batch; the server's event loop, where nothing may block): raise
         NotCachedError, nothing buffered, where the append would read the metadata store.
         """
-        if cached_only:
-            rules = self._rules.get(topic)
-            if rules is None or len(raw_batches) != 1 or partition >= rules[0].partitions:
-                raise NotCachedError(f"{topic}/{partition} is not cached")
-        info = self.partition_topic(topic, partition)
-        checked = [self._check_batch(info, raw, coordinator) for raw in raw_batches]
-        if info.config.log_append_time:
+        rules = self._rules.get(topic)
+        if cached_only and (rules is None or len(raw_batches) != 1
+                            or partition >= rules[0].partitions):
+            raise NotCachedError(f"{topic}/{partition} is not cached")
+        # `partition_topic`, its cached case inlined (this runs once per produced batch)
+        info, compacted, max_bytes, stamped = rules or self._load_rules(topic)
+        if self._closed or not 0 <= partition < info.partitions:
+            info = self._check_partition(info, partition)
+            compacted, max_bytes = info.config.compacted, info.config.max_message_bytes
+            stamped = info.config.log_append_time
+        checked = [self._check_batch(info, raw, compacted, max_bytes, coordinator)
+                   for raw in raw_batches]
+        if stamped:
             raw_batches, checked = _stamped(raw_batches, checked, self._clock.now_ms())
-        hold = _Hold(sum(len(raw) for raw in raw_batches))
-        with self._cond:
-            self._wait_for_room(hold.left, block_s)
+        hold = _Hold(sum(map(len, raw_batches)))
+        with self._lock:  # the condition's lock (its __enter__ is a Python-level call)
+            if self._in_flight_bytes + hold.left > self._buffer_memory:  # else room now
+                self._wait_for_room(hold.left, block_s)
             self._in_flight_bytes += hold.left
         try:
             return [self._produce_checked(info, partition, raw, batch, hold, cached_only)
                     for raw, batch in zip(raw_batches, checked, strict=True)]
         finally:  # room held for batches not buffered (resends, refusals) is given back
             if hold.left:
-                with self._cond:
+                with self._lock:
                     self._in_flight_bytes -= hold.left
                     self._cond.notify_all()
                 self._room_freed()
@@ -412,25 +419,24 @@ class Agent:
         """Bytes of buffer.memory in use: buffered, being flushed, or held for an append."""
         return self._in_flight_bytes
 
-    def _check_batch(self, info: TopicInfo, raw_batch: bytes,
-                     coordinator: bool = False) -> CheckedBatch:
+    def _check_batch(self, info: TopicInfo, raw_batch: bytes, compacted: bool,
+                     max_bytes: int, coordinator: bool = False) -> CheckedBatch:
         """The batch checked (for the chunk builder to take without checking again) once it
-        passes the topic's rules (see `produce_batch`) and Kafka's produce validation
+        passes the topic's rules (see `produce_batch`; `compacted` and `max_bytes` are the
+        topic's cleanup.policy and max.message.bytes) and Kafka's produce validation
         (`check_client_batch`), so that appending it cannot fail. A compacted topic's batch
         is decoded here (the builder reuses the records for the key hashes). Control
         batches only from the `coordinator`, and only well-formed markers."""
-        max_bytes = info.config.max_message_bytes
         if len(raw_batch) > max_bytes:
             raise RecordTooLargeError(
                 f"batch of {len(raw_batch)} bytes exceeds max.message.bytes="
                 f"{max_bytes} of topic {info.name!r}"
             )
-        compacted = info.config.compacted
         limit = min(MAX_DECOMPRESSED, max(DECOMPRESSED_FLOOR, DECOMPRESSION_RATIO * max_bytes))
         checked = check_client_batch(raw_batch, compacted, null_keys=compacted, limit=limit,
                                      control=coordinator)
         header = checked[0]
-        if header.is_control:  # the coordinator's marker: one of a producer's transaction
+        if header.attributes & CONTROL_MASK:  # the coordinator's marker (`is_control`, inline)
             if header.producer_id < 0 or not header.is_transactional:
                 raise ProducerFieldsError("a control batch must be transactional and carry"
                                           " a producer id")
@@ -443,14 +449,14 @@ class Agent:
         topic = info.name
         header = checked[0]
         if header.producer_id < 0:
-            with self._cond:
+            with self._lock:
                 return self._append_batch(info, partition, raw_batch, checked, None, hold)
         key = (header.producer_id, topic, partition)
         if header.is_control:  # no sequence to check here: the commit checks its epoch
             kind = BatchKind.COMMIT if read_marker(raw_batch, header).commit else BatchKind.ABORT
             marker = ProducerBatch(header.producer_id, header.producer_epoch, NO_SEQUENCE,
                                    NO_SEQUENCE, 0, kind)
-            with self._cond:
+            with self._lock:
                 return self._append_batch(info, partition, raw_batch, checked, (key, marker),
                                           hold)
         batch = ProducerBatch(header.producer_id, header.producer_epoch, header.base_sequence,
@@ -461,7 +467,7 @@ class Agent:
         tp = (topic, partition)
         reloaded = False
         while True:
-            with self._cond:  # check and append under one hold of the lock (room is held)
+            with self._lock:  # check and append under one hold of the lock (room is held)
                 decision = self._producers.check(key, batch, reloaded)
                 if isinstance(decision, Admit):
                     return self._append_batch(info, partition, raw_batch, checked,
@@ -478,7 +484,7 @@ class Agent:
             if cached_only:
                 raise NotCachedError(f"producer {key[0]}'s state on {topic}/{partition}")
             state = self._metadata.producer_state(*key)
-            with self._cond:
+            with self._lock:
                 self._producers.learn(key, state)
             reloaded = True
 
@@ -510,7 +516,7 @@ class Agent:
             if not placed.is_marker:  # a marker is never a resend: nothing to answer
                 self._producers.add(key, placed, (done, first))
         self._account(len(raw_batch), held=True)
-        appended = ProduceFuture(done, (info.name, partition), first)
+        appended = ProduceFuture(done, tp, first)
         header = checked[0]
         if header.attributes & TIMESTAMP_TYPE_MASK:  # stamped here: clients' are refused
             appended.log_append_time = header.max_timestamp

@@ -7,7 +7,7 @@
 #include <Python.h>
 
 /* Bumped when a function's contract changes, so a stale build is refused at import. */
-#define NATIVE_ABI 5
+#define NATIVE_ABI 6
 
 /* ==== encoder (ingest) ==== */
 #include <stdint.h>
@@ -744,6 +744,82 @@ static int val_blob(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t end, int
     return 0;
 }
 
+/* The walk of `native_validate_records`, shared with `check_plain_batch`: 0 if the `count`
+ * records of p[start:end] are well-formed (*max_ts: the largest timestampDelta; each null
+ * key's index appended to `nulls` if not NULL, or -1 returned if `no_nulls`); else the
+ * violation's kind (VAL_*), with the record's index and the message in *at and *what;
+ * -2 (a Python error set) if appending to `nulls` failed. */
+static int val_walk(const unsigned char *p, Py_ssize_t start, Py_ssize_t end, Py_ssize_t count,
+                    PyObject *nulls, int no_nulls, int64_t *max_ts, Py_ssize_t *at,
+                    const char **what) {
+    Py_ssize_t pos = start;
+    *max_ts = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int32_t size, delta, klen, vlen, nh, hk, hv;
+        int64_t ts;
+        *at = i;
+        if (pos >= end) {
+            *what = "missing: the records section ends before the batch's record count";
+            return VAL_COUNT;
+        }
+        if (val_varint32(p, &pos, end, &size) < 0 || size < 0 || size > end - pos) {
+            *what = "length prefix is malformed, negative or runs past the batch";
+            return VAL_FRAMING;
+        }
+        Py_ssize_t rec_end = pos + size, q = pos + 1; /* past the attributes byte */
+        if (q > rec_end || filter_varint(p, &q, rec_end, &ts) < 0 ||
+            val_varint32(p, &q, rec_end, &delta) < 0) {
+            *what = "timestamp or offset delta runs past the record";
+            return VAL_FRAMING;
+        }
+        if (delta != i) {
+            *what = "offsetDelta is not the record's index";
+            return VAL_OFFSET_DELTA;
+        }
+        if (val_blob(p, &q, rec_end, 1, &klen) < 0 || val_blob(p, &q, rec_end, 1, &vlen) < 0) {
+            *what = "key or value length below -1 or past the record";
+            return VAL_FRAMING;
+        }
+        if (val_varint32(p, &q, rec_end, &nh) < 0 || nh < 0 || nh > rec_end - q) {
+            *what = "header count is malformed, negative or past the record";
+            return VAL_FRAMING;
+        }
+        for (int32_t h = 0; h < nh; h++) {
+            if (val_blob(p, &q, rec_end, 0, &hk) < 0 || val_blob(p, &q, rec_end, 1, &hv) < 0) {
+                *what = "header key or value length is invalid or past the record";
+                return VAL_FRAMING;
+            }
+        }
+        if (q != rec_end) {
+            *what = "fields do not fill the record's length exactly";
+            return VAL_FRAMING;
+        }
+        if (i == 0 || ts > *max_ts) {
+            *max_ts = ts;
+        }
+        if (klen < 0) {
+            if (no_nulls) {
+                return -1;
+            }
+            if (nulls != NULL) {
+                PyObject *index = PyLong_FromSsize_t(i);
+                if (index == NULL || PyList_Append(nulls, index) < 0) {
+                    Py_XDECREF(index);
+                    return -2;
+                }
+                Py_DECREF(index);
+            }
+        }
+        pos = rec_end;
+    }
+    if (pos != end) {
+        *at = count;
+        *what = "bytes remain after the batch's last record";
+        return VAL_COUNT;
+    }
+    return 0;
+}
+
 static PyObject *native_validate_records(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer batch;
@@ -753,80 +829,111 @@ static PyObject *native_validate_records(PyObject *self, PyObject *args) {
         return NULL;
     }
     PyObject *nulls = NULL, *result = NULL;
-    const unsigned char *p = batch.buf;
-    Py_ssize_t end = batch.len, pos = start;
     int64_t max_ts = 0;
-    if (start < 0 || start > end || count < 0) {
+    Py_ssize_t at = 0;
+    const char *what = NULL;
+    if (start < 0 || start > batch.len || count < 0) {
         PyErr_SetString(PyExc_ValueError, "records section or count out of range");
         goto done;
     }
     if (want_null && (nulls = PyList_New(0)) == NULL) {
         goto done;
     }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        int32_t size, delta, klen, vlen, nh, hk, hv;
-        int64_t ts;
-        if (pos >= end) {
-            val_error(VAL_COUNT, i, "missing: the records section ends before the batch's"
-                      " record count");
-            goto done;
-        }
-        if (val_varint32(p, &pos, end, &size) < 0 || size < 0 || size > end - pos) {
-            val_error(VAL_FRAMING, i, "length prefix is malformed, negative or runs past"
-                      " the batch");
-            goto done;
-        }
-        Py_ssize_t rec_end = pos + size, q = pos + 1; /* past the attributes byte */
-        if (q > rec_end || filter_varint(p, &q, rec_end, &ts) < 0 ||
-            val_varint32(p, &q, rec_end, &delta) < 0) {
-            val_error(VAL_FRAMING, i, "timestamp or offset delta runs past the record");
-            goto done;
-        }
-        if (delta != i) {
-            val_error(VAL_OFFSET_DELTA, i, "offsetDelta is not the record's index");
-            goto done;
-        }
-        if (val_blob(p, &q, rec_end, 1, &klen) < 0 || val_blob(p, &q, rec_end, 1, &vlen) < 0) {
-            val_error(VAL_FRAMING, i, "key or value length below -1 or past the record");
-            goto done;
-        }
-        if (val_varint32(p, &q, rec_end, &nh) < 0 || nh < 0 || nh > rec_end - q) {
-            val_error(VAL_FRAMING, i, "header count is malformed, negative or past the record");
-            goto done;
-        }
-        for (int32_t h = 0; h < nh; h++) {
-            if (val_blob(p, &q, rec_end, 0, &hk) < 0 || val_blob(p, &q, rec_end, 1, &hv) < 0) {
-                val_error(VAL_FRAMING, i, "header key or value length is invalid or past"
-                          " the record");
-                goto done;
-            }
-        }
-        if (q != rec_end) {
-            val_error(VAL_FRAMING, i, "fields do not fill the record's length exactly");
-            goto done;
-        }
-        if (i == 0 || ts > max_ts) {
-            max_ts = ts;
-        }
-        if (klen < 0 && nulls != NULL) {
-            PyObject *index = PyLong_FromSsize_t(i);
-            if (index == NULL || PyList_Append(nulls, index) < 0) {
-                Py_XDECREF(index);
-                goto done;
-            }
-            Py_DECREF(index);
-        }
-        pos = rec_end;
+    int kind = val_walk(batch.buf, start, batch.len, count, nulls, 0, &max_ts, &at, &what);
+    if (kind > 0) {
+        val_error(kind, at, what);
+    } else if (kind == 0) {
+        result = Py_BuildValue("(LO)", (long long)max_ts, nulls != NULL ? nulls : Py_None);
     }
-    if (pos != end) {
-        val_error(VAL_COUNT, count, "bytes remain after the batch's last record");
-        goto done;
-    }
-    result = Py_BuildValue("(LO)", (long long)max_ts, nulls != NULL ? nulls : Py_None);
 done:
     Py_XDECREF(nulls);
     PyBuffer_Release(&batch);
     return result;
+}
+
+/* check_plain_batch(batch, null_keys) -> the 12 header fields, or None
+ *
+ * The produce admission's fast path: every check of fileformat.validate.check_client_batch
+ * in one call, for the batch it sees most (a whole uncompressed magic-2 batch of a client,
+ * neither a control batch nor LogAppendTime). Returns the header's fields as
+ * fileformat.batch.HEADER reads them (length the TOTAL size, magic left out), maxTimestamp
+ * replaced by the records' real largest timestamp (firstTimestamp + the largest
+ * timestampDelta, wrapped as Java's long), when the batch passes every check: its length
+ * is exactly the buffer's, its CRC32C holds, codec none, count >= 1 with lastOffsetDelta =
+ * count - 1, producer fields consistent, every record well-formed (the validate_records
+ * walk) and, if `null_keys`, no null key. None for anything else, compressed batches
+ * included: the caller then makes the checks in Python, which refuse the batch with
+ * Kafka's exact error or accept it (the twin is check_client_batch's own path; a test
+ * holds both to the same answers). Nothing is allocated but the result. */
+static int64_t val_i64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) {
+        v = (v << 8) | p[i];
+    }
+    return (int64_t)v;
+}
+
+static int32_t val_i32(const unsigned char *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) |
+                     (uint32_t)p[3]);
+}
+
+static int16_t val_i16(const unsigned char *p) {
+    return (int16_t)(((uint16_t)p[0] << 8) | (uint16_t)p[1]);
+}
+
+static PyObject *native_check_plain_batch(PyObject *self, PyObject *const *args,
+                                          Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "check_plain_batch(batch, null_keys) takes 2 arguments");
+        return NULL;
+    }
+    int null_keys = PyObject_IsTrue(args[1]);
+    if (null_keys < 0) {
+        return NULL;
+    }
+    Py_buffer batch;
+    if (PyObject_GetBuffer(args[0], &batch, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    const unsigned char *p = batch.buf;
+    Py_ssize_t n = batch.len;
+    PyObject *result;
+    if (n < ENC_HEADER_SIZE || p[16] != 2 ||
+        (int64_t)val_i32(p + 8) + ENC_LOG_OVERHEAD != (int64_t)n) {
+        goto done; /* framing: the Python path says what is wrong */
+    }
+    uint32_t crc = (uint32_t)val_i32(p + ENC_CRC_POS);
+    if (enc_crc32c(0, p + ENC_ATTRIBUTES_POS, (size_t)(n - ENC_ATTRIBUTES_POS)) != crc) {
+        goto done;
+    }
+    int16_t attributes = val_i16(p + 21);
+    int32_t last_delta = val_i32(p + 23), count = val_i32(p + 57), sequence = val_i32(p + 53);
+    int16_t epoch = val_i16(p + 51);
+    int64_t first_ts = val_i64(p + 27), producer_id = val_i64(p + 43);
+    /* codec bits 0-2 none, LogAppendTime bit 3 and control bit 5 clear */
+    if ((attributes & (0x07 | 0x08 | 0x20)) != 0 || count < 1 || last_delta != count - 1 ||
+        (producer_id >= 0 && (epoch < 0 || sequence < 0))) {
+        goto done;
+    }
+    int64_t max_delta;
+    Py_ssize_t at;
+    const char *what;
+    int kind = val_walk(p, ENC_HEADER_SIZE, n, count, NULL, null_keys, &max_delta, &at, &what);
+    if (kind != 0) {
+        goto done;
+    }
+    int64_t max_ts = (int64_t)((uint64_t)first_ts + (uint64_t)max_delta);
+    result = Py_BuildValue("(LniIhiLLLhii)", (long long)val_i64(p), n, (int)val_i32(p + 12),
+                           (unsigned int)crc, (short)attributes, (int)last_delta,
+                           (long long)first_ts, (long long)max_ts, (long long)producer_id,
+                           (short)epoch, (int)sequence, (int)count);
+    PyBuffer_Release(&batch);
+    return result;
+done:
+    PyBuffer_Release(&batch);
+    Py_RETURN_NONE;
 }
 /* ==== end validate ==== */
 
@@ -841,6 +948,9 @@ static PyMethodDef native_methods[] = {
      "filter_records(batch, start, mask) -> (bytearray, kept, last_offset_delta,"
      " max_timestamp_delta): the batch's header and its records kept by mask."},
     /* validate (produce admission) */
+    {"check_plain_batch", (PyCFunction)(void (*)(void))native_check_plain_batch, METH_FASTCALL,
+     "check_plain_batch(batch, null_keys) -> the header's 12 fields (maxTimestamp the"
+     " records' real one) if every produce check passes on an uncompressed batch, else None"},
     {"validate_records", native_validate_records, METH_VARARGS,
      "validate_records(batch, start, count, null_keys) -> (max_timestamp_delta, indexes of"
      " null keys or None): a producer's records walked; ValueError(kind, message) if bad."},

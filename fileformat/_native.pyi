@@ -47,3 +47,12 @@ def validate_records(
     """A producer's `count` uncompressed records from `start` walked: (largest
     timestampDelta, indexes of null-key records if `null_keys` else None). A bad record
     raises ValueError(kind, message): 1 framing, 2 offsetDelta, 3 count."""
+
+
+def check_plain_batch(
+    batch: Any, null_keys: bool, /
+) -> tuple[int, int, int, int, int, int, int, int, int, int, int, int] | None:
+    """Every produce check on a whole uncompressed client batch (not control, not
+    LogAppendTime) in one call: its header's 12 fields (length the total size, maxTimestamp
+    the records' real largest) if it passes them all, else None (the Python checks then
+    say why, or accept a compressed batch)."""

@@ -222,8 +222,10 @@ class ChunkBuilder:
         chunk it gets the null key's hash, so compaction never deduplicates it by key.
         On an error the builder is unchanged.
         """
-        self._check_open()
-        hasher = self._need_hasher()
+        if self._finished or self._keyed:  # `_check_open`, `_need_hasher`: inline when
+            self._check_open()  # neither raises (this runs once per produced batch)
+            self._need_hasher()
+        hasher = self._hasher
         view = memoryview(raw)
         header, decoded = (checked if checked is not None
                            else check_client_batch(view, hasher is not None))
@@ -241,7 +243,8 @@ class ChunkBuilder:
         else:
             hashes = hasher.hash_many(k for _, _, _, k in decoded)
         # Nothing below fails on the batch: the builder changes only now.
-        self._seal_open()
+        if self._open is not None:
+            self._seal_open()
         if fast or decoded is None:
             self._offsets.add_range(first, span_end)
             self._timestamps(header.first_timestamp, header.max_timestamp)
@@ -252,7 +255,7 @@ class ChunkBuilder:
             if hasher is not None:
                 self._hashes += hashes
                 self._tombstones.update([first + d for d, _, tomb, _ in decoded if tomb])
-        self._store(with_base_offset(view, first))
+        self._store_many((with_base_offset(view, first),))
         self._next = span_end
         self._count += header.record_count
         return first, header.record_count

@@ -11,7 +11,7 @@ import importlib
 
 from fileformat.errors import NativeBuildError
 
-ABI = 5
+ABI = 6
 _BUILD = "run `make` (or `python setup.py build_ext --inplace` in a source checkout)"
 
 

@@ -16,10 +16,14 @@ from hypothesis import strategies as st
 from fileformat import Compression, CorruptDataError, FormatError, build_batch
 from fileformat.batch import (
     ATTRIBUTES_POS,
+    CODEC_MASK,
+    CONTROL_MASK,
     CRC_POS,
     HEADER,
     HEADER_SIZE,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    BatchHeader,
 )
 from fileformat.compression import MAX_DECOMPRESSED, compress
 from fileformat.errors import (
@@ -34,7 +38,13 @@ from fileformat.errors import (
     RecordCountError,
     RecordFramingError,
 )
-from fileformat.validate import _validate_records_native, _validate_records_py, check_client_batch
+from fileformat.native import _native
+from fileformat.validate import (
+    RecordsValidation,
+    _validate_records_native,
+    _validate_records_py,
+    check_client_batch,
+)
 from tests.fileformat.client_batches import (
     CODECS,
     aiokafka_batch,
@@ -126,6 +136,50 @@ def test_client_batches_pass_and_their_mutations_never_crash(
     outcomes = [_outcome(check_client_batch, resealed, True, null_keys=True, walk=walk)
                 for walk in (_validate_records_native, _validate_records_py)]
     assert outcomes[0] == outcomes[1]
+
+
+def _checked(raw: bytes, null_keys: bool, walk: RecordsValidation) -> object:
+    """`check_client_batch`'s header, or (its error class, message). With the Python walk
+    it makes its checks in Python only (the one-call fast path needs the C walk)."""
+    try:
+        return check_client_batch(raw, False, null_keys=null_keys, walk=walk)[0]
+    except FormatError as exc:
+        return type(exc), str(exc)
+
+
+_NOT_PLAIN = CODEC_MASK | TIMESTAMP_TYPE_MASK | CONTROL_MASK
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(records=RECORDS, edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)),
+                                       max_size=4),
+       cut=st.integers(0, 10_000), reseal=st.booleans(), null_keys=st.booleans(),
+       attributes=st.sampled_from((0, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, CONTROL_MASK)),
+       producer=st.sampled_from(((-1, -1, -1), (7, 0, 0), (7, -1, 0), (7, 0, -1))))
+def test_the_one_call_check_agrees_with_the_python_checks(
+        records: list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]],
+        edits: list[tuple[int, int]], cut: int, reseal: bool, null_keys: bool,
+        attributes: int, producer: tuple[int, int, int]) -> None:
+    """`_native.check_plain_batch` (every check of an uncompressed batch in one C call)
+    accepts exactly the batches the Python checks accept, with the same header, and leaves
+    every other batch to them (None): valid batches and their byte edits (header
+    included), truncations, producer fields, attributes, CRCs made right again or not."""
+    raw = build_batch([(i, ts, k, v, h) for i, (ts, k, v, h) in enumerate(records)])
+    pid, epoch, sequence = producer
+    bad = bytearray(_reseal(raw, attributes=attributes, producer_id=pid,
+                            producer_epoch=epoch, base_sequence=sequence))
+    for at, byte in edits:
+        bad[at % len(bad)] = byte
+    bad = bad[:len(bad) - cut % 8] if cut % 3 == 0 else bad
+    if reseal and len(bad) >= HEADER_SIZE:
+        bad = bytearray(_reseal(bad))
+    fast = _native.check_plain_batch(bytes(bad), null_keys)
+    slow = _checked(bytes(bad), null_keys, _validate_records_py)
+    assert _checked(bytes(bad), null_keys, _validate_records_native) == slow
+    if fast is not None:
+        assert BatchHeader._make(fast) == slow
+    elif isinstance(slow, BatchHeader):
+        assert slow.attributes & _NOT_PLAIN  # only what the one call leaves to Python
 
 
 GOOD = build_batch([(0, 10, b"k", b"v", [("h", b"x")]), (1, 12, b"k2", b"w", [])])

@@ -52,6 +52,7 @@ import functools
 import struct
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import NamedTuple, cast
 
 from kio.schema.errors import ErrorCode
@@ -60,7 +61,7 @@ from kio.static.protocol import RequestHeader
 
 from acl import Operation, ResourceType
 from agent.errors import BufferFullError, NotCachedError
-from agent.producer import ProduceFuture
+from agent.producer import FlushOutcome, ProduceFuture
 from agent.quotas import PRODUCE as PRODUCE_QUOTA
 from fileformat import Compression
 from fileformat.batch import (
@@ -188,63 +189,84 @@ def _admit_some(ctx: ServerContext, parts: list[tuple[str, Partition]], version:
     return [_admit(ctx, topic, p.index, p.records, version) or FULL for topic, p in parts]
 
 
-def _try_cached(ctx: ServerContext, parts: list[tuple[str, Partition]], version: int
-                ) -> list[Admission | None]:
-    """`_admit` on the loop for each partition the agent can take from its caches (None
-    for the others: they go to the pool)."""
-    return [_admit(ctx, topic, p.index, p.records, version, cached_only=True)
-            for topic, p in parts]
-
-
 async def _try_rest(ctx: ServerContext, parts: list[tuple[str, Partition]], version: int,
                     tried: list[Admission | None]) -> list[Admission]:
-    """`_admit_some` in the pool for the partitions `_try_cached` left (None in `tried`)."""
+    """`_admit_some` in the pool for the partitions the loop could not take from the
+    agent's caches (None in `tried`)."""
     rest = [i for i, outcome in enumerate(tried) if outcome is None]
-    if rest:
-        for i, outcome in zip(rest, await ctx.run(_admit_some, ctx, [parts[i] for i in rest],
-                                                  version), strict=True):
-            tried[i] = outcome
+    for i, outcome in zip(rest, await ctx.run(_admit_some, ctx, [parts[i] for i in rest],
+                                              version), strict=True):
+        tried[i] = outcome
     return [FULL if outcome is None else outcome for outcome in tried]
 
 
 async def _admit_all(ctx: ServerContext, request: Request, version: int,
-                     writable: set[str],
-                     refused: dict[tuple[str, int], ErrorCode]) -> Admitted:
+                     writable: set[str], refused: dict[tuple[str, int], ErrorCode],
+                     nbytes: int) -> Admitted:
     """Every partition's futures or error code, partitions finding buffer.memory full
     retried whenever room is freed until the request's timeout (then REQUEST_TIMED_OUT).
     Topics not in `writable` (no WRITE on them) answer TOPIC_AUTHORIZATION_FAILED and are
     not looked at, as KafkaApis answers them before it checks that they exist; then the
     `refused` partitions (transactional batches not verified) keep their error. Nothing of
-    either is buffered."""
+    either is buffered. `nbytes`: the request's record bytes (`_record_bytes`).
+
+    Plain loops rather than comprehensions: each comprehension is a function call, and
+    this runs once per Produce request."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.timeout.total_seconds(), 0.0)
-    parts = [(t.name, p) for t in request.topic_data for p in t.partition_data]
-    outcomes: list[Admission] = [refused.get((topic, p.index), FULL) if topic in writable
-                                 else ErrorCode.topic_authorization_failed
-                                 for topic, p in parts]
-    waiting = [i for i, outcome in enumerate(outcomes) if outcome is FULL]
-    inline = sum(len(p.records or b"") for _, p in parts) <= INLINE_BYTES
-    while True:
-        room = ctx.room_freed()  # before trying: room freed during the attempt wakes us
-        trying: list[tuple[str, Partition]] = [parts[i] for i in waiting]
-        if not inline:
-            tried = await ctx.run(_admit_some, ctx, trying, version)
-        else:  # on the loop where the agent has what it needs cached, in the pool if not
-            cached = _try_cached(ctx, trying, version)
-            tried = (await _try_rest(ctx, trying, version, cached)
-                     if any(outcome is None for outcome in cached)
-                     else cast(list[Admission], cached))
+    parts: list[tuple[str, Partition]] = []
+    outcomes: list[Admission] = []
+    waiting: list[int] = []
+    for t in request.topic_data:
+        allowed = t.name in writable
+        for p in t.partition_data:
+            if not allowed:
+                outcomes.append(ErrorCode.topic_authorization_failed)
+                continue
+            code = refused.get((t.name, p.index)) if refused else None
+            if code is None:
+                waiting.append(len(outcomes))
+                parts.append((t.name, p))
+            outcomes.append(FULL if code is None else code)
+    inline = nbytes <= INLINE_BYTES
+    while waiting:
+        if inline:  # on the loop where the agent has what it needs cached, in the pool if not
+            tried: list[Admission | None] = []
+            for topic, p in parts:
+                tried.append(_admit(ctx, topic, p.index, p.records, version, cached_only=True))
+            room = None  # taken below if needed: nothing frees room during this attempt
+            if None in tried:
+                room = ctx.room_freed()  # before the pool's attempt
+                tried = list(await _try_rest(ctx, parts, version, tried))
+        else:
+            room = ctx.room_freed()  # before trying: room freed during the attempt wakes us
+            tried = list(await ctx.run(_admit_some, ctx, parts, version))
+        full: list[int] = []
         for i, outcome in zip(waiting, tried, strict=True):
-            outcomes[i] = outcome
-        waiting = [i for i in waiting if outcomes[i] is FULL]
+            outcomes[i] = FULL if outcome is None else outcome  # None: not after the pool
+            if outcomes[i] is FULL:
+                full.append(i)
+        if not full:
+            break
+        if room is None:  # after a synchronous attempt: room freed meanwhile is announced
+            room = ctx.room_freed()  # on the loop, after it, so this event is set then
+        waiting, parts = full, [part for i, part in zip(waiting, parts, strict=True)
+                                if outcomes[i] is FULL]
         remaining = deadline - loop.time()
-        if not waiting or remaining <= 0 or ctx.stopping:
+        if remaining <= 0 or ctx.stopping:
             break
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(room.wait(), remaining)
-    answers = iter(ErrorCode.request_timed_out if o is FULL else o for o in outcomes)
-    return [(t.name, [(p.index, next(answers)) for p in t.partition_data])
-            for t in request.topic_data]
+    answers: Admitted = []
+    i = 0
+    for t in request.topic_data:
+        row: list[tuple[int, list[ProduceFuture] | ErrorCode | Refusal]] = []
+        for p in t.partition_data:
+            outcome = outcomes[i]
+            i += 1
+            row.append((p.index, ErrorCode.request_timed_out if outcome is FULL else outcome))
+        answers.append((t.name, row))
+    return answers
 
 
 def _when_flushed(ctx: ServerContext, admitted: Admitted,
@@ -257,8 +279,14 @@ def _when_flushed(ctx: ServerContext, admitted: Admitted,
     (`ServerContext.call_threadsafe`). One callback per flush the request's batches are in
     (usually one), and no task: the reply is written when the future resolves."""
     done: asyncio.Future[Encoded | None] = asyncio.get_running_loop().create_future()
-    flushes = list({id(f.flush_future): f.flush_future for _, parts in admitted
-                    for _, o in parts if isinstance(o, list) for f in o}.values())
+    flushes: list[Future[FlushOutcome]] = []
+    for _, parts in admitted:  # loops, not a comprehension: this runs once per request
+        for _, o in parts:
+            if isinstance(o, list):
+                for f in o:
+                    flush = f.flush_future
+                    if flush not in flushes:  # Futures compare by identity
+                        flushes.append(flush)
     if not flushes:
         _resolve(ctx, done, answer)
         return done
@@ -384,17 +412,21 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
                                        for p in t.partition_data])
                              for t in request.topic_data])
     writable = ctx.authz.allowed(Operation.WRITE, ResourceType.TOPIC,
-                                 (t.name for t in request.topic_data))
-    admitted = await _admit_all(ctx, request, b.version, writable, refused)
+                                 [t.name for t in request.topic_data])
+    nbytes = _record_bytes(request)
+    admitted = await _admit_all(ctx, request, b.version, writable, refused, nbytes)
     # Client quotas (agent/quotas.py): the records' bytes against producer_byte_rate; past
     # it the reply says how long to wait and the connection is muted that long.
-    throttle_ms = ctx.throttle(PRODUCE_QUOTA, header.client_id,
-                               sum(len(p.records or b"") for t in request.topic_data
-                                   for p in t.partition_data))
+    throttle_ms = ctx.throttle(PRODUCE_QUOTA, header.client_id, nbytes)
     # Fetches wake at its commit, acks=0 included (which is answered by nothing).
     flushed = _when_flushed(ctx, admitted, None if request.acks == 0 else functools.partial(
         _completed, b, admitted, throttle_ms))
     return None if request.acks == 0 else flushed
+
+
+def _record_bytes(request: Request) -> int:
+    """The bytes of every partition's records field."""
+    return sum([len(p.records or b"") for t in request.topic_data for p in t.partition_data])
 
 
 def _completed(b: Builder, admitted: Admitted, throttle_ms: int) -> Encoded:
