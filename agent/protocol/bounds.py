@@ -211,11 +211,17 @@ class _Compiler:
         else:
             element, least = self._variable(ktype, flexible, nullable=False)
             body = ["for _ in range(n):", *_indent(element)]
+        # Null only where the schema allows it: Kafka's readers refuse a null array whose
+        # field is not nullable ("non-nullable field ... was serialized as null"), where kio
+        # would hand the handler None for it.
+        least_n = -1 if is_optional(f) else 0
         if flexible:
-            count = [*self._uvarint_into("n"), "n -= 1"]
+            count = [*self._uvarint_into("n"), "n -= 1",
+                     f"if n < {least_n}: raise _Refused('a null array where the schema has"
+                     " none')"]
         else:
             count = [*self._at("i32"), "n = _i32(b, p)[0]", "p += 4",
-                     "if n < -1: raise _Refused(f'array length {n}')"]
+                     f"if n < {least_n}: raise _Refused(f'array length {{n}}')"]
         check = (f"if n * {least} > end - p: raise _Refused(f'array of {{n}} elements of"
                  f" >= {least} bytes, {{end - p}} bytes left')")
         return [*count, check, *body], 1 if flexible else 4

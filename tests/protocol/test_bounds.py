@@ -183,6 +183,32 @@ def test_killer_frames_refused() -> None:
             decode_request(body, key, version)
 
 
+# Requests with a null array (-1; compact 0): (key, version, body after the header, null
+# allowed). Produce's topic_data is never nullable; Metadata's topics are from v1.
+NULL_ARRAYS = [
+    (0, 3, struct.pack(">hhii", -1, -1, 30_000, -1), False),
+    (0, 9, b"\x00" + struct.pack(">hi", -1, 30_000) + b"\x00\x00", False),
+    (3, 0, struct.pack(">i", -1), False),
+    (3, 1, struct.pack(">i", -1), True),
+    (3, 12, b"\x00\x00\x00\x00", True),  # topics null, two booleans, no tagged fields
+]
+
+
+@pytest.mark.parametrize(("key", "version", "body", "nullable"), NULL_ARRAYS)
+def test_a_null_array_passes_only_where_the_schema_allows_it(
+        key: int, version: int, body: bytes, nullable: bool) -> None:
+    """As Kafka's readers ("non-nullable field ... was serialized as null"): kio would hand
+    the handler None for an array it then iterates (a handler failure per such frame)."""
+    header = struct.pack(">hhih", key, version, 7, 4) + b"fuzz"
+    if version >= 9:  # flexible (both APIs from v9): the header's tagged fields
+        header += b"\x00"
+    if nullable:
+        assert decode_request(header + body, key, version)[1].topics is None
+    else:
+        with pytest.raises(ProtocolError, match="array"):
+            decode_request(header + body, key, version)
+
+
 def test_mutations_decode_or_refuse_in_bounded_memory() -> None:
     """Every mutation, in a child capped at its size after imports + 1 GiB."""
     done = subprocess.run([sys.executable, "-m", "tests.protocol.test_bounds", "1"],
