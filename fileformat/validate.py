@@ -1,6 +1,9 @@
 """The checks a producer's batch gets before it is buffered, as Kafka's produce path makes
 them (`check_client_batch`); the records walk runs in C (`_native.validate_records`), its
-pure-Python twin is `_validate_records_py`.
+pure-Python twin is `_validate_records_py`. The batch most produces carry (uncompressed,
+neither control nor LogAppendTime, not decoded) gets every check in one C call
+(`_native.check_plain_batch`), whose twin is the Python checks themselves: it accepts only
+what they accept and leaves everything else to them, which then name the error.
 """
 
 from __future__ import annotations
@@ -170,7 +173,9 @@ def check_client_batch(raw: Any, decode: bool, *, null_keys: bool = False,
     maxTimestamp; the index takes it, the bytes stay as sent), and the records
     (delta, timestamp, is_tombstone, key) when `decode`. A batch that passed cannot make
     `append_batch(raw, checked)` fail, so a caller checks all of its batches first and
-    refuses a bad one before anything is buffered.
+    refuses a bad one before anything is buffered. Unless `decode` (or a walk other than
+    the C one is given: the twins' tests), `_native.check_plain_batch` tries every check at
+    once first (module docstring).
     """
     if not decode and walk is _validate_records_native:  # one C call: every check below
         fields = _native.check_plain_batch(raw, null_keys)
