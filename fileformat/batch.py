@@ -270,7 +270,7 @@ def iter_records(view: memoryview, header: BatchHeader, offset_shift: int = 0) -
     """Decode a VERIFIED batch; record offset = baseOffset + delta + `offset_shift`."""
     plain = uncompressed_view(view, header)
     count = 0
-    last = -1
+    last = header.base_offset - 1  # a producer's baseOffset may be anything, negatives too
     try:
         for rec in DefaultRecordBatch(plain):
             offset = rec.offset

@@ -307,6 +307,19 @@ def test_max_timestamp_is_taken_from_the_records() -> None:
     assert header.max_timestamp == 12
 
 
+@pytest.mark.parametrize("base", [-(2**62), -1, 0, 7, 2**62])
+def test_any_base_offset_a_producer_sends_is_taken(base: int) -> None:
+    """Kafka assigns a produced batch's offsets whatever baseOffset the producer wrote
+    (LogValidator checks lastOffset - baseOffset + 1 only, which does not depend on it), so
+    neither is one refused here, a compacted topic's decoded batch included (its records'
+    offsets were once compared with -1: a negative baseOffset was "not rising")."""
+    raw = _reseal(GOOD, base=base)
+    header, records = check_client_batch(raw, True, null_keys=True)
+    assert header.base_offset == base
+    assert records == [(0, 10, False, b"k"), (1, 12, False, b"k2")]
+    assert check_client_batch(raw, False)[0] == header
+
+
 def test_decompression_is_bounded_by_the_callers_limit() -> None:
     """A bomb stops at the limit the caller gives (the agent's is tied to max.message.bytes),
     refused as DecompressionError without the whole expansion being made."""
