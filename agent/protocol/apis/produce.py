@@ -248,7 +248,7 @@ async def _admit_all(ctx: ServerContext, request: Request, version: int,
             tried = list(await ctx.run(_admit_some, ctx, parts, version))
         full: list[int] = []
         for i, outcome in zip(waiting, tried, strict=True):
-            outcomes[i] = FULL if outcome is None else outcome  # None: not after the pool
+            outcomes[i] = FULL if outcome is None else outcome  # (the pool answers no None)
             if outcomes[i] is FULL:
                 full.append(i)
         if not full:
