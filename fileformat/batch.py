@@ -215,6 +215,15 @@ def split_frames(buf: Any) -> Iterator[memoryview]:
         pos += total
 
 
+def split_batches(buf: bytes) -> list[bytes]:
+    """`split_frames` as bytes; a buffer holding exactly one batch (what a producer's
+    records field holds) is returned whole: no walk and, for bytes, no copy."""
+    if len(buf) > LOG_OVERHEAD and (
+            LENGTH_FIELD.unpack_from(buf, LENGTH_POS)[0] + LOG_OVERHEAD == len(buf)):
+        return [bytes(buf)]
+    return [bytes(frame) for frame in split_frames(buf)]
+
+
 def seal_crc(batch: bytearray) -> None:
     """Store the CRC32C of `batch` (attributes to its end): the last write to a batch whose
     checksummed fields or records changed."""

@@ -74,7 +74,7 @@ from fileformat.batch import (
     MAGIC_POS,
     TRANSACTIONAL_MASK,
     read_header,
-    split_frames,
+    split_batches,
 )
 from fileformat.errors import BatchCountError, RecordErrorsError, UnsupportedCodecError
 
@@ -149,12 +149,7 @@ def _admit(ctx: ServerContext, topic: str, partition: int, records: bytes | None
     where the agent would have to read the metadata store first."""
     agent = ctx.agent
     try:
-        raw = records or b""
-        if len(raw) > LOG_OVERHEAD and (  # one batch filling the field, as clients send it:
-                _INT32.unpack_from(raw, LENGTH_POS)[0] + LOG_OVERHEAD == len(raw)):
-            batches = [bytes(raw)]  # no split (bytes already: no copy)
-        else:
-            batches = [bytes(batch) for batch in split_frames(raw)]
+        batches = split_batches(records or b"")
         check_request_records(batches, version)
         # Reloads the cached topic once if the partition looks past its end (added through
         # another agent); out of range after that: UNKNOWN_TOPIC_OR_PARTITION.
