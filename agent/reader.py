@@ -69,7 +69,7 @@ def read_segment_batches(store: ObjectStore, seg: SegmentInfo) -> memoryview:
     `read_segment` verifies it (every batch's CRC, the framing CRC, counts), then patched as
     the segment cache patches it (`rebase_in_place`: baseOffset absolute, leader epoch -1;
     both outside the batch CRC, per batch, never per record)."""
-    data = bytearray(store.get_range(seg.object_key, seg.data_pos, seg.data_pos + seg.data_len))
+    data = store.get_range_writable(seg.object_key, seg.data_pos, seg.data_pos + seg.data_len)
     with naming(seg.object_key):
         verify_chunk(data, expected_index(seg))
     rebase_in_place(data, seg.base_offset)

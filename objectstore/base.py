@@ -277,6 +277,12 @@ class ObjectStore(abc.ABC):
     def get_range(self, key: str, start: int, end: int) -> bytes:
         """Bytes [start, end) with one ranged GET."""
 
+    def get_range_writable(self, key: str, start: int, end: int) -> bytearray:
+        """`get_range` in a buffer the caller owns and may change (the segment cache
+        patches base offsets in place). A backend that can read straight into it overrides
+        this (the file store: one preadv(2), no copy of the bytes)."""
+        return bytearray(self.get_range(key, start, end))
+
     def get(self, key: str) -> bytes:
         """The whole object (one GET)."""
         with self.open_stream(key) as s:

@@ -122,6 +122,9 @@ class StoreWrapper(ObjectStore):
     def get_range(self, key: str, start: int, end: int) -> bytes:
         return self.inner.get_range(key, start, end)
 
+    def get_range_writable(self, key: str, start: int, end: int) -> bytearray:
+        return self.inner.get_range_writable(key, start, end)
+
     def size(self, key: str) -> int:
         return self.inner.size(key)
 
@@ -178,6 +181,9 @@ class RetryingStore(StoreWrapper):
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
         return self._run(lambda: self.inner.get_range(key, start, end))
+
+    def get_range_writable(self, key: str, start: int, end: int) -> bytearray:
+        return self._run(lambda: self.inner.get_range_writable(key, start, end))
 
     def size(self, key: str) -> int:
         return self._run(lambda: self.inner.size(key))

@@ -50,8 +50,8 @@ class SegmentCache:
         if loading is not None:
             return loading.result()
         try:
-            data = bytearray(self._store.get_range(seg.object_key, seg.data_pos,
-                                                   seg.data_pos + seg.data_len))
+            data = self._store.get_range_writable(seg.object_key, seg.data_pos,
+                                                  seg.data_pos + seg.data_len)
             rebase_in_place(data, seg.base_offset)
         except BaseException as exc:
             with self._lock:

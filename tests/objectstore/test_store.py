@@ -241,6 +241,27 @@ def test_empty_object_and_range_edges(store: ObjectStore) -> None:
     assert store.counters() - before == RequestCounts()
 
 
+def test_a_writable_range_is_the_range_in_a_buffer_of_its_own(store: ObjectStore) -> None:
+    data = os.urandom(300_000)  # past malloc's mmap threshold, and many pages
+    store.put("x", data)
+    before = store.counters()
+    got = store.get_range_writable("x", 5, len(data) - 3)
+    assert isinstance(got, bytearray) and got == data[5:-3]
+    counted = store.counters() - before  # one ranged GET, as get_range
+    assert (counted.GET, counted.bytes_received) == (1, len(got))
+    got[:4] = b"\0\0\0\0"  # the caller's own: the store's object is untouched
+    assert store.get_range_writable("x", 5, 9) == data[5:9]
+    before = store.counters()
+    assert store.get_range_writable("x", 7, 7) == bytearray()  # no request, as S3
+    assert store.counters() - before == RequestCounts()
+    with pytest.raises(InvalidRangeError):
+        store.get_range_writable("x", 5, len(data) + 1)
+    with pytest.raises(InvalidRangeError):
+        store.get_range_writable("x", 5, 4)
+    with pytest.raises(FileNotFoundError):
+        store.get_range_writable("nope", 0, 10)
+
+
 def test_writer_lifecycle(store: ObjectStore) -> None:
     w = store.put_stream("w")
     assert w.write(b"abc") == 3 and w.bytes_written == 3
@@ -309,6 +330,10 @@ def test_file_writes_are_atomic(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["k"]
     with pytest.raises(ValueError):
         store.put("../escape", b"x")
+    for bad in ("../escape", "d/../../escape", "/etc/passwd", "", "d/.."):
+        for read in (store.get_range, store.get_range_writable, store.open_stream):
+            with pytest.raises(ValueError):
+                read(bad, 0, 1)
 
 
 def test_deleting_a_key_deletes_the_upload_a_killed_writer_left(tmp_path: Path) -> None:

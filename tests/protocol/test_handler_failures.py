@@ -61,10 +61,10 @@ class FailingStore(StoreWrapper):
         super().__init__(inner)
         self.failing = False
 
-    def get_range(self, key: str, start: int, end: int) -> bytes:
+    def get_range_writable(self, key: str, start: int, end: int) -> bytearray:
         if self.failing:
             raise RetriableStoreError(f"injected: GET {key} failed")
-        return super().get_range(key, start, end)
+        return super().get_range_writable(key, start, end)
 
 
 @dataclass

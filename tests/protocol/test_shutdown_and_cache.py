@@ -67,11 +67,11 @@ class SlowCountingStore(StoreWrapper):
         self.started = threading.Event()
         self.release = threading.Event()
 
-    def get_range(self, key: str, start: int, end: int) -> bytes:
+    def get_range_writable(self, key: str, start: int, end: int) -> bytearray:
         self.range_gets += 1
         self.started.set()
         self.release.wait(30)
-        return super().get_range(key, start, end)
+        return super().get_range_writable(key, start, end)
 
 
 def test_segment_cache_single_flight_and_bounded(tmp_path: Any) -> None:
