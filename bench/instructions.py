@@ -12,7 +12,10 @@ future), and its parts: `decode` (the bounds walk and kio), `bounds` (the walk a
 `handle`, `admit_all`, `admit` (one partition), `produce_batches` (the agent's append),
 `check` (`check_client_batch`), `when_flushed`, `transactional`, `telemetry`. The frames
 are librdkafka's own shape (v10, one 1 KiB batch per request, acks=-1), built here with
-kio's encoding; the agent never flushes while counting (linger 10 minutes).
+kio's encoding; the agent never flushes while counting (linger 10 minutes). And a caught-up
+long-poll's Fetch as the wire suite's capacity run sends it (v4, 2 empty partitions, their
+offsets kept; max_wait 0 so that it answers without parking): `fetch_dispatch`, and its
+parts `fetch_decode`, `fetch_handle`, `fetch_read_all` (one pass over its partitions).
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ N = 2000
 WARM = 200
 VERSION = 10  # what librdkafka 2.x sends for Produce
 PIECES = ("dispatch", "decode", "bounds", "handle", "admit_all", "admit", "produce_batches",
-          "check", "when_flushed", "transactional", "telemetry")
+          "check", "when_flushed", "transactional", "telemetry", "fetch_dispatch",
+          "fetch_decode", "fetch_handle", "fetch_read_all")
 PARTITIONS = 100
 
 
@@ -75,6 +79,8 @@ def _callgrind(*args: str) -> None:
 def _child(out_dir: str) -> None:
     """Run under callgrind: each piece N times, a dump of its instructions after each."""
     from agent import Agent, AgentConfig
+    from agent.protocol.apis.fetch import handle as fetch
+    from agent.protocol.apis.fetch import read_all, requested
     from agent.protocol.apis.produce import (
         _admit,
         _admit_all,
@@ -92,6 +98,8 @@ def _child(out_dir: str) -> None:
     from objectstore import open_backend
     from telemetry import metrics
 
+    from .wire import CAPACITY_TOPIC, _fetch_frame
+
     frames = _frames(PARTITIONS * 2)
     decoded = [decode_request(f, 0, VERSION) for f in frames]
     parts = [(r.topic_data[0].name, r.topic_data[0].partition_data[0]) for _, r in decoded]
@@ -101,6 +109,7 @@ def _child(out_dir: str) -> None:
         store = open_backend(f"file://{tmp}/objects")
         md = MetadataStore.open(f"sqlite:///{tmp}/md.db", create=True)
         md.create_topic("wire", PARTITIONS)
+        md.create_topic(CAPACITY_TOPIC, PARTITIONS)
         config = AgentConfig(linger_ms=600_000, flush_bytes=64 << 20,
                              buffer_memory=128 << 20, topic_refresh_ms=10**9)
         agent = Agent(store, md, config)
@@ -151,6 +160,20 @@ def _child(out_dir: str) -> None:
         count("handle", lambda i: drive(handle(ctx, decoded[i % k][0], decoded[i % k][1],
                                                builder(0, VERSION))))
         count("dispatch", lambda i: drive(server._dispatch(frames[i % k])))
+
+        fetches = [_fetch_frame([2 * i % PARTITIONS, (2 * i + 1) % PARTITIONS], 0)[4:]
+                   for i in range(PARTITIONS // 2)]
+        polls = [decode_request(f, 1, 4) for f in fetches]
+        ctx.states.hearing = lambda: True  # as with the commit watcher attached
+        for _, request in polls:  # every partition's offsets read once, and kept
+            read_all(ctx, request, requested(request), lambda _: True)
+        m = len(fetches)
+        count("fetch_decode", lambda i: decode_request(fetches[i % m], 1, 4))
+        count("fetch_read_all", lambda i: read_all(
+            ctx, polls[i % m][1], requested(polls[i % m][1]), lambda _: True, cached_only=True))
+        count("fetch_handle", lambda i: drive(fetch(ctx, polls[i % m][0], polls[i % m][1],
+                                                    builder(1, 4))))
+        count("fetch_dispatch", lambda i: drive(server._dispatch(fetches[i % m])))
         asyncio._set_running_loop(None)
         agent.flush()
         agent.close()

@@ -137,10 +137,13 @@ class PartitionStates:
 
     def get(self, keys: Iterable[Key]) -> dict[Key, Known]:
         """The entries known for `keys` (none while the watcher is deaf)."""
-        if not self.hearing():
-            return {}
-        known = self._known  # replaced whole by `changed`, never mutated after
+        known = self.kept()
         return {k: known[k] for k in keys if k in known}
+
+    def kept(self) -> Mapping[Key, Known]:
+        """Every entry known now (none while the watcher is deaf): a snapshot, replaced
+        whole by `changed` and `put`, never changed after (callers must not change it)."""
+        return self._known if self.hearing() else {}
 
     def put(self, generation: int, entries: Mapping[Key, Known]) -> None:
         """Keep `entries`, read after `generation()` returned `generation`, unless a

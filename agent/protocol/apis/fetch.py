@@ -170,23 +170,12 @@ def end_offset(view: memoryview) -> int:
     return last + 1
 
 
-def read_partition(ctx: ServerContext, topic: str, p: Partition, found: PartitionFrom | None,
-                   budget: int, first: bool, committed: bool = False) -> PartitionRead:
+def read_partition(ctx: ServerContext, topic: str, p: Partition, found: PartitionFrom,
+                   budget: int, first: bool, committed: bool) -> PartitionRead:
     """Read one partition from its fetch offset (`committed`: read_committed, below the last
-    stable offset), or its error without records (blocking: runs in the pool). `found`: its
-    offsets and first segments, read with the other partitions' (`partitions`); None if it
-    does not exist."""
-    if found is None:
-        return PartitionRead(int(p.partition), ErrorCode.unknown_topic_or_partition)
-    try:
-        return _read_partition(ctx, topic, p, found, budget, first, committed)
-    except Exception as exc:  # the topic deleted since `found` was read, a store failure
-        return PartitionRead(int(p.partition),
-                             failed(f"reading {topic}/{p.partition}", exc, FETCH)[0])
-
-
-def _read_partition(ctx: ServerContext, topic: str, p: Partition, found: PartitionFrom,
-                    budget: int, first: bool, committed: bool) -> PartitionRead:
+    stable offset), or its error without records (blocking: runs in the pool unless it has
+    nothing to read). `found`: its offsets and first segments, read with the other
+    partitions' (`partitions`)."""
     index, offset, info = int(p.partition), int(p.fetch_offset), found.info
     stable = info.last_stable_offset
     read = PartitionRead(index, high_watermark=info.next_offset, last_stable=stable,
@@ -288,9 +277,13 @@ def read_all(ctx: ServerContext, request: Request, grouped: Grouped,
     hop."""
     budget = int(min(int(request.max_bytes), ctx.config.fetch_max_bytes, quota_bytes))
     committed = int(request.isolation_level) == READ_COMMITTED
-    topics = [_Topic(ref, partitions) for ref, partitions in grouped]
-    ids = {t.ref for t in topics if isinstance(t.ref, uuid.UUID)}
+    topics, ids = [], set()  # plain loops: on the loop for every long-poll
+    for ref, parts in grouped:
+        topics.append(_Topic(ref, parts))
+        if isinstance(ref, uuid.UUID):
+            ids.add(ref)
     by_id = ctx.topics_by_id(ids, cached_only) if ids else {}
+    wanted: list[tuple[str, Partition]] = []
     for t in topics:
         if isinstance(t.ref, uuid.UUID):
             info = by_id.get(t.ref)
@@ -303,7 +296,9 @@ def read_all(ctx: ServerContext, request: Request, grouped: Grouped,
             t.name = t.ref
         if not readable(t.name):
             t.reads = denied(t.partitions)
-    wanted = [(t.name, p) for t in topics if t.reads is None for p in t.partitions]
+            continue
+        for p in t.partitions:
+            wanted.append((t.name, p))
     try:
         found = partitions(ctx, wanted, committed, cached_only)
     except NotCachedError:
@@ -326,8 +321,16 @@ def read_all(ctx: ServerContext, request: Request, grouped: Grouped,
             continue
         reads = []
         for p in t.partitions:
-            read = read_partition(ctx, t.name, p, found.get((t.name, int(p.partition))),
-                                  max(budget, 0), first, committed)
+            index = int(p.partition)
+            f = found.get((t.name, index))
+            if f is None:
+                read = PartitionRead(index, ErrorCode.unknown_topic_or_partition)
+            else:
+                try:
+                    read = read_partition(ctx, t.name, p, f, max(budget, 0), first, committed)
+                except Exception as exc:  # the topic deleted since `found`, a store failure
+                    read = PartitionRead(index, failed(f"reading {t.name}/{index}", exc,
+                                                       FETCH)[0])
             budget -= read.size
             first = first and not read.size
             reads.append(read)
@@ -366,25 +369,28 @@ def partitions(ctx: ServerContext, wanted: list[tuple[str, Partition]], committe
     partition that does not exist is absent. `cached_only`: NotCachedError rather than a
     read (OffsetsNotKept when only offsets are missing)."""
     generation = ctx.states.generation()  # before reading: see states.py
-    known = ctx.states.get((topic, int(p.partition)) for topic, p in wanted)
+    kept = ctx.states.kept()
+    # Known partitions with nothing to read are answered from their offsets: no segments.
+    out: dict[Key, PartitionFrom] = {}
     ask, unknown = [], []
-    for topic, p in wanted:
+    for topic, p in wanted:  # a plain loop: this runs on the loop for every long-poll
         key, offset = (topic, int(p.partition)), int(p.fetch_offset)
-        hit = known.get(key)
+        hit = kept.get(key)
         if hit is None:
             unknown.append(key)
-        if hit is None or _has_data(hit[1], offset, committed):
-            ask.append((topic, key[1], offset))
-    if ask and cached_only:
+        elif not _has_data(hit[1], offset, committed):
+            out[key] = PartitionFrom(hit[0], hit[1], [])
+            continue
+        ask.append((topic, key[1], offset))
+    if not ask:
+        return out
+    if cached_only:
         raise (OffsetsNotKept(unknown) if len(unknown) == len(ask)
                else NotCachedError("partitions to read"))
-    found = ctx.metadata.partitions_from(ask, limit=FIRST_SEGMENTS) if ask else {}
+    found = ctx.metadata.partitions_from(ask, limit=FIRST_SEGMENTS)
     ctx.states.put(generation, {k: (f.topic_id, f.info) for k, f in found.items()})
-    # Known partitions not read have nothing to read: no segments. One read and not found
-    # is gone (its topic deleted since), whatever was known of it.
-    asked = {(topic, partition) for topic, partition, _ in ask}
-    return {**{k: PartitionFrom(row, info, []) for k, (row, info) in known.items()
-               if k not in asked}, **found}
+    out.update(found)  # one read and not found is gone (its topic deleted since)
+    return out
 
 
 def _has_data(info: PartitionInfo, offset: int, committed: bool) -> bool:
@@ -491,8 +497,12 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
         generation = ctx.states.generation()  # a commit during the pass is not missed
         results, trips = await _pass(ctx, request, grouped, readable, quota_bytes)
         round_trips += trips
-        size = sum(r.size for _, _, reads in results for r in reads)
-        errors = any(r.error for _, _, reads in results for r in reads)
+        size, errors = 0, False
+        for _, _, reads in results:  # plain loops: a generator is a call
+            for r in reads:
+                size += r.size
+                if r.error:  # ErrorCode.none is 0
+                    errors = True
         if size >= min_bytes or errors or deadline <= loop.time() or ctx.stopping:
             break
         if ctx.states.generation() != generation:
@@ -558,6 +568,10 @@ def _aborted(txns: list[AbortedTxn] | None, flexible: bool, replica: bool) -> by
     return bytes(out)
 
 
+_NO_ABORTED = {(flexible, replica): _aborted(None, flexible, replica)
+               for flexible in (False, True) for replica in (False, True)}
+
+
 def response(b: Builder, results: list[tuple[TopicRef, list[PartitionRead]]],
              throttle_ms: int = 0) -> Encoded:
     """The FetchResponse of `b.version` for `results`: its fields in small buffers, its
@@ -565,7 +579,7 @@ def response(b: Builder, results: list[tuple[TopicRef, list[PartitionRead]]],
     version = b.version
     flexible = version >= FLEXIBLE_FROM
     replica = version >= 11
-    none = _aborted(None, flexible, replica)  # read_uncommitted: the same for every one
+    none = _NO_ABORTED[flexible, replica]  # read_uncommitted: the same for every one
     parts: list[Buffer] = []
     out = bytearray(_TOP_V7.pack(throttle_ms, 0, 0) if version >= 7
                     else _TOP_V4.pack(throttle_ms))
@@ -577,7 +591,7 @@ def response(b: Builder, results: list[tuple[TopicRef, list[PartitionRead]]],
         else:
             write_topic_head(out, topic, len(reads), flexible)
         for r in reads:
-            code = r.error.value
+            code = r.error  # an IntEnum: packed as its int, without a call for `.value`
             out += (_PARTITION_V5.pack(r.index, code, r.high_watermark, r.last_stable,
                                        r.log_start) if version >= 5
                     else _PARTITION_V4.pack(r.index, code, r.high_watermark, r.last_stable))
