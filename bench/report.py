@@ -279,7 +279,10 @@ it) with writev(2), so no user-space copy; its metadata costs one statement per 
 none for a long-poll of caught-up partitions (round trips per Fetch: the long-polls row).
 `50 long-polling consumers` wait 100 ms on 2 caught-up partitions each while a producer
 trickles 20 records a second (and `the trickle alone` is that producer without them);
-`floor`: Fetches of no partition, 200 pipelined on one connection; `raw long-polls
+`floor`: Fetches of no partition, 200 pipelined on one connection, and `at the latency
+run's pace`: the same Fetch sent one at a time at the latency run's Produce request rate
+(what the agent spends on any small request arriving alone: waking, reading, answering);
+`raw long-polls
 (capacity)`: raw connections long-polling 2 partitions of an empty topic, each again as soon
 as answered, offering more than the agent can take (agent cores busy near 1), so its
 requests/s per agent core is the long-polls' capacity (goal >= 10,000).

@@ -134,8 +134,10 @@ class _Acks:
         return acked
 
 
-def run_latency(agent: AgentProcess, store: ObjectStore, p: WireParams) -> dict[str, Any]:
-    """A steady `p.rate_mib_s` for `p.seconds`: ack latency percentiles and objects/s."""
+def run_latency(agent: AgentProcess, store: ObjectStore, p: WireParams, metrics_port: int
+                ) -> dict[str, Any]:
+    """A steady `p.rate_mib_s` for `p.seconds`: ack latency percentiles, objects/s, and the
+    agent's CPU per Produce request."""
     producer = _producer(agent.bootstrap)
     acks = _Acks()
     errors, latencies, acked_since = acks.errors, acks.latencies, acks.since
@@ -148,6 +150,7 @@ def run_latency(agent: AgentProcess, store: ObjectStore, p: WireParams) -> dict[
     _drain(producer, errors)
     latencies.clear()
     objects0, cpu0 = _objects(store), agent.cpu_seconds()
+    requests0 = _produce_requests(metrics_port)
     start = time.perf_counter()
     i = 0
     while i < total:
@@ -160,9 +163,11 @@ def run_latency(agent: AgentProcess, store: ObjectStore, p: WireParams) -> dict[
     _drain(producer, errors)
     elapsed = time.perf_counter() - start
     cpu, objects = agent.cpu_seconds() - cpu0, _objects(store) - objects0
+    requests = _produce_requests(metrics_port) - requests0
     lat = sorted(latencies)
     return {"measure": "latency", "records": total, "load_mib_s": p.rate_mib_s,
-            "agent_cpu_s": round(cpu, 2),
+            "agent_cpu_s": round(cpu, 2), "produce_requests": int(requests),
+            "agent_cpu_us_per_request": round(1e6 * cpu / requests) if requests else 0,
             "ack_ms_p50": round(statistics.median(lat) * 1000, 1),
             "ack_ms_p99": round(lat[max(0, int(len(lat) * 0.99) - 1)] * 1000, 1),
             "puts_per_s": round(objects / elapsed, 2)}
@@ -353,6 +358,39 @@ def run_floor(agent: AgentProcess, requests: int) -> dict[str, Any]:
             "agent_cpu_us_per_request": round(1e6 * cpu / sent)}
 
 
+def run_paced_floor(agent: AgentProcess, per_s: float, seconds: float) -> dict[str, Any]:
+    """The floor of a small request's agent CPU at the latency run's pace: empty Fetches
+    (no metadata read, no record) sent one at a time, `per_s` a second for `seconds`, over
+    one connection, each answer read as it comes (not awaited before the next is sent),
+    as the latency run's producer sends its Produces. What the agent spends to be woken,
+    read a frame, dispatch it and write its reply, next to what a small Produce costs."""
+    frame = _fetch_frame((), 0)
+    total = int(per_s * seconds)
+    with socket.create_connection(("127.0.0.1", agent.port), timeout=TIMEOUT_S) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sel = selectors.DefaultSelector()
+        sel.register(sock, selectors.EVENT_READ)
+        received = bytearray()
+        answered = sent = 0
+        cpu0, start = agent.cpu_seconds(), time.perf_counter()
+        while answered < total:
+            due = min(total, int((time.perf_counter() - start) * per_s) + 1)
+            while sent < due:
+                sock.sendall(frame)
+                sent += 1
+            for _ in sel.select(0.0005 if sent < total else 1.0):
+                received += sock.recv(MIB)
+            while len(received) >= 4 and len(received) >= 4 + int.from_bytes(received[:4]):
+                del received[:4 + int.from_bytes(received[:4])]
+                answered += 1
+        cpu = agent.cpu_seconds() - cpu0
+        sel.close()
+    return {"measure": "floor: empty Fetches at the latency run's pace",
+            "agent_cpu_s": round(cpu, 2), "fetch_requests": answered,
+            "requests_per_s_per_agent_core": round(answered / cpu) if cpu > 0 else None,
+            "agent_cpu_us_per_request": round(1e6 * cpu / answered)}
+
+
 def _fetch_frame(partitions: Sequence[int], max_wait_ms: int) -> bytes:
     """A framed Fetch v4 (header v1: key, version, correlation id, client id; then
     replica_id -1, max_wait_ms, min_bytes, max_bytes 1 MiB, read_uncommitted) of
@@ -480,7 +518,9 @@ def run_wire(p: WireParams, env: dict[str, str] | None = None) -> list[dict[str,
             rows = []
             if p.records:  # fetch reads the produce run's batches (before the latency run's)
                 rows += [run_produce(agent, p), run_fetch(agent, p, p.records)]
-            rows.append(run_latency(agent, store, p))
+            latency = run_latency(agent, store, p, metrics_port)
+            rows += [latency, run_paced_floor(agent, latency["produce_requests"] / p.seconds,
+                                              p.seconds)]
             if p.small_producers:
                 rows.append(run_many_small(agent, p, metrics_port))
             if p.long_polls:

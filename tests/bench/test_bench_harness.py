@@ -77,6 +77,7 @@ def test_wire_suite_measures_a_real_agent(tmp_path: Path) -> None:
     assert set(by_run) == {"produce", "fetch", "latency", "50 small producers",
                            "50 long-polling consumers", "the trickle alone",
                            "long-polls beyond the trickle", "floor: empty Fetches",
+                           "floor: empty Fetches at the latency run's pace",
                            f"{CAPACITY_CONNECTIONS} raw long-polls (capacity)"}
     polls = by_run["50 long-polling consumers"]
     assert polls["fetch_requests"] > 0 and polls["requests_per_s_per_agent_core"] > 0
@@ -101,6 +102,12 @@ def test_wire_suite_measures_a_real_agent(tmp_path: Path) -> None:
     latency = by_run["latency"]
     assert 0 < latency["ack_ms_p50"] <= latency["ack_ms_p99"]
     assert latency["puts_per_s"] > 0  # objects were written while it ran
+    # counted by the agent: at most one Produce a record
+    assert 0 < latency["produce_requests"] <= latency["records"]
+    assert latency["agent_cpu_us_per_request"] > 0
+    paced = by_run["floor: empty Fetches at the latency run's pace"]  # every one answered
+    assert paced["fetch_requests"] == int(latency["produce_requests"] / 1.0)
+    assert paced["agent_cpu_us_per_request"] > 0
     page = render({"machine": machine(), "results": rows})
     assert "## Kafka wire protocol" in page and "| file | latency |" in page
 
