@@ -280,3 +280,11 @@ def test_update_keeps_a_sections_hand_written_subsections() -> None:
     assert again.index("### Measured") < again.index("\n## ", again.index(heading) + 1)
     assert update(again, {"machine": machine(), "results": [consume(88)]},
                   ["consume"]) == again
+
+
+def test_loop_floor_answers_every_request_both_ways() -> None:
+    from bench.loop_floor import run
+
+    report = run(rounds=1, requests=200)  # the client waits for every reply: else it hangs
+    assert [r["read"] for r in report["results"]] == ["stream task", "protocol"]
+    assert all(r["cpu_us_per_request"] > 0 for r in report["results"])
