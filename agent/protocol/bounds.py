@@ -17,7 +17,9 @@ or records length past the frame's end, any negative length but a nullable -1, a
 array whose element count times its elements' least wire size exceeds the bytes left. So
 every element kio reserves room for is at least one byte of the frame: what kio allocates
 is a small multiple of the frame's size (a pointer per element, and the Python objects it
-builds), and the frame is bounded by socket.request.max.bytes. The walk allocates
+builds), and the frame is bounded by socket.request.max.bytes. A tagged field the version
+does not define is walked past and its span returned, for the decoder to drop it before
+kio (which refuses it; Kafka's readers keep it aside and read on). The walk allocates
 nothing that grows with the frame. It is generated Python, straight-line per entity, with
 the common cases inline (one-byte varints, no tagged fields), so a small Produce costs
 about a microsecond more to decode.
@@ -28,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import struct
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -75,19 +78,47 @@ def _uvarint(b: bytes, p: int, end: int) -> tuple[int, int]:
     raise _Refused("varint runs past the frame" if p + 5 > end else "varint too long")
 
 
+Unknown = tuple[int, int, int, list[tuple[int, int]]]
+"""A tagged-field section holding fields the schema does not define: where its count
+starts and ends, the count without them, and each such field's span (its tag, size and
+value)."""
+
+_SECTIONS = threading.local()  # the walk's state: `unknown` sections, known-field `depth`
+
+
 def _tags(b: bytes, p: int, end: int, known: dict[int, Walker]) -> int:
     """A flexible entity's tagged fields: each known one walked by its schema (as kio reads
-    it), an unknown one skipped by its declared size."""
+    it), an unknown one skipped by its declared size and its span noted (`check_request`
+    returns them: Kafka's readers keep such fields aside and read on, kio refuses them).
+    One inside a known tagged field is refused: dropping it would change that field's
+    size too (no request defines such nesting today)."""
+    start = p
     n, p = _uvarint(b, p, end)
+    counted = p
     if 2 * n > end - p:
         raise _Refused(f"{n} tagged fields, {end - p} bytes left")
+    unknown: list[tuple[int, int]] = []
     for _ in range(n):
+        field = p
         tag, p = _uvarint(b, p, end)
         size, p = _uvarint(b, p, end)
         if size > end - p:
             raise _Refused(f"tagged field of {size} bytes, {end - p} left")
         walk = known.get(tag)
-        p = p + size if walk is None else walk(b, p, end)
+        if walk is None:
+            p += size
+            unknown.append((field, p))
+            continue
+        depth = getattr(_SECTIONS, "depth", 0)
+        _SECTIONS.depth = depth + 1
+        try:
+            p = walk(b, p, end)
+        finally:
+            _SECTIONS.depth = depth
+    if unknown:
+        if getattr(_SECTIONS, "depth", 0):
+            raise _Refused("an unknown tagged field inside a tagged field")
+        _SECTIONS.unknown.append((start, counted, n - len(unknown), unknown))
     return p
 
 
@@ -277,10 +308,15 @@ def length_positions(payload: bytes, api_key: int, version: int) -> list[tuple[i
     return found
 
 
-def check_request(payload: bytes, api_key: int, version: int) -> None:
-    """Refuse (ProtocolError) a request frame any of whose lengths cannot fit in it."""
+def check_request(payload: bytes, api_key: int, version: int) -> list[Unknown]:
+    """Refuse (ProtocolError) a request frame any of whose lengths cannot fit in it; the
+    tagged-field sections holding fields this version does not define (almost always
+    none), in frame order, for the decoder to drop those fields."""
+    unknown: list[Unknown] = []
+    _SECTIONS.unknown = unknown
     try:
         walker(api_key, version)(payload, 0, len(payload))
+        return unknown
     except _Refused as exc:
         raise ProtocolError(f"malformed API {api_key} v{version} request: {exc}") from None
     except (IndexError, struct.error):

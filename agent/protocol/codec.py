@@ -28,7 +28,7 @@ from kio.static.constants import EntityType
 from kio.static.primitive import i32
 from kio.static.protocol import Entity
 
-from .bounds import check_request
+from .bounds import Unknown, check_request
 from .errors import ProtocolError
 
 FRAME = struct.Struct(">i")
@@ -156,7 +156,9 @@ def decode_request(payload: bytes, api_key: int, version: int) -> tuple[Any, Any
     """(header, request) of a frame whose key and version the caller already accepted;
     its lengths are checked against the frame first (bounds.py: kio would reserve what a
     length claims)."""
-    check_request(payload, api_key, version)
+    unknown = check_request(payload, api_key, version)
+    if unknown:
+        payload = without_unknown_tags(payload, unknown)
     cls = _request_schema(api_key, version)
     try:
         header, n = entity_reader(cls.__header_schema__)(payload, 0)
@@ -164,6 +166,24 @@ def decode_request(payload: bytes, api_key: int, version: int) -> tuple[Any, Any
     except Exception as exc:  # kio raises several types on malformed input
         raise ProtocolError(f"undecodable {cls.__name__} v{version}: {exc}") from exc
     return header, request
+
+
+def without_unknown_tags(payload: bytes, unknown: list[Unknown]) -> bytes:
+    """The frame without the tagged fields its version does not define (`check_request`
+    found them), each section's count lowered to match: what kio can read. Kafka's
+    generated readers keep such fields aside (`_unknownTaggedFields`) and read on, so a
+    client of a newer Kafka may send them; they mean nothing to this server's handlers."""
+    out = bytearray()
+    pos = 0
+    for start, counted, count, fields in unknown:
+        out += payload[pos:start]
+        write_uvarint(out, count)
+        pos = counted
+        for field, field_end in fields:
+            out += payload[pos:field]
+            pos = field_end
+    out += payload[pos:]
+    return bytes(out)
 
 
 @functools.cache

@@ -209,6 +209,47 @@ def test_a_null_array_passes_only_where_the_schema_allows_it(
             decode_request(header + body, key, version)
 
 
+def _fetch_v15(cluster_id: str | None, replica_tags: bytes = b"") -> bytes:
+    """A Fetch v15 frame (no size prefix) whose tagged fields are cluster_id (tag 0) and
+    replica_state (tag 1, an entity with a tagged section of its own), which kio encodes:
+    `replica_tags` replaces that inner section's empty count."""
+    from kio.schema.fetch.v15.request import FetchRequest, ReplicaState
+    from kio.schema.types import BrokerId
+    from kio.static.primitive import i8, i32, i32Timedelta, i64
+
+    request = FetchRequest(cluster_id=cluster_id, replica_state=ReplicaState(
+        replica_id=BrokerId(7), replica_epoch=i64(3)), max_wait=i32Timedelta.parse(
+        datetime.timedelta(milliseconds=5)), min_bytes=i32(1), max_bytes=i32(1 << 20),
+        isolation_level=i8(0), session_id=i32(0), session_epoch=i32(-1), topics=(),
+        forgotten_topics_data=(), rack_id="")
+    frame = encode(1, 15, request)
+    if replica_tags:  # the entity's 12 bytes of int32 and int64, then its empty section
+        at = frame.index(struct.pack(">iq", 7, 3) + b"\x00") + 12
+        frame = frame[:at] + replica_tags + frame[at + 1:]
+    return frame
+
+
+def test_tagged_fields_a_version_does_not_define_are_dropped() -> None:
+    """As Kafka's generated readers (`_unknownTaggedFields`): a newer client may send tagged
+    fields this version does not define; they are read past, the known ones kept. kio
+    refuses them, so they are dropped before it decodes (the connection closed before)."""
+    plain = _fetch_v15("c1")
+    tail = plain.rindex(b"\x02")  # the body's section: 2 fields (tags 0 and 1)
+    extra = uvarint(9) + uvarint(3) + b"new"  # tag 9, 3 bytes: nothing Fetch defines
+    frame = plain[:tail] + b"\x03" + plain[tail + 1:] + extra
+    # and one in the header's section (empty in `plain`: after the client id "fuzz")
+    head = plain.index(b"fuzz") + 4
+    frame = frame[:head] + b"\x01" + uvarint(5) + uvarint(1) + b"x" + frame[head + 1:]
+    header, request = decode_request(frame, 1, 15)
+    assert (header, request) == decode_request(plain, 1, 15)
+    assert request.cluster_id == "c1" and request.replica_state.replica_epoch == 3
+    # inside a known tagged field (replica_state): dropping it would change that field's
+    # size as well; refused, as before
+    nested = _fetch_v15("c1", b"\x01" + uvarint(4) + uvarint(1) + b"y")
+    with pytest.raises(ProtocolError, match="inside a tagged field"):
+        decode_request(nested, 1, 15)
+
+
 def test_mutations_decode_or_refuse_in_bounded_memory() -> None:
     """Every mutation, in a child capped at its size after imports + 1 GiB."""
     done = subprocess.run([sys.executable, "-m", "tests.protocol.test_bounds", "1"],

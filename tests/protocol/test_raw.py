@@ -113,6 +113,21 @@ def test_api_versions_is_the_dispatch_table(client: RawClient) -> None:
     assert (18, 0, 4) in {(k.api_key, k.min_version, k.max_version) for k in resp.api_keys}
 
 
+def test_tagged_fields_a_version_does_not_define_are_read_past(client: RawClient) -> None:
+    """A newer client's tagged field (here tag 9 in ApiVersions v4's body and tag 5 in its
+    request header, neither defined): answered as Kafka answers it, the connection kept."""
+    frame = client.frame(18, 4, av4.ApiVersionsRequest(client_software_name="raw",
+                                                       client_software_version="1"))
+    assert frame.endswith(b"\x00")  # the body's empty tagged-field section, last
+    head = frame.index(b"raw") + 3  # the header's, after its client id
+    frame = (frame[:head] + b"\x01\x05\x01x" + frame[head + 1:-1] + b"\x01\x09\x03new")
+    client.send_raw(struct.pack(">i", len(frame) - 4) + frame[4:])
+    resp = client.receive(18, 4)
+    assert resp.error_code == ErrorCode.none and len(resp.api_keys) == len(TABLE)
+    assert client.call(18, 4, av4.ApiVersionsRequest(  # and the connection still serves
+        client_software_name="raw", client_software_version="1")).error_code == ErrorCode.none
+
+
 @pytest.mark.parametrize("bad", [
     struct.pack(">i", 100 * 1024 * 1024 + 1),                    # above socket.request.max.bytes
     struct.pack(">i", -5),                                       # negative size
