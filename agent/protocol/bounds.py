@@ -83,7 +83,9 @@ Unknown = tuple[int, int, int, list[tuple[int, int]]]
 starts and ends, the count without them, and each such field's span (its tag, size and
 value)."""
 
-_SECTIONS = threading.local()  # the walk's state: `unknown` sections, known-field `depth`
+# A walk's state, on the rare path: the `unknown` sections noted, the `depth` of known
+# tagged fields being walked.
+_SECTIONS = threading.local()
 
 
 def _tags(b: bytes, p: int, end: int, known: dict[int, Walker]) -> int:
@@ -118,8 +120,15 @@ def _tags(b: bytes, p: int, end: int, known: dict[int, Walker]) -> int:
     if unknown:
         if getattr(_SECTIONS, "depth", 0):
             raise _Refused("an unknown tagged field inside a tagged field")
-        _SECTIONS.unknown.append((start, counted, n - len(unknown), unknown))
+        noted = getattr(_SECTIONS, "unknown", None)
+        if noted is None:  # the first walk: `check_request` walks again, noting them
+            raise _UnknownTags
+        noted.append((start, counted, n - len(unknown), unknown))
     return p
+
+
+class _UnknownTags(Exception):
+    """The frame holds a tagged field its schema does not define."""
 
 
 _RUNTIME: dict[str, Any] = {"_uvarint": _uvarint, "_tags": _tags, "_Refused": _Refused,
@@ -312,11 +321,19 @@ def check_request(payload: bytes, api_key: int, version: int) -> list[Unknown]:
     """Refuse (ProtocolError) a request frame any of whose lengths cannot fit in it; the
     tagged-field sections holding fields this version does not define (almost always
     none), in frame order, for the decoder to drop those fields."""
-    unknown: list[Unknown] = []
-    _SECTIONS.unknown = unknown
+    walk = walker(api_key, version)
     try:
-        walker(api_key, version)(payload, 0, len(payload))
-        return unknown
+        try:
+            walk(payload, 0, len(payload))
+            return []
+        except _UnknownTags:  # rare: walked again, the sections noted (nothing to set up
+            unknown: list[Unknown] = []  # on the common path)
+            _SECTIONS.unknown = unknown
+            try:
+                walk(payload, 0, len(payload))
+            finally:
+                _SECTIONS.unknown = None
+            return unknown
     except _Refused as exc:
         raise ProtocolError(f"malformed API {api_key} v{version} request: {exc}") from None
     except (IndexError, struct.error):
