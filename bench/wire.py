@@ -379,7 +379,9 @@ def run_paced_floor(agent: AgentProcess, per_s: float, seconds: float) -> dict[s
                 sock.sendall(frame)
                 sent += 1
             for _ in sel.select(0.0005 if sent < total else 1.0):
-                received += sock.recv(MIB)
+                if not (chunk := sock.recv(MIB)):
+                    raise RuntimeError("the agent closed the paced floor's connection")
+                received += chunk
             while len(received) >= 4 and len(received) >= 4 + int.from_bytes(received[:4]):
                 del received[:4 + int.from_bytes(received[:4])]
                 answered += 1
@@ -388,7 +390,7 @@ def run_paced_floor(agent: AgentProcess, per_s: float, seconds: float) -> dict[s
     return {"measure": "floor: empty Fetches at the latency run's pace",
             "agent_cpu_s": round(cpu, 2), "fetch_requests": answered,
             "requests_per_s_per_agent_core": round(answered / cpu) if cpu > 0 else None,
-            "agent_cpu_us_per_request": round(1e6 * cpu / answered)}
+            "agent_cpu_us_per_request": round(1e6 * cpu / answered) if answered else None}
 
 
 def _fetch_frame(partitions: Sequence[int], max_wait_ms: int) -> bytes:
