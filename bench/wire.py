@@ -382,15 +382,25 @@ def run_paced_floor(agent: AgentProcess, per_s: float, seconds: float) -> dict[s
                 if not (chunk := sock.recv(MIB)):
                     raise RuntimeError("the agent closed the paced floor's connection")
                 received += chunk
-            while len(received) >= 4 and len(received) >= 4 + int.from_bytes(received[:4]):
-                del received[:4 + int.from_bytes(received[:4])]
-                answered += 1
+            answered += _whole_frames(received)
         cpu = agent.cpu_seconds() - cpu0
         sel.close()
     return {"measure": "floor: empty Fetches at the latency run's pace",
             "agent_cpu_s": round(cpu, 2), "fetch_requests": answered,
             "requests_per_s_per_agent_core": round(answered / cpu) if cpu > 0 else None,
             "agent_cpu_us_per_request": round(1e6 * cpu / answered) if answered else None}
+
+
+def _whole_frames(received: bytearray) -> int:
+    """How many whole response frames `received` begins with, taken off it."""
+    pos = whole = 0
+    while len(received) - pos >= 4:
+        end = pos + 4 + struct.unpack_from(">i", received, pos)[0]
+        if end > len(received):
+            break
+        pos, whole = end, whole + 1
+    del received[:pos]
+    return whole
 
 
 def _fetch_frame(partitions: Sequence[int], max_wait_ms: int) -> bytes:
@@ -423,7 +433,7 @@ def run_long_poll_capacity(agent: AgentProcess, p: WireParams) -> dict[str, Any]
     socks = [socket.create_connection(("127.0.0.1", agent.port), timeout=TIMEOUT_S)
              for _ in range(CAPACITY_CONNECTIONS)]
     sel = selectors.DefaultSelector()
-    pending = [b""] * len(socks)
+    pending = [bytearray() for _ in socks]
     answered = 0
     try:
         for i, sock in enumerate(socks):
@@ -436,11 +446,7 @@ def run_long_poll_capacity(agent: AgentProcess, p: WireParams) -> dict[str, Any]
             for key, _ in sel.select(0.5):
                 i = key.data
                 pending[i] += socks[i].recv(MIB)
-                while len(pending[i]) >= 4:
-                    (size,) = struct.unpack(">i", pending[i][:4])
-                    if len(pending[i]) < 4 + size:
-                        break
-                    pending[i] = pending[i][4 + size:]
+                for _ in range(_whole_frames(pending[i])):
                     answered += 1
                     socks[i].setblocking(True)
                     socks[i].sendall(frames[i])
