@@ -4,11 +4,12 @@
 A client process sends a 1 KiB frame every 0.5 ms (the latency run's ~2,000 Produces a
 second, one at a time) to a server in this process that answers each with 8 bytes, read
 two ways: through a StreamReader in a task, with the replies handed to a sender task
-through a queue (as the agent's server reads and answers), and in a Protocol's
-`data_received`, answered there. The server's CPU (user and system, from getrusage) per
-request is the floor of each way of reading on this machine, next to the agent's own
-(the wire suite's paced floor and latency rows). With two cores or more the server runs on
-the last and the client on the first, as an agent and its clients would.
+through a queue (as the agent's server read and answered until it became a Protocol), and
+in a Protocol's `data_received`, answered there (as it does now). The server's CPU (user
+and system, from getrusage) per request is the floor of each way of reading on this
+machine, next to the agent's own (the wire suite's paced floor and latency rows). With two
+cores or more the server runs on the last and the client on the first, as an agent and its
+clients would.
 """
 
 from __future__ import annotations

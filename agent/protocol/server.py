@@ -9,7 +9,12 @@ error response UNSUPPORTED_VERSION with the supported list, so the client can re
 it has. Requests on one connection are read and dispatched one after the other and answered
 in order; a Produce's reply waits for its flush while the next requests are read (up to
 MAX_IN_FLIGHT replies), and nothing here blocks other connections (blocking work runs in the
-thread pool). Handlers answer the failures they meet (a store outage, a topic deleted
+thread pool). A connection is a Protocol: frames are parsed in the callback that brings
+their bytes and each handler runs there up to its answer or its first suspension (only then
+does a task finish it, the frames behind it waiting), and a ready reply is written there
+when the connection's sender has nothing in hand: a small request arriving alone costs one
+callback, not a task's wake-ups for reading and for writing (bench/loop_floor.py measures
+the difference). Handlers answer the failures they meet (a store outage, a topic deleted
 meanwhile) with their API's error codes; one that escapes a handler closes that connection,
 as does a reply that cannot be written (the replies behind it are dropped, and the
 connection ends even if its reply queue is full).
@@ -19,7 +24,8 @@ not yet answered, per connection and in all (queued.max.request.bytes): past eit
 server reads no further frame on that connection until replies free room (backpressure, as
 Kafka mutes a channel when its memory pool is empty), though a connection with nothing
 pending may always read one frame when nothing is queued at all, so the agent holds at most
-max(queued.max.request.bytes, socket.request.max.bytes) of requests. A frame must arrive
+max(queued.max.request.bytes, socket.request.max.bytes) of requests (and each connection
+one socket read, 256 KiB, past the frame it holds back). A frame must arrive
 whole within request.read.timeout.ms of its first byte; a connection with nothing pending
 that sends nothing for connections.max.idle.ms is closed (a sweep checks both); connections
 past max.connections, or max.connections.per.ip from one address, are closed as they are
@@ -35,16 +41,18 @@ that were never acked; acked ones are committed (the agent's write-path guarante
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import logging
 import resource
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from inspect import isawaitable, iscoroutine
-from typing import Any
+from typing import Any, cast
 
 from kio.schema.errors import ErrorCode
 from kio.static.protocol import Entity
@@ -62,8 +70,8 @@ from .apis import API_VERSIONS, TABLE, api_versions
 from .authenticator import AUTH, AUTHENTICATE, Authenticator, SaslService
 from .bounds import walker
 from .cache import SegmentCache
-from .codec import FRAME, PREFIX, Builder, RawToken, decode_request, encode_response
-from .context import PEER, THROTTLE, EffectiveSetting, ServerContext, Throttle, Wakeup
+from .codec import FRAME, PREFIX, Buffer, Builder, RawToken, decode_request, encode_response
+from .context import PEER, THROTTLE, EffectiveSetting, ServerContext, Throttle
 from .error_responses import error_response
 from .errors import ProtocolError
 from .health import AgentMetrics
@@ -72,8 +80,8 @@ from .registry import Registration
 from .session import SESSION, Session
 from .timers import offsets_expiry, producer_expiry, quota_refresh, transactions_sweep
 from .tls import Tls, certificate_principal
-from .tlsconn import Scratch, TlsTransport, tls_protocol
-from .writev import send_buffers
+from .tlsconn import Scratch, TlsConnection, TlsTransport
+from .writev import send_buffers, write_now
 
 log = logging.getLogger(__name__)
 
@@ -93,25 +101,522 @@ def builder(api_key: int, version: int) -> Builder:
     return Builder(api_key, version)
 
 
-class _Connection:
-    """One client connection: its reader task, whether it waits for a new frame, and what
-    the limits look at."""
+Item = tuple[int, int, Any]  # (request bytes, correlation id, reply or its awaitable)
 
-    __slots__ = ("active", "auth", "idle", "ip", "pending", "queued", "reason", "started",
-                 "task", "writer")
 
-    def __init__(self, task: asyncio.Task[None], writer: asyncio.StreamWriter,
-                 ip: str, auth: Authenticator | None = None) -> None:
-        self.task = task
-        self.auth = auth  # SASL listeners: the connection's authentication state
-        self.writer = writer
-        self.ip = ip
+class _Unsent:
+    """What is left of a reply written at once whose whole did not fit in the socket."""
+
+    __slots__ = ("views",)
+
+    def __init__(self, views: list[memoryview]) -> None:
+        self.views = views
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: its frames parsed from the bytes as they arrive and
+    dispatched one at a time in order, each in the callback that completed it (a handler
+    that answers without suspending costs no task; one that suspends finishes in a task,
+    and the frames behind it wait), its replies written in request order by its sender
+    task (or at once, when the sender has nothing in hand and the reply is ready)."""
+
+    def __init__(self, server: Server, listener: Listener) -> None:
+        self.server = server
+        self.listener = listener
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.peer: object = None
+        self.ip = ""
+        self.auth: Authenticator | None = None  # SASL listeners: the authentication state
+        self.context = contextvars.copy_context()  # the handlers' (its session, its quota)
+        self.throttle = Throttle()
+        self.buffer = bytearray()  # received and not yet dispatched
+        self.fd = -1  # a plain socket's descriptor (replies written at once); -1: TLS
+        self.ready = False  # reading (a TLS listener's: once the handshake is done)
+        self.busy = False  # a request's handler suspended: its task finishes it
+        self.held = False  # reading paused here
+        self.ended = False  # reads and dispatches nothing more
+        self.finished = False  # the sender was told the end
+        self.eof = False  # the client sent its last byte
+        self.last: int | None = None  # shutdown: frames it may still dispatch
+        self.processing = False
+        self.scheduled = False  # a `_process` call is scheduled
+        self.waits_for_room = False
+        self.unmute: asyncio.TimerHandle | None = None
+        self.replies: collections.deque[Item | None] = collections.deque()  # None: the end
+        self.parked: asyncio.Future[None] | None = None  # the sender, waiting for a reply
+        self.sender: asyncio.Task[None] | None = None
+        self.handler: asyncio.Task[tuple[int, Any]] | None = None  # a suspended request's
+        self.closed: asyncio.Future[None] = self.loop.create_future()  # sender done
+        # What the limits look at (the sweep, queued bytes).
         self.idle = True  # waiting for the first byte of a frame
         self.started: float | None = None  # when the frame being read began (monotonic)
         self.active = time.monotonic()  # the last frame read or reply written
         self.pending = 0  # requests read and not yet answered
         self.queued = 0  # their bytes
         self.reason: str | None = None  # why the server is closing it (the sweep)
+
+    # ------------------------------------------------------------------ the transport's side
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        server = self.server
+        peer = self.peer = transport.get_extra_info("peername")
+        ip = self.ip = peer[0] if isinstance(peer, tuple) else ""
+        if not server._admit(ip, peer):
+            self.ended = True
+            self.closed.set_result(None)
+            transport.abort()  # nothing was read: no reason to linger
+            return
+        listener = self.listener
+        if listener.sasl:
+            assert server.ctx.sasl is not None
+            self.auth = Authenticator(server.ctx.sasl, ip, time.monotonic())
+        server._conns.add(self)
+        server._per_ip[ip] = server._per_ip.get(ip, 0) + 1
+        telemetry.connection_opened()
+        server.refusals.say("opened", logging.DEBUG, "connection %s: opened", peer)
+        self.context.run(self._session, listener)
+        self.sender = self.loop.create_task(self._send())
+        if listener.tls:
+            self.idle, self.started = False, time.monotonic()  # the handshake's deadline
+            handshake = self.loop.create_task(self._handshake())
+            handshake.add_done_callback(self._handshaken)
+            return
+        sock = transport.get_extra_info("socket")
+        self.fd = sock.fileno() if sock is not None else -1
+        self.ready = True
+
+    def _session(self, listener: Listener) -> None:
+        AUTH.set(self.auth)
+        PEER.set(f"/{self.ip}" if self.ip else "")
+        THROTTLE.set(self.throttle)
+        SESSION.set(Session(host=self.ip, listener=listener.name,
+                            security_protocol=listener.protocol))
+
+    def data_received(self, data: bytes) -> None:
+        if self.ended:
+            return
+        self.buffer += data  # (a TLS connection's data is its scratch buffer: copied here)
+        if self.ready:
+            self._process()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        if self.ready:
+            self._process()
+        return True  # the replies of what was read still go out
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.ended:
+            return
+        if not self.ready and self.listener.tls:
+            return  # the handshake's task fails and says why
+        if self.reason is not None:
+            self.server._closed(self, self.peer)
+        elif exc is not None:
+            self.server.refusals.say("reset", logging.INFO, "connection %s: %s", self.peer,
+                                     exc)
+        else:
+            self._said_end()
+        self._end()
+
+    # ------------------------------------------------------------------ reading
+
+    def _process(self) -> None:
+        """Dispatch the whole frames received, in order, while nothing holds this
+        connection back; then read on, or pause reading until what holds it lets go."""
+        if self.processing:
+            return  # the running call looks again before it returns
+        self.processing = True
+        try:
+            self._frames()
+        except ProtocolError as exc:
+            self.server.refusals.refused(exc.reason, "connection %s: %s, closing", self.peer,
+                                         exc)
+            self._end()
+        finally:
+            self.processing = False
+
+    def _frames(self) -> None:
+        server, config, buffer = self.server, self.server.config, self.buffer
+        assert self.transport is not None
+        while not self.busy and not self.ended:
+            if self.last == 0:  # shutdown
+                self._end()
+                return
+            if self.transport.is_closing():  # its replies cannot be written
+                self._end()
+                return
+            if self.pending >= MAX_IN_FLIGHT:  # replies to be written first
+                self._hold()
+                return
+            now = time.monotonic()
+            if (muted := self.throttle.until - now) > 0:  # a client quota
+                self.idle, self.started = not buffer, None
+                self._hold()
+                if self.unmute is None:
+                    self.unmute = self.loop.call_later(muted, self._unmuted)
+                return
+            if len(buffer) < FRAME.size:
+                self.idle = not buffer
+                self._read_on(now)
+                return
+            self.idle = False
+            size = FRAME.unpack_from(buffer)[0]
+            auth = self.auth
+            if auth is not None and not auth.authenticated and \
+                    size > config.sasl_server_max_receive_size:
+                raise ProtocolError(f"frame of {size} bytes before authentication"
+                                    " (sasl.server.max.receive.size"
+                                    f" {config.sasl_server_max_receive_size})",
+                                    "frame_too_large")
+            if not PREFIX.size <= size <= config.socket_request_max_bytes:
+                raise ProtocolError(f"frame of {size} bytes (socket.request.max.bytes"
+                                    f" {config.socket_request_max_bytes})", "frame_too_large")
+            if not server._has_room(self, size):
+                self._wait_for_room(size)
+                return
+            end = FRAME.size + size
+            if len(buffer) < end:
+                self._read_on(now)
+                return
+            with memoryview(buffer) as view:
+                payload = view[FRAME.size:end].tobytes()
+            del buffer[:end]
+            self.started, self.active = None, now
+            server._take(self, size)
+            if self.last is not None:
+                self.last -= 1
+            self._dispatch(payload, size)
+
+    def _read_on(self, now: float) -> None:
+        """Wait for more of the frame (its deadline runs from its first byte); at the
+        client's end, end."""
+        if self.eof:
+            if self.buffer:
+                self.server.refusals.say("truncated", logging.INFO,
+                                         "connection %s: closed by the client mid-frame",
+                                         self.peer)
+            else:
+                self._said_end()
+            self._end()
+            return
+        if self.buffer and self.started is None:
+            self.started = now
+        if self.held and self.transport is not None and not self.transport.is_closing():
+            self.held = False
+            self.transport.resume_reading()
+
+    def _hold(self) -> None:
+        """Read nothing more for now (the transport's buffers fill, then the client's)."""
+        if not self.held and self.transport is not None and not self.transport.is_closing():
+            self.held = True
+            self.transport.pause_reading()
+
+    def _wait_for_room(self, size: int) -> None:
+        server = self.server
+        self.started = None  # the wait is the server's, not the client's
+        self._hold()
+        if not self.waits_for_room:
+            self.waits_for_room = True
+            server._waiting.add(self)
+            server.refusals.say("backpressure", logging.DEBUG, "connection %s: waiting for"
+                                " %d queued bytes to be answered (%d on this connection)",
+                                self.peer, server._queued, self.queued)
+
+    def room(self) -> None:
+        """Queued bytes were freed (or the server is stopping): look again, soon."""
+        self.waits_for_room = False
+        self.soon()
+
+    def soon(self) -> None:
+        """`_process` from the loop, once, whatever asked for it (never from inside)."""
+        if not self.scheduled and not self.ended:
+            self.scheduled = True
+            self.loop.call_soon(self._scheduled)
+
+    def _scheduled(self) -> None:
+        self.scheduled = False
+        if self.ready:
+            self._process()
+
+    def _unmuted(self) -> None:
+        self.unmute = None
+        self._process()
+
+    def stop_reading(self) -> None:
+        """Shutdown: dispatch no new request. One waiting for a frame ends now; one reading
+        a frame ends after it; one whose handler runs, or in its handshake, after that."""
+        if self.ended:
+            return
+        reading = self.ready and not self.busy and bool(self.buffer)
+        self.last = 1 if reading and self.throttle.until <= time.monotonic() else 0
+        self.soon()
+
+    def _said_end(self) -> None:
+        self.server.refusals.say("closed", logging.DEBUG, "connection %s: closed by the"
+                                 " client", self.peer)
+
+    def _end(self) -> None:
+        """Read and dispatch nothing more; the sender writes what was read, then closes."""
+        if self.ended:
+            return
+        self.ended = True
+        self._hold()
+        if self.unmute is not None:
+            self.unmute.cancel()
+            self.unmute = None
+        self.server._waiting.discard(self)
+        self._finish()
+
+    def _finish(self) -> None:
+        """Tell the sender the end, once no handler is running (its reply comes first)."""
+        if not self.finished and not self.busy:
+            self.finished = True
+            self._queue(None)
+
+    # ------------------------------------------------------------------ requests
+
+    def _dispatch(self, payload: bytes, size: int) -> None:
+        """Run one request's handler in this connection's context up to its answer, or
+        to its first suspension (then a task finishes it and the frames behind it wait)."""
+        auth = self.auth
+        coro: Coroutine[Any, Any, tuple[int, Any]]
+        if auth is not None and auth.raw and auth.state == AUTHENTICATE:
+            coro = self.server._raw_token(auth, payload)
+        else:
+            coro = self.server._dispatch(payload, auth)
+        try:
+            step = self.context.run(coro.send, None)
+        except StopIteration as answered:
+            self._answer(size, answered.value)
+            return
+        except Exception as exc:
+            self.server._release(self, size)
+            self._failed(exc)
+            return
+        self.busy = True
+        self.handler = self.loop.create_task(_resume(coro, step), context=self.context)
+        self.handler.add_done_callback(functools.partial(self._handled, size))
+
+    def _handled(self, size: int, task: asyncio.Task[tuple[int, Any]]) -> None:
+        self.busy, self.handler = False, None
+        if task.cancelled():
+            self.server._release(self, size)
+            self._end()
+            self._finish()
+            return
+        if (exc := task.exception()) is not None:
+            self.server._release(self, size)
+            self._failed(exc)
+            self._finish()
+            return
+        self._answer(size, task.result())
+        if self.ended:
+            self._finish()
+        elif self.ready:
+            self._process()
+
+    def _answer(self, size: int, answer: tuple[int, Any]) -> None:
+        correlation_id, reply = answer
+        if self.ended:  # the connection was lost meanwhile: nobody to answer
+            self.server._release(self, size)
+            _drop(reply)
+            return
+        if self.parked is not None and not self.replies and self.fd >= 0 and \
+                not isawaitable(reply) and self.transport is not None and \
+                not self.transport.get_write_buffer_size():
+            # The sender has nothing in hand (every reply before this one is written):
+            # this one goes out now, without waking it.
+            if reply is None:  # acks=0
+                self.server._release(self, size)
+                return
+            try:
+                rest = write_now(self.fd, encode_response(correlation_id, reply))
+            except OSError:
+                pass  # the sender meets it again and closes the connection
+            else:
+                if not rest:
+                    self.server._release(self, size)
+                    self._closing_after(self.auth)
+                    return
+                reply = _Unsent(rest)
+        self._queue((size, correlation_id, reply))
+        self._closing_after(self.auth)
+
+    def _closing_after(self, auth: Authenticator | None) -> None:
+        if auth is not None and auth.close_after_reply is not None and not self.ended:
+            self.server.refusals.refused(auth.close_after_reply, "connection %s: SASL %s,"
+                                         " closing after the answer", self.peer,
+                                         auth.close_after_reply, level=logging.DEBUG)
+            self._end()
+
+    def _failed(self, exc: BaseException) -> None:
+        """A request the connection cannot go on after: say why, end it."""
+        server = self.server
+        if isinstance(exc, ProtocolError):
+            server.refusals.refused(exc.reason, "connection %s: %s, closing", self.peer, exc)
+        elif isinstance(exc, ConnectionError):
+            if self.reason is not None:
+                server._closed(self, self.peer)
+            else:
+                server.refusals.say("reset", logging.INFO, "connection %s: %s", self.peer,
+                                    exc)
+        elif not isinstance(exc, asyncio.CancelledError):
+            telemetry.connection_refused("handler_error")
+            log.error("connection %s: handler failed, closing", self.peer, exc_info=exc)
+        self._end()
+
+    # ------------------------------------------------------------------ TLS
+
+    async def _handshake(self) -> str | None:
+        """TLS with the context current now, within request.read.timeout.ms (the sweep's
+        frame deadline); on an SSL listener, the client certificate's principal (None on
+        SASL_SSL: SASL says who). ProtocolError: refused (a failed handshake, a subject no
+        mapping rule takes)."""
+        tls, transport = self.server.tls, self.transport
+        assert tls is not None and isinstance(transport, TlsTransport)
+        try:
+            await transport.handshake(tls.context)
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            why = "not finished within request.read.timeout.ms" if self.reason else exc
+            raise ProtocolError(f"TLS handshake failed ({why})", "tls_handshake") from None
+        session = transport.get_extra_info("ssl_object")
+        self.server.refusals.say("tls", logging.DEBUG, "connection %s: TLS %s, %s", self.peer,
+                                 session.version(), (session.cipher() or ("",))[0])
+        if self.listener.sasl:
+            return None
+        try:
+            principal = certificate_principal(session, tls.mapper)
+        except NoMatchingRule as exc:
+            raise ProtocolError(str(exc), "ssl_principal") from None
+        self.server.refusals.say("authenticated", logging.DEBUG, "connection %s: TLS,"
+                                 " principal %s", self.peer, principal)
+        return principal
+
+    def _handshaken(self, task: asyncio.Task[str | None]) -> None:
+        if task.cancelled():
+            self._end()
+            return
+        if (exc := task.exception()) is not None:
+            self._failed(exc)
+            return
+        if (principal := task.result()) is not None:
+            self.context.run(SESSION.set, self.context[SESSION].with_principal(principal))
+        self.idle, self.started, self.active = True, None, time.monotonic()
+        self.ready = True
+        self._process()
+
+    # ------------------------------------------------------------------ replies
+
+    def _queue(self, item: Item | None) -> None:
+        self.replies.append(item)
+        if (parked := self.parked) is not None:
+            self.parked = None
+            parked.set_result(None)
+
+    async def _send(self) -> None:
+        """Write replies in request order (awaiting the pending ones) until the end
+        (None), each freeing its request's queued bytes once written. The replies already
+        answered behind the one awaited go out in the same write (a flush answers a
+        connection's pipelined Produces at once: one system call for all of them, not one
+        each). If one cannot be written the connection is aborted, so its reading stops
+        too (the client reconnects), and the replies still coming are dropped: taken off
+        the queue all the same, freeing their bytes."""
+        server, replies = self.server, self.replies
+        transport = self.transport
+        assert transport is not None
+        failed = False
+        try:
+            while True:
+                if not replies:
+                    self.parked = self.loop.create_future()
+                    await self.parked
+                    continue
+                item = replies.popleft()
+                if item is None:
+                    break
+                size, correlation_id, reply = item
+                sizes = [size]
+                try:
+                    if failed:
+                        _drop(reply)
+                        continue
+                    if isawaitable(reply):
+                        reply = await reply
+                    parts: list[Buffer]
+                    if isinstance(reply, _Unsent):
+                        parts = list(reply.views)
+                    else:
+                        parts = [] if reply is None else encode_response(correlation_id, reply)
+                    while replies:  # the answered ones behind it join this write
+                        ready = _answered(replies[0])
+                        if ready is _NOT_READY:
+                            break
+                        after = replies.popleft()
+                        assert after is not None
+                        sizes.append(after[0])
+                        if ready is not None:  # None: acks=0
+                            parts += encode_response(after[1], ready)
+                    if not parts:  # acks=0
+                        continue
+                    if isinstance(transport, TlsTransport):
+                        await transport.send(parts)
+                    else:
+                        await send_buffers(transport, parts)
+                except asyncio.CancelledError:
+                    transport.abort()
+                    raise
+                except Exception as exc:
+                    failed = True
+                    transport.abort()
+                    server.refusals.refused("reply_failed", "connection %s: reply not sent"
+                                            " (%s), closing", self.peer, exc)
+                finally:
+                    for size in sizes:
+                        server._release(self, size)
+        finally:
+            self.parked = None
+            transport.close()  # the socket is closed however this ends (never left to the GC)
+            server._forget(self)
+            if not self.closed.done():
+                self.closed.set_result(None)
+
+
+async def _resume(coro: Coroutine[Any, Any, tuple[int, Any]], step: Any) -> tuple[int, Any]:
+    """Finish, in a task, a coroutine that suspended outside one (at `step`)."""
+    return await _Resumed(coro, step)
+
+
+class _Resumed:
+    """Awaiting it goes on with `coro` from where it suspended: `step`, what it yielded
+    (the future it waits for), goes to the task first, then every send and throw to it."""
+
+    __slots__ = ("coro", "step")
+
+    def __init__(self, coro: Coroutine[Any, Any, tuple[int, Any]], step: Any) -> None:
+        self.coro, self.step = coro, step
+
+    def __await__(self) -> Generator[Any, Any, tuple[int, Any]]:
+        coro, step = self.coro, self.step
+        while True:
+            try:
+                sent = yield step
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # a cancellation: the handler sees it
+                try:
+                    step = coro.throw(exc)
+                except StopIteration as done:
+                    return cast(tuple[int, Any], done.value)
+            else:
+                try:
+                    step = coro.send(sent)
+                except StopIteration as done:
+                    return cast(tuple[int, Any], done.value)
 
 
 class Server:
@@ -125,10 +630,10 @@ class Server:
         self.listeners = list(listeners)  # ports resolved by `start`
         self.config: AgentConfig = ctx.config  # the limits
         self._servers: list[asyncio.Server] = []
-        self._conns: dict[asyncio.Task[None], _Connection] = {}
+        self._conns: set[_Connection] = set()
         self._per_ip: dict[str, int] = {}
         self._queued = 0  # bytes of requests read and not yet answered, all connections
-        self._room = Wakeup()  # set when replies free queued bytes
+        self._waiting: set[_Connection] = set()  # for queued bytes to be answered
         self._sweep: asyncio.Task[None] | None = None
         self._stopping = False
         self.refusals = Refusals()
@@ -159,13 +664,12 @@ class Server:
                 walker(key, version)
         advertised = dict(self.ctx.advertised)
         for i, listener in enumerate(self.listeners):
-            serve = functools.partial(self._serve, listener)
+            factory: Callable[[], asyncio.BaseProtocol]
             if listener.tls:
-                server = await self.ctx.loop.create_server(
-                    functools.partial(tls_protocol, serve, self.ctx.loop, Scratch()),
-                    listener.host, listener.port)
+                factory = functools.partial(self._tls_connection, listener, Scratch())
             else:
-                server = await asyncio.start_server(serve, listener.host, listener.port)
+                factory = functools.partial(_Connection, self, listener)
+            server = await self.ctx.loop.create_server(factory, listener.host, listener.port)
             self._servers.append(server)
             port = server.sockets[0].getsockname()[1]
             self.listeners[i] = dataclasses.replace(listener, port=port)
@@ -175,6 +679,11 @@ class Server:
         self._sweep = asyncio.create_task(self._sweeper())
         if self.tls is not None:
             self._reloader = asyncio.create_task(self._reload_tls(self.tls))
+
+    def _tls_connection(self, listener: Listener, scratch: Scratch) -> TlsConnection:
+        """A TLS listener's new connection: TLS under the connection's protocol."""
+        assert self.ctx.loop is not None
+        return TlsConnection(_Connection(self, listener), self.ctx.loop, scratch)
 
     def reload_tls(self) -> None:
         """Check the TLS files now (SIGHUP), not at the next interval."""
@@ -197,158 +706,29 @@ class Server:
             self._sweep.cancel()
         if self._reloader is not None:
             self._reloader.cancel()
-        self._room.notify()  # readers waiting for room read their frame and end
+        self._room()  # readers waiting for room read their frame and end
         self.ctx.notify_commit()  # long-polling fetches answer now
         self.ctx.notify_room()  # produces waiting for buffer.memory give up
-        for conn in self._conns.values():
-            if conn.idle:
-                conn.task.cancel()
+        for conn in self._conns:
+            conn.stop_reading()
         await self.ctx.run(self.ctx.agent.flush)
         if self._conns:
-            _, late = await asyncio.wait(list(self._conns), timeout=SHUTDOWN_GRACE_S)
-            for task in late:  # past the grace: drop the connection, then reap its task
-                self._conns[task].writer.transport.abort()
-                task.cancel()
-            if late:  # its finally closes the writer (an unreaped one leaks its socket)
-                await asyncio.wait(late, timeout=SHUTDOWN_GRACE_S)
+            conns = list(self._conns)
+            await asyncio.wait([c.closed for c in conns], timeout=SHUTDOWN_GRACE_S)
+            late = [c for c in conns if not c.closed.done()]
+            for conn in late:  # past the grace: drop the connection, reap its tasks
+                if conn.transport is not None:
+                    conn.transport.abort()
+                if conn.handler is not None:
+                    conn.handler.cancel()
+                if conn.sender is not None:
+                    conn.sender.cancel()
+            if late:  # the sender's finally closes the socket (never left to the GC)
+                await asyncio.wait([c.closed for c in late], timeout=SHUTDOWN_GRACE_S)
         for server in self._servers:
             await server.wait_closed()
 
     # ------------------------------------------------------------------ connections
-
-    async def _serve(self, listener: Listener, reader: asyncio.StreamReader,
-                     writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        peer = writer.get_extra_info("peername")
-        ip = peer[0] if isinstance(peer, tuple) else ""
-        if not self._admit(ip, peer):
-            writer.transport.abort()  # nothing was read: no reason to linger
-            return
-        auth = None
-        if listener.sasl:
-            assert self.ctx.sasl is not None
-            auth = Authenticator(self.ctx.sasl, ip, time.monotonic())
-        AUTH.set(auth)
-        conn = self._conns[task] = _Connection(task, writer, ip, auth)
-        self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
-        telemetry.connection_opened()
-        self.refusals.say("opened", logging.DEBUG, "connection %s: opened", peer)
-        replies: asyncio.Queue[tuple[int, int, Any] | None] = asyncio.Queue(MAX_IN_FLIGHT)
-        sender = asyncio.create_task(self._send(replies, conn))
-        PEER.set(f"/{ip}" if ip else "")
-        throttle = Throttle()
-        THROTTLE.set(throttle)
-        SESSION.set(Session(host=ip, listener=listener.name,
-                            security_protocol=listener.protocol))
-        max_bytes = self.config.socket_request_max_bytes
-        sasl_bytes = self.config.sasl_server_max_receive_size
-        try:
-            if listener.tls:
-                await self._handshake(conn, listener)
-            # A connection whose replies can no longer be written (the sender aborted it)
-            # reads no further: what it already received is not dispatched.
-            while not self._stopping and not writer.transport.is_closing():
-                conn.idle, conn.started = True, None
-                if (muted := throttle.until - time.monotonic()) > 0:  # a client quota
-                    await asyncio.sleep(muted)
-                first = await reader.readexactly(1)
-                conn.idle, conn.started = False, time.monotonic()
-                size = FRAME.unpack(first + await reader.readexactly(FRAME.size - 1))[0]
-                if auth is not None and not auth.authenticated and size > sasl_bytes:
-                    raise ProtocolError(f"frame of {size} bytes before authentication"
-                                        f" (sasl.server.max.receive.size {sasl_bytes})",
-                                        "frame_too_large")
-                if not PREFIX.size <= size <= max_bytes:
-                    raise ProtocolError(f"frame of {size} bytes (socket.request.max.bytes"
-                                        f" {max_bytes})", "frame_too_large")
-                if not self._has_room(conn, size):
-                    conn.started = None  # the wait is the server's, not the client's
-                    await self._wait_for_room(conn, size)
-                    conn.started = time.monotonic()
-                payload = await reader.readexactly(size)
-                conn.started, conn.active = None, time.monotonic()
-                self._take(conn, size)
-                try:
-                    if auth is not None and auth.raw and auth.state == AUTHENTICATE:
-                        correlation_id, reply = -1, await self._raw_token(auth, payload)
-                    else:
-                        correlation_id, reply = await self._dispatch(payload, auth)
-                    if replies.full():  # MAX_IN_FLIGHT replies wait to be written
-                        await replies.put((size, correlation_id, reply))
-                    else:
-                        replies.put_nowait((size, correlation_id, reply))
-                except BaseException:
-                    self._release(conn, size)
-                    raise
-                if auth is not None and auth.close_after_reply is not None:
-                    self.refusals.refused(auth.close_after_reply, "connection %s: SASL %s,"
-                                          " closing after the answer", peer,
-                                          auth.close_after_reply, level=logging.DEBUG)
-                    break
-        except asyncio.IncompleteReadError as exc:
-            if conn.reason is not None:
-                self._closed(conn, peer)
-            elif exc.partial or not conn.idle:
-                self.refusals.say("truncated", logging.INFO,
-                                  "connection %s: closed by the client mid-frame", peer)
-            else:
-                self.refusals.say("closed", logging.DEBUG, "connection %s: closed by the"
-                                  " client", peer)
-        except ProtocolError as exc:
-            self.refusals.refused(exc.reason, "connection %s: %s, closing", peer, exc)
-        except ConnectionError as exc:
-            if conn.reason is not None:
-                self._closed(conn, peer)
-            else:
-                self.refusals.say("reset", logging.INFO, "connection %s: %s", peer, exc)
-        except asyncio.CancelledError:
-            pass  # shutdown while waiting for a request
-        except Exception:
-            telemetry.connection_refused("handler_error")
-            log.exception("connection %s: handler failed, closing", peer)
-        finally:
-            try:
-                if not sender.done():  # it drains the queue to this end, failed or not
-                    await replies.put(None)
-                with contextlib.suppress(Exception):
-                    await sender
-            except asyncio.CancelledError:  # reaped while finishing: stop writing now
-                sender.cancel()
-                writer.transport.abort()
-                raise
-            finally:  # the socket is closed however this ends (never left to the GC)
-                writer.close()
-                self._forget(task, conn)
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
-
-    async def _handshake(self, conn: _Connection, listener: Listener) -> None:
-        """TLS on a new connection of a TLS listener, with the context current now, within
-        request.read.timeout.ms (the sweep's frame deadline); on an SSL listener the client
-        certificate's principal becomes the session's. ProtocolError: the connection is
-        refused (a failed handshake, a subject no mapping rule takes)."""
-        assert self.tls is not None and isinstance(conn.writer.transport, TlsTransport)
-        conn.idle, conn.started = False, time.monotonic()
-        try:
-            await conn.writer.transport.handshake(self.tls.context)
-        except (OSError, asyncio.IncompleteReadError) as exc:
-            why = "not finished within request.read.timeout.ms" if conn.reason else exc
-            raise ProtocolError(f"TLS handshake failed ({why})", "tls_handshake") from None
-        conn.idle, conn.started, conn.active = True, None, time.monotonic()
-        tls = conn.writer.get_extra_info("ssl_object")
-        self.refusals.say("tls", logging.DEBUG, "connection %s: TLS %s, %s",
-                          conn.writer.get_extra_info("peername"), tls.version(),
-                          (tls.cipher() or ("",))[0])
-        if not listener.sasl:
-            try:
-                principal = certificate_principal(
-                    conn.writer.get_extra_info("ssl_object"), self.tls.mapper)
-            except NoMatchingRule as exc:
-                raise ProtocolError(str(exc), "ssl_principal") from None
-            SESSION.set(SESSION.get().with_principal(principal))
-            self.refusals.say("authenticated", logging.DEBUG, "connection %s: TLS, principal"
-                              " %s", conn.writer.get_extra_info("peername"), principal)
 
     def _admit(self, ip: str, peer: object) -> bool:
         """Whether a new connection is within max.connections and max.connections.per.ip
@@ -364,9 +744,9 @@ class Server:
             return False
         return True
 
-    def _forget(self, task: asyncio.Task[None], conn: _Connection) -> None:
+    def _forget(self, conn: _Connection) -> None:
         """A connection ended: its slot, and whatever it still had queued, are free."""
-        del self._conns[task]
+        self._conns.discard(conn)
         left = self._per_ip[conn.ip] - 1
         if left:
             self._per_ip[conn.ip] = left
@@ -375,7 +755,7 @@ class Server:
         if conn.queued:  # replies never sent (the sender was reaped at shutdown)
             self._queued -= conn.queued
             conn.queued = conn.pending = 0
-            self._room.notify()
+            self._room()
         telemetry.connection_closed()
 
     def _closed(self, conn: _Connection, peer: object) -> None:
@@ -399,22 +779,12 @@ class Server:
         """Whether `conn` may read a frame of `size` bytes now: always when nothing is
         queued at all; else within queued.max.request.bytes, and within the per-connection
         cap if it has requests pending (one frame alone always fits)."""
-        if self._queued == 0:
+        if self._queued == 0 or self._stopping:
             return True
         if self._queued + size > self.config.queued_max_request_bytes:
             return False
         return (conn.queued == 0
                 or conn.queued + size <= self.config.queued_max_request_bytes_per_connection)
-
-    async def _wait_for_room(self, conn: _Connection, size: int) -> None:
-        self.refusals.say("backpressure", logging.DEBUG, "connection %s: waiting for %d"
-                          " queued bytes to be answered (%d on this connection)",
-                          conn.writer.get_extra_info("peername"), self._queued, conn.queued)
-        while True:
-            freed = self._room.event()
-            if self._has_room(conn, size) or self._stopping:
-                return
-            await freed.wait()
 
     def _take(self, conn: _Connection, size: int) -> None:
         conn.pending += 1
@@ -427,7 +797,16 @@ class Server:
         conn.queued -= size
         self._queued -= size
         conn.active = time.monotonic()
-        self._room.notify()
+        if conn.pending == MAX_IN_FLIGHT - 1:
+            conn.soon()  # it may read again
+        if self._waiting:
+            self._room()
+
+    def _room(self) -> None:
+        """Queued bytes were freed: the connections waiting for room look again."""
+        waiting, self._waiting = self._waiting, set()
+        for conn in waiting:
+            conn.room()
 
     # ------------------------------------------------------------------ idle and slow
 
@@ -441,8 +820,8 @@ class Server:
         while True:
             await asyncio.sleep(period)
             now = time.monotonic()
-            for conn in list(self._conns.values()):
-                if conn.reason is not None:
+            for conn in list(self._conns):
+                if conn.reason is not None or conn.transport is None:
                     continue
                 if conn.started is not None and now - conn.started > read_s:
                     conn.reason = "read_timeout"
@@ -453,10 +832,10 @@ class Server:
                     conn.reason = "sasl_timeout"
                 else:
                     continue
-                conn.writer.transport.abort()  # its reader sees the end, says conn.reason
+                conn.transport.abort()  # it sees the end, says conn.reason
             self.refusals.flush()
 
-    async def _raw_token(self, auth: Authenticator, token: bytes) -> RawToken:
+    async def _raw_token(self, auth: Authenticator, token: bytes) -> tuple[int, RawToken]:
         """The answer to a SASL token sent raw (after a v0 SaslHandshake); a failure closes
         the connection unanswered (v0 has no error frame), after its pacing delay."""
         outcome, delay = await self.ctx.run(auth.authenticate, token)
@@ -465,7 +844,7 @@ class Server:
             raise ProtocolError(outcome.error, "sasl_failed")
         if auth.authenticated:
             SESSION.set(SESSION.get().with_principal(auth.session_principal()))
-        return RawToken(outcome.token)
+        return -1, RawToken(outcome.token)
 
     async def _dispatch(self, payload: bytes,
                         auth: Authenticator | None = None) -> tuple[int, Any]:
@@ -508,61 +887,11 @@ class Server:
         auth.close_after_reply = "sasl_state"
         return error_response(key, version, request, ErrorCode.illegal_sasl_state)
 
-    async def _send(self, replies: asyncio.Queue[tuple[int, int, Any] | None],
-                    conn: _Connection) -> None:
-        """Write replies in request order (awaiting the pending ones) until the reader's
-        end (None), each freeing its request's queued bytes once written. The replies
-        already answered behind the one awaited go out in the same write (a flush answers
-        a connection's pipelined Produces at once: one system call for all of them, not
-        one each). If one cannot be written the connection is aborted, so its reader stops
-        too (the client reconnects), and the replies still coming are dropped: taken off
-        the queue all the same, so a reader waiting for room in a full one is never left
-        waiting (it would hang, and its connection with it)."""
-        writer = conn.writer
-        failed = False
-        held: list[tuple[int, int, Any] | None] = []  # taken while gathering, not ready
-        while (item := held.pop() if held else await replies.get()) is not None:
-            size, correlation_id, reply = item
-            sizes = [size]
-            try:
-                if failed:
-                    _drop(reply)
-                    continue
-                if isawaitable(reply):
-                    reply = await reply
-                parts = [] if reply is None else encode_response(correlation_id, reply)
-                while not replies.empty():  # the answered ones behind it join this write
-                    after = replies.get_nowait()
-                    ready = _answered(after)
-                    if after is None or ready is _NOT_READY:
-                        held.append(after)
-                        break
-                    sizes.append(after[0])
-                    if ready is not None:  # None: acks=0
-                        parts += encode_response(after[1], ready)
-                if not parts:  # acks=0
-                    continue
-                if isinstance(writer.transport, TlsTransport):
-                    await writer.transport.send(parts)
-                else:
-                    await send_buffers(writer, parts)
-            except asyncio.CancelledError:
-                writer.transport.abort()
-                raise
-            except Exception as exc:
-                failed = True
-                writer.transport.abort()
-                self.refusals.refused("reply_failed", "connection %s: reply not sent (%s),"
-                                      " closing", writer.get_extra_info("peername"), exc)
-            finally:
-                for size in sizes:
-                    self._release(conn, size)
-
 
 _NOT_READY = object()
 
 
-def _answered(item: tuple[int, int, Any] | None) -> Any:
+def _answered(item: Item | None) -> Any:
     """A queued reply's response if it is already answered (None: no response), else
     _NOT_READY: not resolved yet, failed (left to the sender's usual path, which closes
     the connection after the replies before it), or an awaitable other than a future."""

@@ -14,8 +14,8 @@ buffer and decrypted into another, both allocated once per listener (each step u
 within one callback of the event loop and copies out what it keeps: no connection holds
 them across steps).
 
-`TlsConnection` is the socket transport's protocol; the connection's StreamReaderProtocol
-(so its StreamReader and StreamWriter) sits on top of `TlsTransport`, its transport. The
+`TlsConnection` is the socket transport's protocol; the connection's own protocol (the
+server's connection) sits on top of `TlsTransport`, its transport. The
 socket is not read until the server calls `TlsTransport.handshake` with the context current
 then (a connection refused by the limits never starts one). Every ciphertext byte leaves
 through one queue in the order it was produced, whether a reply's, the handshake's or one
@@ -32,7 +32,7 @@ import contextlib
 import os
 import socket
 import ssl
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 from .codec import Buffer
@@ -87,7 +87,7 @@ class Scratch:
 
 class TlsConnection(asyncio.BufferedProtocol):
     """The socket transport's protocol on a TLS listener: TLS records in and out, the
-    plaintext to and from `app` (the connection's StreamReaderProtocol) through
+    plaintext to and from `app` (the connection's protocol) through
     `self.transport`."""
 
     def __init__(self, app: asyncio.Protocol, loop: asyncio.AbstractEventLoop,
@@ -102,7 +102,7 @@ class TlsConnection(asyncio.BufferedProtocol):
         self._received = scratch.received
         self._plain = scratch.plain
         self._handshake: asyncio.Future[None] | None = None
-        self.app_paused = False  # the StreamReader's buffer is full
+        self.app_paused = False  # the app paused reading
         self._ended = False  # the peer's close_notify or end of stream was passed on
         self.closing = False  # closed or aborted here
         self.failure: ConnectionError | None = None  # why TLS (or the socket) failed
@@ -223,7 +223,7 @@ class TlsConnection(asyncio.BufferedProtocol):
 
     def _deliver(self, n: int) -> None:
         if n:
-            # the StreamReader copies any bytes-like object into its buffer
+            # the app copies what it keeps (the buffer is the next step's)
             self.app.data_received(cast(bytes, self._plain[:n]))
 
     def _end(self) -> None:
@@ -396,8 +396,7 @@ def _head(queue: collections.deque[memoryview]) -> Iterator[memoryview]:
 
 
 class TlsTransport(asyncio.Transport):
-    """The plaintext side of a `TlsConnection`: what its StreamReader and StreamWriter
-    use."""
+    """The plaintext side of a `TlsConnection`: its app's transport."""
 
     def __init__(self, conn: TlsConnection) -> None:
         super().__init__()
@@ -460,16 +459,7 @@ class TlsTransport(asyncio.Transport):
         return sum(len(v) for v in self._conn.queue)
 
     def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
-        raise NotImplementedError("a TLS connection keeps its StreamReaderProtocol")
+        raise NotImplementedError("a TLS connection keeps its protocol")
 
     def get_protocol(self) -> asyncio.BaseProtocol:
         return self._conn.app
-
-
-def tls_protocol(serve: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
-                 loop: asyncio.AbstractEventLoop, scratch: Scratch) -> TlsConnection:
-    """A new connection's protocol on a TLS listener (`loop.create_server`'s factory): TLS
-    under the StreamReaderProtocol asyncio.start_server would have made, so `serve` gets
-    the reader and writer it would have (the writer's transport a TlsTransport)."""
-    reader = asyncio.StreamReader(loop=loop)
-    return TlsConnection(asyncio.StreamReaderProtocol(reader, serve, loop=loop), loop, scratch)

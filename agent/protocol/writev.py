@@ -9,12 +9,11 @@ full the sender waits for it to become writable (the event loop's writer callbac
 other connections go on meanwhile.
 
 The agent's TLS listeners encrypt and send their replies themselves (tlsconn.py, the same
-way once encrypted); a stream under asyncio's own TLS transport goes through that
-transport's `writelines`. The transport stays in charge of reading and closing; it never
-holds written data because every reply of a connection is written here, by its one sender
-task, in order. The loop
-refuses a writer callback on a transport's descriptor, so the wait registers a duplicate of
-it (same socket, another descriptor number), closed as soon as the reply is out.
+way once encrypted). The transport stays in charge of reading and closing; it never holds
+written data because every reply of a connection is written here in order (by its sender
+task, or at once with `write_now` when the sender has nothing in hand). The loop refuses a
+writer callback on a transport's descriptor, so the wait registers a duplicate of it (same
+socket, another descriptor number), closed as soon as the reply is out.
 """
 
 from __future__ import annotations
@@ -29,40 +28,49 @@ from .codec import Buffer
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
 
-async def send_buffers(writer: asyncio.StreamWriter, buffers: Sequence[Buffer]) -> None:
-    """Write `buffers` in order to `writer`'s socket; ConnectionError if the peer is gone."""
-    sock = writer.get_extra_info("socket")
-    if (sock is None or writer.transport.get_write_buffer_size()  # not a plain socket,
-            or writer.get_extra_info("ssl_object") is not None):  # or TLS: the transport's
-        writer.writelines(buffers)
-        await writer.drain()
+async def send_buffers(transport: asyncio.WriteTransport, buffers: Sequence[Buffer]) -> None:
+    """Write `buffers` in order to `transport`'s socket; ConnectionError if the peer is
+    gone."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        raise TypeError("send_buffers needs a socket transport")
+    if transport.get_write_buffer_size():  # written through the transport: after that
+        transport.writelines(buffers)
         return
-    if writer.transport.is_closing():
+    if transport.is_closing():
         raise ConnectionResetError("connection closed")
     fd = sock.fileno()
+    rest = write_now(fd, buffers)
+    if not rest:
+        return
+    loop = asyncio.get_running_loop()
+    waiting_fd = os.dup(fd)  # the duplicate the loop watches for writability
+    try:
+        while rest:
+            await _writable(loop, waiting_fd)
+            rest = write_now(fd, rest)
+    finally:
+        os.close(waiting_fd)
+
+
+def write_now(fd: int, buffers: Sequence[Buffer]) -> list[memoryview]:
+    """Write as much of `buffers` to the socket `fd` as it takes now, in order; what is
+    left (empty: all went out). OSError (ConnectionError if the peer is gone) as writev."""
     sent = 0
     if len(buffers) <= IOV_MAX:  # most replies go out whole in this one call
         with contextlib.suppress(BlockingIOError, InterruptedError):
             sent = os.writev(fd, buffers)
-        if sent == sum(len(b) for b in buffers):
-            return
+        if sent == sum([len(b) for b in buffers]):
+            return []
     views = [memoryview(b) for b in buffers if len(b)]
     i = _past(views, 0, sent)
-    loop = asyncio.get_running_loop()
-    waiting_fd = -1  # the duplicate the loop watches for writability, made on first need
-    try:
-        while i < len(views):
-            try:
-                sent = os.writev(fd, views[i:i + IOV_MAX])
-            except (BlockingIOError, InterruptedError):
-                if waiting_fd < 0:
-                    waiting_fd = os.dup(fd)
-                await _writable(loop, waiting_fd)
-                continue
-            i = _past(views, i, sent)
-    finally:
-        if waiting_fd >= 0:
-            os.close(waiting_fd)
+    while i < len(views):
+        try:
+            sent = os.writev(fd, views[i:i + IOV_MAX])
+        except (BlockingIOError, InterruptedError):
+            break
+        i = _past(views, i, sent)
+    return views[i:]
 
 
 def _past(views: list[memoryview], i: int, sent: int) -> int:

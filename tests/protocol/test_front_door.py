@@ -228,7 +228,7 @@ def test_queued_request_bytes_stay_under_their_caps(
         # (5): then neither reads on while the first flush waits at its PUT.
         _until(lambda: store.waiting == 1, "a flush waits at its PUT")
         time.sleep(0.5)
-        queued = [c.queued for c in server._conns.values()]
+        queued = [c.queued for c in server._conns]
         assert server._queued <= config.queued_max_request_bytes
         assert all(q <= config.queued_max_request_bytes_per_connection for q in queued)
         assert sum(queued) == server._queued > 0

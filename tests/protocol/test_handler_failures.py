@@ -252,24 +252,29 @@ def test_admin_changes_answer_a_failed_commit_per_resource(
 
 def test_a_connection_whose_replies_cannot_be_sent_ends_with_its_queue_full(
         served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The reply writer fails while the reader waits for room in the full reply queue: the
-    connection still ends (it hung forever in `replies.put`) and the server goes on."""
+    """The reply writer fails while the connection reads nothing more because its replies
+    in flight are at MAX_IN_FLIGHT: the connection still ends (it once hung forever
+    waiting for room in its reply queue) and the server goes on."""
     monkeypatch.setattr(server_module, "MAX_IN_FLIGHT", 1)
     loop = served.server.ctx.loop
     assert loop is not None
     sending_first, release = threading.Event(), asyncio.Event()  # (release: the loop's)
 
-    async def broken_send(writer: asyncio.StreamWriter, buffers: Any) -> None:
+    async def broken_send(transport: asyncio.WriteTransport, buffers: Any) -> None:
         if not release.is_set():
             sending_first.set()
             await release.wait()
             raise ConnectionResetError("injected: the peer is gone")
-        await send_buffers(writer, buffers)
+        await send_buffers(transport, buffers)
+
+    def full_socket(_: int, buffers: Any) -> list[memoryview]:
+        return [memoryview(b) for b in buffers]  # nothing taken: the sender writes it
 
     monkeypatch.setattr(server_module, "send_buffers", broken_send)
+    monkeypatch.setattr(server_module, "write_now", full_socket)
     client = RawClient(served.port, timeout=WAIT_S)
     request = av3.ApiVersionsRequest(client_software_name="raw", client_software_version="1")
-    # The first reply fails to go; the second fills the queue (1); the third waits for room.
+    # The first reply fails to go; the second and third wait for it (1 in flight).
     client.send_raw(b"".join(client.frame(18, 3, request) for _ in range(3)))
     assert sending_first.wait(WAIT_S)
     loop.call_soon_threadsafe(release.set)

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from agent.protocol.codec import Buffer
-from agent.protocol.tlsconn import Scratch, TlsTransport, tls_protocol
+from agent.protocol.tlsconn import Scratch, TlsConnection, TlsTransport
 from harness.certs import CertificateAuthority
 
 from .test_writev import receive
@@ -66,7 +66,7 @@ class Served:
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(lambda _, context: self.loop_errors.append(context))
         server = await loop.create_server(
-            functools.partial(tls_protocol, self._serve, loop, Scratch()), "127.0.0.1", 0)
+            functools.partial(_tls_streams, self._serve, loop, Scratch()), "127.0.0.1", 0)
         self.port = server.sockets[0].getsockname()[1]
         return server
 
@@ -289,3 +289,11 @@ def test_a_peer_gone_mid_reply_is_a_connection_error(contexts: Contexts) -> None
         assert not served.loop_errors
 
     asyncio.run(main())
+
+
+def _tls_streams(serve: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+                 loop: asyncio.AbstractEventLoop, scratch: Scratch) -> TlsConnection:
+    """A new connection's protocol: TLS under a StreamReaderProtocol, so `serve` gets a
+    reader and a writer (the writer's transport a TlsTransport)."""
+    reader = asyncio.StreamReader(loop=loop)
+    return TlsConnection(asyncio.StreamReaderProtocol(reader, serve, loop=loop), loop, scratch)

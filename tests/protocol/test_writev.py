@@ -52,9 +52,9 @@ async def _reply_larger_than_the_socket() -> None:
     assert len(buffers) > IOV_MAX
     loop = asyncio.get_running_loop()
     received = loop.run_in_executor(None, receive, client, len(want))
-    await send_buffers(writer, buffers)
+    await send_buffers(writer.transport, buffers)
     assert await received == want
-    await send_buffers(writer, [b"next"])  # the connection still works after waiting
+    await send_buffers(writer.transport, [b"next"])  # the connection still works after waiting
     assert await loop.run_in_executor(None, receive, client, 4) == b"next"
     client.close()
     writer.close()
@@ -66,7 +66,7 @@ async def _peer_gone() -> None:
     client.close()  # RST
     with pytest.raises(ConnectionError):
         for _ in range(100):
-            await send_buffers(writer, [b"x" * (1 << 20)])
+            await send_buffers(writer.transport, [b"x" * (1 << 20)])
     writer.close()
 
 
