@@ -91,6 +91,9 @@ log = logging.getLogger(__name__)
 # queued produces are bounded by buffer.memory, not by this count.
 MAX_IN_FLIGHT = 4096
 SHUTDOWN_GRACE_S = 30.0
+# What a connection may hold unread behind a request whose handler runs (suspended), or
+# before its TLS handshake is done: then it stops reading until the handler answers.
+HOLD_BYTES = 64 * 1024
 # How often the sweep looks for idle and slow connections: a quarter of the shorter of the
 # two limits, within these bounds.
 SWEEP_MIN_S, SWEEP_MAX_S = 0.01, 1.0
@@ -199,8 +202,10 @@ class _Connection(asyncio.Protocol):
         if self.ended:
             return
         self.buffer += data  # (a TLS connection's data is its scratch buffer: copied here)
-        if self.ready:
+        if self.ready and not self.busy:
             self._process()
+        elif len(self.buffer) >= HOLD_BYTES:  # a handler runs: the frames behind it wait
+            self._hold()
 
     def eof_received(self) -> bool:
         self.eof = True

@@ -7,6 +7,7 @@ behind a gated object store)."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import time
@@ -22,6 +23,7 @@ from kio.schema.types import TopicName
 from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from agent import Agent, AgentConfig
+from agent.protocol import server as server_module
 from agent.protocol.cache import SegmentCache
 from agent.protocol.context import ServerContext
 from agent.protocol.server import Server
@@ -241,3 +243,44 @@ def test_queued_request_bytes_stay_under_their_caps(
     finally:
         for client in clients:
             client.close()
+
+
+def _long_poll(max_wait_ms: int) -> bytes:
+    """A framed Fetch v4 of "q" partition 0 from offset 0 (nothing there: it waits), header
+    v1 with client id "t"."""
+    body = (struct.pack(">hhih", 1, 4, 7, 1) + b"t"
+            + struct.pack(">iiiib", -1, max_wait_ms, 1, 1 << 20, 0)
+            + struct.pack(">ih", 1, 1) + b"q" + struct.pack(">iiqi", 1, 0, 0, 1 << 20))
+    return struct.pack(">i", len(body)) + body
+
+
+def test_bytes_behind_a_waiting_request_are_not_read_without_bound(
+        gated_server: tuple[Server, GatedStore]) -> None:
+    """While a request's handler waits (a long-poll), what the client sends behind it is
+    read only up to HOLD_BYTES (and one socket read past): the connection stops reading
+    and the rest stays in the sockets, then the long-poll is answered and the bytes behind
+    it are read on (here a frame too large: the connection closes)."""
+    server, _ = gated_server
+    sock = _connect(server.port)
+    try:
+        sock.sendall(_long_poll(3_000))
+        _until(lambda: any(c.busy for c in server._conns), "the long-poll waits")
+        sock.setblocking(False)
+        junk = b"\x7f" * (1 << 20)
+        sent = 0
+        with contextlib.suppress(BlockingIOError):
+            for _ in range(64):  # 64 MiB: more than the sockets hold
+                sent += sock.send(junk)
+        time.sleep(0.5)
+        (conn,) = server._conns
+        assert conn.busy and conn.held
+        assert len(conn.buffer) <= server_module.HOLD_BYTES + 256 * 1024
+        assert sent < 64 << 20  # the sockets filled: the server stopped reading
+        sock.setblocking(True)
+        sock.settimeout(WAIT_S)
+        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+        assert struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0] == 7  # answered
+        assert size > 4
+        assert _closed(sock)  # then the junk: a frame of 0x7f7f7f7f bytes
+    finally:
+        sock.close()
