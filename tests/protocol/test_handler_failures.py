@@ -9,6 +9,8 @@ fail, and see the server's connections."""
 from __future__ import annotations
 
 import asyncio
+import os
+import struct
 import threading
 import time
 import uuid
@@ -288,6 +290,32 @@ def test_a_connection_whose_replies_cannot_be_sent_ends_with_its_queue_full(
         assert still_served(other)
     finally:
         other.close()
+
+
+def test_a_reply_the_socket_takes_in_part_goes_out_whole_and_in_order(
+        served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ready reply written at once (the sender had nothing in hand) that the socket takes
+    only in part: the sender writes the rest, and the replies behind it follow, in order."""
+    taken: list[int] = []
+
+    def part_taken(fd: int, buffers: Any) -> list[memoryview]:
+        data = b"".join(buffers)
+        n = os.write(fd, data[:7])  # the size and 3 bytes of the correlation id
+        taken.append(n)
+        return [memoryview(data)[n:]]
+
+    monkeypatch.setattr(server_module, "write_now", part_taken)
+    client = RawClient(served.port, timeout=WAIT_S)
+    request = av3.ApiVersionsRequest(client_software_name="raw", client_software_version="1")
+    try:
+        client.send_raw(b"".join(client.frame(18, 3, request) for _ in range(5)))
+        for correlation_id in range(1, 6):
+            body = client.read_frame()
+            assert body is not None and struct.unpack_from(">i", body)[0] == correlation_id
+        assert taken and all(n == 7 for n in taken)
+        assert still_served(client)
+    finally:
+        client.close()
 
 
 def _until(done: Callable[[], bool], what: str) -> None:
