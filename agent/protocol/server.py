@@ -108,12 +108,13 @@ Item = tuple[int, int, Any]  # (request bytes, correlation id, reply or its awai
 
 
 class _Unsent:
-    """What is left of a reply written at once whose whole did not fit in the socket."""
+    """What is left of replies written at once that the socket did not take whole (the
+    sender writes it), and the bytes of the requests answered in it after the first."""
 
-    __slots__ = ("views",)
+    __slots__ = ("sizes", "views")
 
-    def __init__(self, views: list[memoryview]) -> None:
-        self.views = views
+    def __init__(self, views: list[memoryview], sizes: list[int]) -> None:
+        self.views, self.sizes = views, sizes
 
 
 class _Connection(asyncio.Protocol):
@@ -147,6 +148,10 @@ class _Connection(asyncio.Protocol):
         self.waits_for_room = False
         self.unmute: asyncio.TimerHandle | None = None
         self.replies: collections.deque[Item | None] = collections.deque()  # None: the end
+        # Ready replies to write at once, together, when the frames at hand are dispatched
+        # (the sender has nothing in hand), and their requests' bytes.
+        self.batch: list[Buffer] = []
+        self.batch_sizes: list[int] = []
         self.parked: asyncio.Future[None] | None = None  # the sender, waiting for a reply
         self.sender: asyncio.Task[None] | None = None
         self.handler: asyncio.Task[tuple[int, Any]] | None = None  # a suspended request's
@@ -243,6 +248,8 @@ class _Connection(asyncio.Protocol):
             self._end()
         finally:
             self.processing = False
+            if self.batch_sizes:
+                self._write_batch()
 
     def _frames(self) -> None:
         server, config, buffer = self.server, self.server.config, self.buffer
@@ -431,25 +438,39 @@ class _Connection(asyncio.Protocol):
             _drop(reply)
             return
         if self.parked is not None and not self.replies and self.fd >= 0 and \
-                not isawaitable(reply) and self.transport is not None and \
-                not self.transport.get_write_buffer_size():
+                not isawaitable(reply):
             # The sender has nothing in hand (every reply before this one is written):
-            # this one goes out now, without waking it.
+            # this one goes out without waking it, with the others answered from the
+            # frames at hand (one write for a pipelined burst, `_write_batch`).
             if reply is None:  # acks=0
                 self.server._release(self, size)
                 return
             try:
-                rest = write_now(self.fd, encode_response(correlation_id, reply))
-            except OSError:
-                pass  # the sender meets it again and closes the connection
+                self.batch += encode_response(correlation_id, reply)
+            except Exception:  # the sender meets it again and closes the connection
+                pass
             else:
-                if not rest:
-                    self.server._release(self, size)
-                    self._closing_after(self.auth)
-                    return
-                reply = _Unsent(rest)
+                self.batch_sizes.append(size)
+                self._closing_after(self.auth)
+                return
         self._queue((size, correlation_id, reply))
         self._closing_after(self.auth)
+
+    def _write_batch(self) -> None:
+        """Write the batched replies now; what the socket does not take goes to the
+        sender (as does all of it if the connection is closing or fails)."""
+        parts, sizes = self.batch, self.batch_sizes
+        self.batch, self.batch_sizes = [], []
+        rest: list[memoryview] = [memoryview(b) for b in parts]
+        if self.transport is not None and not self.transport.is_closing() and \
+                not self.transport.get_write_buffer_size():
+            with contextlib.suppress(OSError):  # the sender meets it again and closes
+                rest = write_now(self.fd, parts)
+        if rest:
+            self._queue((sizes[0], -1, _Unsent(rest, sizes[1:])))
+            return
+        for size in sizes:
+            self.server._release(self, size)
 
     def _closing_after(self, auth: Authenticator | None) -> None:
         if auth is not None and auth.close_after_reply is not None and not self.ended:
@@ -517,6 +538,8 @@ class _Connection(asyncio.Protocol):
     # ------------------------------------------------------------------ replies
 
     def _queue(self, item: Item | None) -> None:
+        if self.batch_sizes:  # the replies before it
+            self._write_batch()
         self.replies.append(item)
         if (parked := self.parked) is not None:
             self.parked = None
@@ -554,6 +577,7 @@ class _Connection(asyncio.Protocol):
                     parts: list[Buffer]
                     if isinstance(reply, _Unsent):
                         parts = list(reply.views)
+                        sizes += reply.sizes
                     else:
                         parts = [] if reply is None else encode_response(correlation_id, reply)
                     while replies:  # the answered ones behind it join this write
