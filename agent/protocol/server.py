@@ -25,7 +25,7 @@ server reads no further frame on that connection until replies free room (backpr
 Kafka mutes a channel when its memory pool is empty), though a connection with nothing
 pending may always read one frame when nothing is queued at all, so the agent holds at most
 max(queued.max.request.bytes, socket.request.max.bytes) of requests (and each connection
-one socket read, 256 KiB, past the frame it holds back). A frame must arrive
+at most HOLD_BYTES and one socket read, 256 KiB, behind them). A frame must arrive
 whole within request.read.timeout.ms of its first byte; a connection with nothing pending
 that sends nothing for connections.max.idle.ms is closed (a sweep checks both); connections
 past max.connections, or max.connections.per.ip from one address, are closed as they are
@@ -50,9 +50,9 @@ import logging
 import resource
 import signal
 import time
-from collections.abc import Callable, Coroutine, Generator, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from inspect import isawaitable, iscoroutine
-from typing import Any, cast
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.static.protocol import Entity
@@ -154,7 +154,7 @@ class _Connection(asyncio.Protocol):
         self.batch_sizes: list[int] = []
         self.parked: asyncio.Future[None] | None = None  # the sender, waiting for a reply
         self.sender: asyncio.Task[None] | None = None
-        self.handler: asyncio.Task[tuple[int, Any]] | None = None  # a suspended request's
+        self.handler: _Handler | None = None  # a suspended request's
         self.closed: asyncio.Future[None] = self.loop.create_future()  # sender done
         # What the limits look at (the sweep, queued bytes).
         self.idle = True  # waiting for the first byte of a frame
@@ -410,22 +410,19 @@ class _Connection(asyncio.Protocol):
             self._failed(exc)
             return
         self.busy = True
-        self.handler = self.loop.create_task(_resume(coro, step), context=self.context)
-        self.handler.add_done_callback(functools.partial(self._handled, size))
+        self.handler = _Handler(self, coro, size)
+        self.handler.wait(step)
 
-    def _handled(self, size: int, task: asyncio.Task[tuple[int, Any]]) -> None:
+    def _handled(self, handler: _Handler, answer: tuple[int, Any] | None,
+                 failure: BaseException | None) -> None:
+        """A suspended request's handler is done (its answer, or how it failed)."""
         self.busy, self.handler = False, None
-        if task.cancelled():
-            self.server._release(self, size)
-            self._end()
+        if answer is None:
+            self.server._release(self, handler.size)
+            self._failed(failure or RuntimeError("a handler answered nothing"))
             self._finish()
             return
-        if (exc := task.exception()) is not None:
-            self.server._release(self, size)
-            self._failed(exc)
-            self._finish()
-            return
-        self._answer(size, task.result())
+        self._answer(handler.size, answer)
         if self.ended:
             self._finish()
         elif self.ready:
@@ -614,38 +611,53 @@ class _Connection(asyncio.Protocol):
                 self.closed.set_result(None)
 
 
-async def _resume(coro: Coroutine[Any, Any, tuple[int, Any]], step: Any) -> tuple[int, Any]:
-    """Finish, in a task, a coroutine that suspended outside one (at `step`)."""
-    return await _Resumed(coro, step)
+class _Handler:
+    """A request's handler coroutine that suspended, stepped on as a Task would step it,
+    in its connection's context, but without one: from the done-callback of each future it
+    awaits (no task to create and no loop turn for a first step, per long-poll)."""
 
+    __slots__ = ("conn", "coro", "size", "waiting")
 
-class _Resumed:
-    """Awaiting it goes on with `coro` from where it suspended: `step`, what it yielded
-    (the future it waits for), goes to the task first, then every send and throw to it."""
+    def __init__(self, conn: _Connection, coro: Coroutine[Any, Any, tuple[int, Any]],
+                 size: int) -> None:
+        self.conn, self.coro, self.size = conn, coro, size
+        self.waiting: asyncio.Future[Any] | None = None
 
-    __slots__ = ("coro", "step")
+    def wait(self, yielded: Any) -> None:
+        """Go on when what the coroutine yielded (a future, as Task expects) is done."""
+        if asyncio.isfuture(yielded) and yielded._asyncio_future_blocking:
+            yielded._asyncio_future_blocking = False
+            self.waiting = yielded
+            yielded.add_done_callback(self._wake)
+        elif yielded is None:  # a bare yield (asyncio.sleep(0)): on at the next turn
+            self.conn.loop.call_soon(self.step)
+        else:
+            error = RuntimeError(f"a handler yielded {yielded!r}, not a future")
+            self.conn.loop.call_soon(self.step, error)
 
-    def __init__(self, coro: Coroutine[Any, Any, tuple[int, Any]], step: Any) -> None:
-        self.coro, self.step = coro, step
+    def _wake(self, _: asyncio.Future[Any]) -> None:
+        self.waiting = None
+        self.step()
 
-    def __await__(self) -> Generator[Any, Any, tuple[int, Any]]:
-        coro, step = self.coro, self.step
-        while True:
-            try:
-                sent = yield step
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:  # a cancellation: the handler sees it
-                try:
-                    step = coro.throw(exc)
-                except StopIteration as done:
-                    return cast(tuple[int, Any], done.value)
+    def step(self, error: BaseException | None = None) -> None:
+        conn, coro = self.conn, self.coro
+        try:
+            if error is None:
+                yielded = conn.context.run(coro.send, None)
             else:
-                try:
-                    step = coro.send(sent)
-                except StopIteration as done:
-                    return cast(tuple[int, Any], done.value)
+                yielded = conn.context.run(coro.throw, error)
+        except StopIteration as done:
+            conn._handled(self, done.value, None)
+        except (Exception, asyncio.CancelledError) as failure:
+            conn._handled(self, None, failure)
+        else:
+            self.wait(yielded)
+
+    def cancel(self) -> None:
+        """Shutdown past its grace: the future it awaits is cancelled, so the handler
+        sees CancelledError there, as in a cancelled task."""
+        if self.waiting is not None:
+            self.waiting.cancel()
 
 
 class Server:
