@@ -10,12 +10,13 @@ it has. Requests on one connection are read and dispatched one after the other a
 in order; a Produce's reply waits for its flush while the next requests are read (up to
 MAX_IN_FLIGHT replies), and nothing here blocks other connections (blocking work runs in the
 thread pool). A connection is a Protocol: frames are parsed in the callback that brings
-their bytes and each handler runs there up to its answer or its first suspension (only then
-does a task finish it, the frames behind it waiting), and a ready reply is written there
-when the connection's sender has nothing in hand: a small request arriving alone costs one
-callback, not a task's wake-ups for reading and for writing (bench/loop_floor.py measures
-the difference). Handlers answer the failures they meet (a store outage, a topic deleted
-meanwhile) with their API's error codes; one that escapes a handler closes that connection,
+their bytes and each handler runs there up to its answer or its first suspension (then it
+is stepped on from its awaited futures' callbacks, the frames behind it waiting), and the
+ready replies are written there, together, when the connection's sender has nothing in
+hand: a small request arriving alone costs one callback, not a task's wake-ups for reading
+and for writing (bench/loop_floor.py measures the difference). Handlers answer the
+failures they meet (a store outage, a topic deleted meanwhile) with their API's error
+codes; one that escapes a handler closes that connection,
 as does a reply that cannot be written (the replies behind it are dropped, and the
 connection ends even if its reply queue is full).
 
@@ -120,9 +121,9 @@ class _Unsent:
 class _Connection(asyncio.Protocol):
     """One client connection: its frames parsed from the bytes as they arrive and
     dispatched one at a time in order, each in the callback that completed it (a handler
-    that answers without suspending costs no task; one that suspends finishes in a task,
-    and the frames behind it wait), its replies written in request order by its sender
-    task (or at once, when the sender has nothing in hand and the reply is ready)."""
+    that answers without suspending costs no task; one that suspends goes on as
+    `_Handler`, and the frames behind it wait), its replies written in request order by
+    its sender task (or at once, when the sender has nothing in hand and they are ready)."""
 
     def __init__(self, server: Server, listener: Listener) -> None:
         self.server = server
@@ -137,7 +138,7 @@ class _Connection(asyncio.Protocol):
         self.buffer = bytearray()  # received and not yet dispatched
         self.fd = -1  # a plain socket's descriptor (replies written at once); -1: TLS
         self.ready = False  # reading (a TLS listener's: once the handshake is done)
-        self.busy = False  # a request's handler suspended: its task finishes it
+        self.busy = False  # a request's handler suspended (`self.handler`)
         self.held = False  # reading paused here
         self.ended = False  # reads and dispatches nothing more
         self.finished = False  # the sender was told the end
