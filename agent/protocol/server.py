@@ -449,10 +449,10 @@ class _Connection(asyncio.Protocol):
                 pass
             else:
                 self.batch_sizes.append(size)
-                self._closing_after(self.auth)
+                self._closing_after()
                 return
         self._queue((size, correlation_id, reply))
-        self._closing_after(self.auth)
+        self._closing_after()
 
     def _write_batch(self) -> None:
         """Write the batched replies now; what the socket does not take goes to the
@@ -470,7 +470,9 @@ class _Connection(asyncio.Protocol):
         for size in sizes:
             self.server._release(self, size)
 
-    def _closing_after(self, auth: Authenticator | None) -> None:
+    def _closing_after(self) -> None:
+        """A SASL exchange that ends the connection after this answer: read no more."""
+        auth = self.auth
         if auth is not None and auth.close_after_reply is not None and not self.ended:
             self.server.refusals.refused(auth.close_after_reply, "connection %s: SASL %s,"
                                          " closing after the answer", self.peer,
