@@ -9,7 +9,9 @@ answered on the event loop itself (no hop to the I/O pool). A long-poll waits pa
 (agent/protocol/states.py): a commit notification starts one read of the offsets of every
 parked partition, which wakes only the long-polls whose partitions moved (only those with
 records to read then go to the pool), and one that expires with nothing moved answers what
-it read, without a second look. Each segment is
+it read, without a second look. Partitions far behind, needing more segments than those
+first ones, have the rest read in one more statement for all of them (`_Pages`), not one
+per partition. Each segment is
 read whole through the segment cache (one ranged GET shared by every consumer), which keeps
 them as served: baseOffsets absolute, partitionLeaderEpoch -1 (patched once per segment read, per
 batch, never per record). A fetch sends views of those cached bytes — one per segment, not
@@ -171,11 +173,14 @@ def end_offset(view: memoryview) -> int:
 
 
 def read_partition(ctx: ServerContext, topic: str, p: Partition, found: PartitionFrom,
-                   budget: int, first: bool, committed: bool) -> PartitionRead:
+                   budget: int, first: bool, committed: bool, pages: _Pages | None = None
+                   ) -> PartitionRead:
     """Read one partition from its fetch offset (`committed`: read_committed, below the last
     stable offset), or its error without records (blocking: runs in the pool unless it has
     nothing to read). `found`: its offsets and first segments, read with the other
-    partitions' (`partitions`)."""
+    partitions' (`partitions`); `pages`: where the segments past them are read (with the
+    later partitions' when it can: `_Pages`); `budget`: what is left of the response's
+    max_bytes."""
     index, offset, info = int(p.partition), int(p.fetch_offset), found.info
     stable = info.last_stable_offset
     read = PartitionRead(index, high_watermark=info.next_offset, last_stable=stable,
@@ -183,19 +188,23 @@ def read_partition(ctx: ServerContext, topic: str, p: Partition, found: Partitio
     if offset < info.log_start_offset or offset > info.next_offset:
         read.error = ErrorCode.offset_out_of_range
         return read
+    left = budget  # the response's, of which this partition may take its own max
     budget = min(budget, int(p.partition_max_bytes))
     limit = stable if committed else info.next_offset
     position = offset
     prefetched: list[SegmentInfo] | OffsetOutOfRangeError | None = found.segments
     while position < limit:
         try:
-            if prefetched is None:
+            if prefetched is not None:
+                if isinstance(prefetched, OffsetOutOfRangeError):
+                    raise prefetched
+                page, segments, prefetched = FIRST_SEGMENTS, prefetched, None
+            elif pages is not None:
+                page, segments = pages.next(topic, index, position, budget - read.size,
+                                            left - budget)
+            else:
                 page = SEGMENTS_PER_QUERY
                 segments = ctx.metadata.find_segments(topic, index, position, limit=page)
-            elif isinstance(prefetched, OffsetOutOfRangeError):
-                raise prefetched
-            else:
-                page, segments, prefetched = FIRST_SEGMENTS, prefetched, None
         except OffsetOutOfRangeError as exc:  # retention moved the log start meanwhile
             read.error = error_code(exc, FETCH)
             read.records, read.size = [], 0
@@ -216,6 +225,100 @@ def read_partition(ctx: ServerContext, topic: str, p: Partition, found: Partitio
         if len(segments) < page:
             break
     return read
+
+
+class _Pages:
+    """The segments a fetch's partitions need past their first pages (`FIRST_SEGMENTS`,
+    read with their offsets), read for several partitions in one statement: the partition
+    that asks, and the later ones of the request that will need more too, as far as the
+    response's max_bytes is likely to reach them (estimated from the sizes of the segments
+    already listed: a partition left out, or read short, asks for its own when it gets
+    there). Without it a fetch of many partitions that are far behind made one statement
+    per partition. Each partition is still read in request order, whole pages at a time,
+    from where it stands, so what a fetch returns is unchanged."""
+
+    __slots__ = ("committed", "ctx", "order", "place", "read")
+
+    def __init__(self, ctx: ServerContext, committed: bool) -> None:
+        self.ctx, self.committed = ctx, committed
+        self.order: list[tuple[str, Partition, PartitionFrom]] = []  # the request's, in order
+        self.place: dict[Key, int] = {}
+        # Read ahead: a later partition's next segments (the offset they start at, the
+        # page size asked, the segments).
+        self.read: dict[Key, tuple[int, int, list[SegmentInfo] | OffsetOutOfRangeError]] = {}
+
+    def add(self, topic: str, p: Partition, found: PartitionFrom) -> None:
+        self.place[(topic, int(p.partition))] = len(self.order)
+        self.order.append((topic, p, found))
+
+    def next(self, topic: str, index: int, position: int, wanted: int, after: int
+             ) -> tuple[int, list[SegmentInfo]]:
+        """(the page size asked, the segments) of `topic`/`index` from `position`, where
+        it wants `wanted` more bytes and the partitions after it may have at most `after`
+        of the response. OffsetOutOfRangeError: below the log start now."""
+        key = (topic, index)
+        ahead = self.read.pop(key, None)
+        if ahead is not None and ahead[0] == position:
+            if isinstance(ahead[2], OffsetOutOfRangeError):
+                raise ahead[2]
+            return ahead[1], ahead[2]
+        here = self.place.get(key)
+        if here is None:  # (not listed: read alone)
+            return SEGMENTS_PER_QUERY, self.ctx.metadata.find_segments(
+                topic, index, position, limit=SEGMENTS_PER_QUERY)
+        page = _needed(self.order[here][2].segments, wanted)
+        ask = [(topic, index, position)]
+        for later_topic, later_index, start, needed in self._later(here, after):
+            ask.append((later_topic, later_index, start))
+            page = max(page, needed)
+        page = min(page, SEGMENTS_PER_QUERY)
+        found = self.ctx.metadata.partitions_from(ask, limit=page)
+        for later_topic, later_index, start in ask[1:]:
+            f = found.get((later_topic, later_index))
+            if f is not None:
+                self.read[(later_topic, later_index)] = (start, page, f.segments)
+        mine = found.get(key)
+        if mine is None:  # gone meanwhile: its own read says how (unknown topic, partition)
+            return page, self.ctx.metadata.find_segments(topic, index, position, limit=page)
+        if isinstance(mine.segments, OffsetOutOfRangeError):
+            raise mine.segments
+        return page, mine.segments
+
+    def _later(self, here: int, after: int) -> list[tuple[str, int, int, int]]:
+        """The partitions after `here` whose first page will not be enough, with the offset
+        their next segments start at and how many they likely need, while `after` (the
+        bytes left for them, each taken as its most) lasts."""
+        out = []
+        for topic, p, found in self.order[here + 1:]:
+            if after <= 0:
+                break
+            segments = found.segments
+            if isinstance(segments, OffsetOutOfRangeError) or not segments:
+                continue
+            info, offset = found.info, int(p.fetch_offset)
+            limit = info.last_stable_offset if self.committed else info.next_offset
+            if not info.log_start_offset <= offset < limit:
+                continue  # out of range, or nothing to read
+            listed = sum([seg.data_len for seg in segments])
+            most = min(after, int(p.partition_max_bytes))
+            if (len(segments) >= FIRST_SEGMENTS and listed < most
+                    and segments[-1].last_offset + 1 < limit):
+                out.append((topic, int(p.partition), segments[-1].last_offset + 1,
+                            _needed(segments, most - listed)))
+                after -= most
+            else:
+                after -= min(listed, most)
+        return out
+
+
+def _needed(listed: list[SegmentInfo] | OffsetOutOfRangeError, wanted: int) -> int:
+    """How many more segments a partition likely needs for `wanted` more bytes, judged by
+    the size of those `listed` (one more than that: the page then tells whether the log
+    goes on)."""
+    if isinstance(listed, OffsetOutOfRangeError) or not listed:
+        return SEGMENTS_PER_QUERY
+    size = max(sum([seg.data_len for seg in listed]) // len(listed), 1)
+    return -(-wanted // size) + 1
 
 
 def requested(request: Request) -> list[tuple[TopicRef, list[Partition]]]:
@@ -311,6 +414,13 @@ def read_all(ctx: ServerContext, request: Request, grouped: Grouped,
                 t.reads = [PartitionRead(int(p.partition), code) for p in t.partitions]
     results: list[tuple[TopicRef, str, list[PartitionRead]]] = []
     first = True
+    pages = _Pages(ctx, committed)
+    for t in topics:
+        if t.reads is None:
+            for p in t.partitions:
+                f = found.get((t.name, int(p.partition)))
+                if f is not None:
+                    pages.add(t.name, p, f)
     for t in topics:
         if t.reads is None and t.row is not None:
             gone = _gone(ctx, t, found)
@@ -327,7 +437,8 @@ def read_all(ctx: ServerContext, request: Request, grouped: Grouped,
                 read = PartitionRead(index, ErrorCode.unknown_topic_or_partition)
             else:
                 try:
-                    read = read_partition(ctx, t.name, p, f, max(budget, 0), first, committed)
+                    read = read_partition(ctx, t.name, p, f, max(budget, 0), first, committed,
+                                          pages)
                 except Exception as exc:  # the topic deleted since `found`, a store failure
                     read = PartitionRead(index, failed(f"reading {t.name}/{index}", exc,
                                                        FETCH)[0])
