@@ -87,18 +87,19 @@ class QuotaManager:
     _quotas: Mapping[Entity, Mapping[str, float]] = field(default_factory=dict)
     _rates: dict[tuple[str, str, str], Rate] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # Whether any quota is stored: set with `_quotas`, read without the lock, a plain
+    # attribute (not a property: every request looks, and a property is a Python call).
+    configured: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        self.configured = bool(self._quotas)
 
     def set_quotas(self, quotas: Mapping[Entity, Mapping[str, float]]) -> None:
         with self._lock:
             if quotas != self._quotas:
                 self._quotas = quotas
                 self._rates = {}  # sensors regroup as the quotas now say (Kafka: new tags)
-
-    @property
-    def configured(self) -> bool:
-        """Whether any quota is stored (`_quotas` is replaced whole by `set_quotas`: read
-        without the lock)."""
-        return bool(self._quotas)
+                self.configured = bool(quotas)
 
     def quota(self, kind: str, user: str, client_id: str) -> tuple[float, Entity] | None:
         """The quota of `kind` for (user, client-id) and the entity that sets it, if any."""

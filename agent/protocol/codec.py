@@ -215,7 +215,7 @@ def encode_response(correlation_id: int, response: Any) -> list[Buffer]:
     a `RawToken` is its size and bytes alone."""
     if isinstance(response, Encoded):
         tail = _header_tail(response.api_key, response.version)
-        size = _CORRELATION.size + len(tail) + sum(len(p) for p in response.parts)
+        size = _CORRELATION.size + len(tail) + sum(map(len, response.parts))
         return [_HEAD.pack(size, correlation_id) + tail, *response.parts]
     if isinstance(response, RawToken):
         return [FRAME.pack(len(response.token)) + response.token]

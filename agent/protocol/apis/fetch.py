@@ -239,17 +239,23 @@ class _Pages:
 
     __slots__ = ("committed", "ctx", "order", "place", "read")
 
-    def __init__(self, ctx: ServerContext, committed: bool) -> None:
+    def __init__(self, ctx: ServerContext, committed: bool, topics: list[_Topic],
+                 found: dict[Key, PartitionFrom]) -> None:
         self.ctx, self.committed = ctx, committed
-        self.order: list[tuple[str, Partition, PartitionFrom]] = []  # the request's, in order
+        # The request's partitions with segments listed, in its order, and their places.
+        self.order: list[tuple[str, Partition, PartitionFrom]] = []
         self.place: dict[Key, int] = {}
+        for t in topics:
+            if t.reads is None:
+                for p in t.partitions:
+                    key = (t.name, int(p.partition))
+                    f = found.get(key)
+                    if f is not None and f.segments:
+                        self.place[key] = len(self.order)
+                        self.order.append((t.name, p, f))
         # Read ahead: a later partition's next segments (the offset they start at, the
         # page size asked, the segments).
         self.read: dict[Key, tuple[int, int, list[SegmentInfo] | OffsetOutOfRangeError]] = {}
-
-    def add(self, topic: str, p: Partition, found: PartitionFrom) -> None:
-        self.place[(topic, int(p.partition))] = len(self.order)
-        self.order.append((topic, p, found))
 
     def next(self, topic: str, index: int, position: int, wanted: int, after: int
              ) -> tuple[int, list[SegmentInfo]]:
@@ -414,13 +420,12 @@ def read_all(ctx: ServerContext, request: Request, grouped: Grouped,
                 t.reads = [PartitionRead(int(p.partition), code) for p in t.partitions]
     results: list[tuple[TopicRef, str, list[PartitionRead]]] = []
     first = True
-    pages = _Pages(ctx, committed)
-    for t in topics:
-        if t.reads is None:
-            for p in t.partitions:
-                f = found.get((t.name, int(p.partition)))
-                if f is not None:
-                    pages.add(t.name, p, f)
+    pages = None
+    if not cached_only:  # (a pass on the loop reads no segment: no pages to make)
+        for listed in found.values():
+            if listed.segments:
+                pages = _Pages(ctx, committed, topics, found)
+                break
     for t in topics:
         if t.reads is None and t.row is not None:
             gone = _gone(ctx, t, found)
