@@ -18,12 +18,15 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
+from agent import Agent, AgentConfig
 from agent.listeners import PLAINTEXT, Listener
+from agent.protocol.cache import SegmentCache
 from agent.protocol.context import ServerContext
 from agent.protocol.server import Server
 from harness import agent_process
 from harness.agent_process import REPO
 from metadata import MetadataStore
+from objectstore import ObjectStore
 
 __all__ = ["REPO", "AgentProcess", "Backend", "RawClient", "serve_in_process"]
 
@@ -58,6 +61,15 @@ class Backend:
 
     def metadata(self) -> MetadataStore:
         return MetadataStore.open(self.metadata_url, create=True)
+
+
+def local_context(agent: Agent, md: MetadataStore, store: ObjectStore,
+                  config: AgentConfig | None = None, cache_bytes: int = 1 << 20) -> ServerContext:
+    """The context of an in-process server for `agent` (advertised at 127.0.0.1), with a
+    segment cache of `cache_bytes`."""
+    return ServerContext(agent=agent, metadata=md, store=store,
+                         advertised={"PLAINTEXT": ("127.0.0.1", 0)},
+                         cache=SegmentCache(store, cache_bytes), config=config or AgentConfig())
 
 
 @contextmanager

@@ -24,15 +24,13 @@ from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from agent import Agent, AgentConfig, BufferFullError
 from agent.producer import ProduceFuture
-from agent.protocol.cache import SegmentCache
-from agent.protocol.context import ServerContext
 from agent.protocol.server import Server
 from faults import GatedStore
 from fileformat import build_batch
 from metadata import MetadataStore
 from objectstore import open_backend
 
-from .server import RawClient, serve_in_process
+from .server import RawClient, local_context, serve_in_process
 from .test_raw import fetch
 
 WAIT_S = 30.0
@@ -75,9 +73,7 @@ def gated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InProcess
             raise
 
     monkeypatch.setattr(agent, "produce_batches", counting)
-    ctx = ServerContext(agent=agent, metadata=md, store=store,
-                        advertised={"PLAINTEXT": ("127.0.0.1", 0)},
-                        cache=SegmentCache(store, 1 << 20))
+    ctx = local_context(agent, md, store)
     try:
         with serve_in_process(ctx) as server:
             try:

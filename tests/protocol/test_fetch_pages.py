@@ -18,11 +18,12 @@ from kio.static.primitive import i8, i32, i32Timedelta, i64
 import telemetry
 from agent import Agent, AgentConfig
 from agent.protocol.apis import fetch
-from agent.protocol.cache import SegmentCache
 from agent.protocol.context import ServerContext
 from fileformat import build_batch
 from metadata import MetadataStore, SegmentInfo
 from objectstore import open_backend
+
+from .server import local_context
 
 TOPIC = "pages"
 PARTITIONS = 24
@@ -47,9 +48,7 @@ def ctx(tmp_path: Path, metadata_url: str) -> Iterator[ServerContext]:
                     [(i, 1_000 + i, b"k%d" % i, b"v" * rng.randint(100, 900), [])
                      for i in range(n)]))
             agent.flush()  # one segment per partition
-        yield ServerContext(agent=agent, metadata=md, store=store,
-                            advertised={"PLAINTEXT": ("127.0.0.1", 0)},
-                            cache=SegmentCache(store, 64 << 20), config=config)
+        yield local_context(agent, md, store, config, cache_bytes=64 << 20)
     finally:
         agent.close()
         md.close()

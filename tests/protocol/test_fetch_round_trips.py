@@ -21,15 +21,13 @@ from kio.schema.types import TopicName
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from agent import Agent, AgentConfig
-from agent.protocol.cache import SegmentCache
-from agent.protocol.context import ServerContext
 from harness.agent_process import free_port
 from metadata import MetadataStore
 from metadata.notify import DATA_VERSION_POLL_S
 from objectstore import open_backend
 from tests.telemetry.test_services_metrics import scrape, value
 
-from .server import AgentProcess, Backend, RawClient, serve_in_process
+from .server import AgentProcess, Backend, RawClient, local_context, serve_in_process
 from .test_raw import batch, produce
 
 TOPICS, PER_TOPIC = 4, 25  # 100 partitions
@@ -142,9 +140,7 @@ def test_long_polls_woken_together_share_one_read(tmp_path: Path) -> None:
     md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True)
     md.create_topic("woken", WOKEN_POLLS)
     agent = Agent(store, md, AgentConfig(linger_ms=0))
-    ctx = ServerContext(agent=agent, metadata=md, store=store,
-                        advertised={"PLAINTEXT": ("127.0.0.1", 0)},
-                        cache=SegmentCache(store, 1 << 20))
+    ctx = local_context(agent, md, store)
     ctx.states.hearing = lambda: True  # only this agent commits: its own notifications
     reads: list[tuple[str, int]] = []  # (which read, partitions asked)
     read_from, read_offsets = md.partitions_from, md.partition_offsets

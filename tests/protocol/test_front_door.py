@@ -24,8 +24,6 @@ from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from agent import Agent, AgentConfig
 from agent.protocol import server as server_module
-from agent.protocol.cache import SegmentCache
-from agent.protocol.context import ServerContext
 from agent.protocol.server import Server
 from faults import GatedStore
 from fileformat import build_batch
@@ -34,7 +32,7 @@ from metadata import MetadataStore
 from objectstore import open_backend
 
 from ..telemetry.test_services_metrics import scrape, value
-from .server import AgentProcess, Backend, RawClient, serve_in_process
+from .server import AgentProcess, Backend, RawClient, local_context, serve_in_process
 from .test_bounds import KILLERS, encode
 from .test_clients import _confluent_consume
 
@@ -203,9 +201,7 @@ def gated_server(tmp_path: Path) -> Iterator[tuple[Server, GatedStore]]:
     config = AgentConfig(linger_ms=0, queued_max_request_bytes=5 * frame,
                          queued_max_request_bytes_per_connection=3 * frame)
     agent = Agent(store, md, config)
-    ctx = ServerContext(agent=agent, metadata=md, store=store,
-                        advertised={"PLAINTEXT": ("127.0.0.1", 0)},
-                        cache=SegmentCache(store, 1 << 20), config=config)
+    ctx = local_context(agent, md, store, config)
     try:
         with serve_in_process(ctx) as server:
             try:

@@ -35,8 +35,6 @@ from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from agent import Agent, AgentConfig
 from agent.protocol import server as server_module
-from agent.protocol.cache import SegmentCache
-from agent.protocol.context import ServerContext
 from agent.protocol.server import Server
 from agent.protocol.writev import send_buffers
 from metadata import MetadataStore
@@ -46,7 +44,7 @@ from objectstore.base import ObjectStore
 from objectstore.errors import RetriableStoreError
 from objectstore.wrappers import StoreWrapper
 
-from .server import RawClient, serve_in_process
+from .server import RawClient, local_context, serve_in_process
 from .test_idempotent import _init_producer_id
 from .test_raw import batch, fetch, produce
 
@@ -87,9 +85,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
     store = FailingStore(open_backend(f"file://{tmp_path}/objects"))
     md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True)
     agent = Agent(store, md, AgentConfig(linger_ms=0))
-    ctx = ServerContext(agent=agent, metadata=md, store=store,
-                        advertised={"PLAINTEXT": ("127.0.0.1", 0)},
-                        cache=SegmentCache(store, 1 << 20))
+    ctx = local_context(agent, md, store)
     try:
         with serve_in_process(ctx) as server:
             yield Served(server, md, store)

@@ -13,12 +13,11 @@ import pytest
 from agent import Agent, AgentConfig
 from agent.producer import ProduceFuture
 from agent.protocol.apis.produce import _Flushed
-from agent.protocol.cache import SegmentCache
 from agent.protocol.context import ServerContext
 from metadata import MetadataStore
 from objectstore import open_backend
 
-from .server import RawClient, serve_in_process
+from .server import RawClient, local_context, serve_in_process
 from .test_raw import batch, produce
 
 REQUESTS = 30
@@ -32,9 +31,7 @@ def ctx(tmp_path: Path) -> Iterator[ServerContext]:
     config = AgentConfig(linger_ms=5)
     agent = Agent(store, md, config)
     try:
-        yield ServerContext(agent=agent, metadata=md, store=store,
-                            advertised={"PLAINTEXT": ("127.0.0.1", 0)},
-                            cache=SegmentCache(store, 1 << 20), config=config)
+        yield local_context(agent, md, store, config)
     finally:
         agent.close()
         md.close()
