@@ -268,10 +268,7 @@ class _Pages:
             if isinstance(ahead[2], OffsetOutOfRangeError):
                 raise ahead[2]
             return ahead[1], ahead[2]
-        here = self.place.get(key)
-        if here is None:  # (not listed: read alone)
-            return SEGMENTS_PER_QUERY, self.ctx.metadata.find_segments(
-                topic, index, position, limit=SEGMENTS_PER_QUERY)
+        here = self.place[key]  # (a partition asks only once its listed segments are read)
         page = _needed(self.order[here][2].segments, wanted)
         ask = [(topic, index, position)]
         for later_topic, later_index, start, needed in self._later(here, after):
@@ -305,26 +302,32 @@ class _Pages:
             limit = info.last_stable_offset if self.committed else info.next_offset
             if not info.log_start_offset <= offset < limit:
                 continue  # out of range, or nothing to read
-            listed = sum([seg.data_len for seg in segments])
+            listed = _size(segments)
             most = min(after, int(p.partition_max_bytes))
             if (len(segments) >= FIRST_SEGMENTS and listed < most
                     and segments[-1].last_offset + 1 < limit):
                 out.append((topic, int(p.partition), segments[-1].last_offset + 1,
-                            _needed(segments, most - listed)))
+                            _needed(segments, most - listed, listed)))
                 after -= most
             else:
                 after -= min(listed, most)
         return out
 
 
-def _needed(listed: list[SegmentInfo] | OffsetOutOfRangeError, wanted: int) -> int:
+def _size(segments: list[SegmentInfo]) -> int:
+    """The bytes of `segments`."""
+    return sum([seg.data_len for seg in segments])
+
+
+def _needed(listed: list[SegmentInfo] | OffsetOutOfRangeError, wanted: int,
+            size: int | None = None) -> int:
     """How many more segments a partition likely needs for `wanted` more bytes, judged by
-    the size of those `listed` (one more than that: the page then tells whether the log
-    goes on)."""
+    the size of those `listed` (`size`: their bytes, if summed already; one more than that:
+    the page then tells whether the log goes on)."""
     if isinstance(listed, OffsetOutOfRangeError) or not listed:
         return SEGMENTS_PER_QUERY
-    size = max(sum([seg.data_len for seg in listed]) // len(listed), 1)
-    return -(-wanted // size) + 1
+    each = max((_size(listed) if size is None else size) // len(listed), 1)
+    return -(-wanted // each) + 1
 
 
 def requested(request: Request) -> list[tuple[TopicRef, list[Partition]]]:
