@@ -67,30 +67,51 @@ THROTTLE: contextvars.ContextVar[Throttle | None] = contextvars.ContextVar("thro
 @dataclass(eq=False)
 class Wakeup:
     """Wakes every coroutine waiting for something to change, and only those that may have
-    missed it: take `event()` BEFORE looking, await it after; `notify` sets the current
-    event (each waiter's, or one already set) and starts a new one."""
+    missed it: take `changed()` BEFORE looking, await it after; `notify` resolves the
+    current future (each waiter's, or one already done) and starts a new one."""
 
-    _event: asyncio.Event | None = None
+    _changed: asyncio.Future[None] | None = None
     _loop: asyncio.AbstractEventLoop | None = None
 
-    def event(self) -> asyncio.Event:
-        """The event the next `notify` sets (on the loop thread)."""
-        if self._event is None:
+    def changed(self) -> asyncio.Future[None]:
+        """The future the next `notify` resolves (on the loop thread)."""
+        if self._changed is None:
             self._loop = asyncio.get_running_loop()
-            self._event = asyncio.Event()
-        return self._event
+            self._changed = self._loop.create_future()
+        return self._changed
 
     def notify(self) -> None:
         """Wake every waiter (on the loop thread)."""
-        event, self._event = self._event, None
-        if event is not None:
-            event.set()
+        changed, self._changed = self._changed, None
+        if changed is not None and not changed.done():
+            changed.set_result(None)
 
     def notify_threadsafe(self) -> None:
         """`notify` from any thread (a no-op until someone waited)."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self.notify)
+
+
+async def wait_at_most(changed: asyncio.Future[None], timeout_s: float) -> None:
+    """Return when `changed` is done or after `timeout_s`, whichever comes first, leaving
+    `changed` as it is (other waiters share it). Handlers run outside asyncio Tasks
+    (server.py `_Handler`), and `asyncio.wait_for` and `asyncio.timeout` need the current
+    task on Python 3.12+ ("Timeout should be used inside a task"): this needs none."""
+    loop = asyncio.get_running_loop()
+    mine: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not mine.done():
+            mine.set_result(None)
+
+    timer = loop.call_later(timeout_s, wake)
+    changed.add_done_callback(wake)
+    try:
+        await mine
+    finally:
+        timer.cancel()
+        changed.remove_done_callback(wake)
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,10 +319,11 @@ class ServerContext:
         `topics`, and its metadata round trips."""
         return await self.run(_offsets_counted, self.metadata, topics, numbers)
 
-    def room_freed(self) -> asyncio.Event:
-        """An event set the next time buffer.memory room is freed (take it BEFORE trying
-        to append, so room freed meanwhile is not missed)."""
-        return self._room.event()
+    def room_freed(self) -> asyncio.Future[None]:
+        """A future resolved the next time buffer.memory room is freed (take it BEFORE
+        trying to append, so room freed meanwhile is not missed; await it with
+        `wait_at_most`)."""
+        return self._room.changed()
 
     def notify_room(self) -> None:
         """Wake every produce waiting for buffer.memory room (on the loop thread; also at

@@ -46,7 +46,6 @@ the response never leaves (a non-idempotent producer's retry then writes them ag
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import functools
 import struct
@@ -79,7 +78,7 @@ from fileformat.batch import (
 from fileformat.errors import BatchCountError, RecordErrorsError, UnsupportedCodecError
 
 from ..codec import Builder, Encoded, Reply, write_array_length, write_topic_head, write_uvarint
-from ..context import ServerContext
+from ..context import ServerContext, wait_at_most
 from ..errors import PRODUCE, error_code
 
 Request = (v3.ProduceRequest | v4.ProduceRequest | v5.ProduceRequest | v6.ProduceRequest
@@ -255,8 +254,7 @@ async def _admit_all(ctx: ServerContext, request: Request, version: int,
         remaining = deadline - loop.time()
         if remaining <= 0 or ctx.stopping:
             break
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(room.wait(), remaining)
+        await wait_at_most(room, remaining)
     answers: Admitted = []
     i = 0
     for t in request.topic_data:
