@@ -35,7 +35,9 @@ from collections.abc import Callable
 from typing import Any
 
 from kio.index import load_request_schema
-from kio.serial._introspect import (
+
+from .errors import ProtocolError
+from .schema_fields import (
     EntityField,
     EntityTupleField,
     PrimitiveTupleField,
@@ -44,8 +46,6 @@ from kio.serial._introspect import (
     get_schema_field_type,
     is_optional,
 )
-
-from .errors import ProtocolError
 
 # Wire sizes of kio's fixed-size kafka types (uuid: 16 bytes, null or not).
 FIXED = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "error_code": 2,

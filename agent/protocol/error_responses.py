@@ -26,7 +26,9 @@ from typing import Any
 
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
-from kio.serial._introspect import (
+from kio.static.protocol import Entity
+
+from .schema_fields import (
     EntityField,
     EntityTupleField,
     PrimitiveField,
@@ -35,7 +37,6 @@ from kio.serial._introspect import (
     get_schema_field_type,
     is_optional,
 )
-from kio.static.protocol import Entity
 
 # Fields that name what a request's array element is about (copied into the answer's).
 _ALIASES = {"partition": "partition_index", "index": "partition_index",

@@ -25,18 +25,18 @@ from typing import Any
 import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
-from kio.serial._introspect import (
+
+from agent.protocol.apis import TABLE
+from agent.protocol.bounds import length_positions, walker
+from agent.protocol.codec import decode_request
+from agent.protocol.errors import ProtocolError
+from agent.protocol.schema_fields import (
     EntityField,
     EntityTupleField,
     PrimitiveTupleField,
     classify_field,
     get_schema_field_type,
 )
-
-from agent.protocol.apis import TABLE
-from agent.protocol.bounds import length_positions, walker
-from agent.protocol.codec import decode_request
-from agent.protocol.errors import ProtocolError
 from faults.frames import encode_request, uvarint
 
 from .server import REPO
