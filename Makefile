@@ -1,42 +1,71 @@
 # The two set-up commands of the README: `make demo` and `make test`.
-# Both create .venv and install siltstream into it when needed.
+# Both create .venv and install siltstream into it when needed, at the versions of
+# requirements.lock (`make lock` refreshes it; docs/development.md).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# One stamp per install set, named after pyproject.toml's checksum: `make demo` installs only
-# what the demo and the quick start need, `make test` the test and Spark extras as well.
-SUM := $(shell cksum < pyproject.toml | cut -d' ' -f1)
+LOCK := requirements.lock
+# Every pip install here (and the build environments it makes) takes the locked versions.
+PIN := PIP_CONSTRAINT=$(CURDIR)/$(LOCK)
+# One stamp per install set, named after pyproject.toml's and the lock's checksum: `make
+# demo` installs only what the demo and the quick start need, `make test` the test and
+# Spark extras as well.
+SUM := $(shell cat pyproject.toml $(LOCK) | cksum | cut -d' ' -f1)
 DEMO_STAMP := $(VENV)/.installed-demo-$(SUM)
 TEST_STAMP := $(VENV)/.installed-test-$(SUM)
+# The agent, protocol and compactor tests run on Python 3.13 too (pyproject.toml declares
+# 3.11-3.13), in a venv of their own: pyenv's 3.13, else python3.13 on PATH.
+PY313 ?= $(firstword $(wildcard $(shell pyenv root 2>/dev/null)/versions/3.13*/bin/python3.13) \
+  $(shell command -v python3.13 2>/dev/null))
+VENV313 := .venv-3.13
+STAMP313 := $(VENV313)/.installed-$(SUM)
+TESTS313 := tests/agent tests/protocol tests/compactor
+# pytest's workers (pytest-xdist): independent tests run in parallel (tests/conftest.py).
+WORKERS ?= 3
+XDIST := -n $(WORKERS) --dist loadgroup
 # In CI (CI=true) a test that needs PostgreSQL or the S3 server must not skip.
 export SILT_REQUIRE_SERVERS ?= $(CI)
 
-.PHONY: demo test lint bench chaos clean tools compat compat-build
+.PHONY: demo test test313 lint lock bench chaos clean tools compat compat-build
 
-# kcat (librdkafka's CLI) is one of the Kafka clients the protocol tests drive; librdkafka's
-# own test-runner (`make compat`) is built from source with these Debian packages (libcurl
-# for its OIDC token requests, 0126). CI installs them (as root).
-DEBS := kcat build-essential libssl-dev libsasl2-dev libzstd-dev liblz4-dev zlib1g-dev \
+# kcat (librdkafka's CLI) is one of the Kafka clients the protocol tests drive, at the
+# version CI tested; librdkafka's own test-runner (`make compat`) is built from source
+# (pinned in ../shared/peer/) with these Debian packages (libcurl for its OIDC token
+# requests, 0126), which follow Debian 12's security updates (an exact version would stop
+# installing when Debian withdraws it). CI installs them (as root).
+DEBS := kcat=1.7.1-2 build-essential libssl-dev libsasl2-dev libzstd-dev liblz4-dev zlib1g-dev \
   rapidjson-dev libcurl4-openssl-dev
 tools:
-	@dpkg -s $(DEBS) >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq \
+	@dpkg -s $(subst =, ,$(DEBS)) >/dev/null 2>&1 \
+	  && [ "$$(dpkg-query -W -f='$${Version}' kcat)" = "$(patsubst kcat=%,%,$(filter kcat=%,$(DEBS)))" ] || { [ "$$(id -u)" = 0 ] && apt-get update -qq \
 	  && apt-get install -y -qq $(DEBS) >/dev/null; } \
 	  || echo "not installed: $(DEBS): their tests skip (fail with CI=true); apt-get install them"
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip 'setuptools>=77'
+	$(PIN) $(BIN)/python -m pip install -q pip setuptools
 
-$(DEMO_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[demo]'
+$(DEMO_STAMP): pyproject.toml $(LOCK) | $(BIN)/python
+	$(PIN) $(BIN)/python -m pip install -q pip setuptools
+	$(PIN) $(BIN)/python -m pip install -q -e '.[demo]'
 	rm -f $(VENV)/.installed-demo-*
 	touch $@
 
 # The test set holds the demo set: both stamps.
-$(TEST_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[demo,dev,spark]'
+$(TEST_STAMP): pyproject.toml $(LOCK) | $(BIN)/python
+	$(PIN) $(BIN)/python -m pip install -q pip setuptools
+	$(PIN) $(BIN)/python -m pip install -q -e '.[demo,dev,spark]'
 	rm -f $(VENV)/.installed-test-* $(VENV)/.installed-demo-*
 	touch $@ $(DEMO_STAMP)
+
+# The 3.13 venv: the product and the test extra (no Spark: its tests run on 3.11).
+$(STAMP313): pyproject.toml $(LOCK)
+	@[ -n "$(PY313)" ] || { echo "no Python 3.13 (pyenv or python3.13 on PATH)"; exit 1; }
+	[ -x $(VENV313)/bin/python ] || $(PY313) -m venv $(VENV313)
+	$(PIN) $(VENV313)/bin/python -m pip install -q pip setuptools
+	$(PIN) $(VENV313)/bin/python -m pip install -q -e '.[dev]'
+	rm -f $(VENV313)/.installed-*
+	touch $@
 
 # The C extensions (setup.py): pip builds them at install; rebuilt in place when a source
 # changes, so the checkout imports what its sources say.
@@ -44,6 +73,10 @@ NATIVE := $(VENV)/.native
 $(NATIVE): setup.py $(wildcard */*.c) | $(BIN)/python
 	$(BIN)/python setup.py -q build_ext --inplace
 	touch $(NATIVE)
+NATIVE313 := $(VENV313)/.native
+$(NATIVE313): setup.py $(wildcard */*.c) | $(STAMP313)
+	$(VENV313)/bin/python setup.py -q build_ext --inplace
+	touch $(NATIVE313)
 
 demo: $(DEMO_STAMP) $(NATIVE)
 	$(BIN)/silt demo
@@ -57,8 +90,27 @@ lint: $(TEST_STAMP) $(NATIVE)
 compat-build: $(TEST_STAMP) $(NATIVE) tools
 	$(BIN)/python -m harness.compat.build
 
+# The whole suite on 3.11, then the agent, protocol and compactor tests on 3.13. Without a
+# Python 3.13 (a laptop) the second part is left out with a note; CI (CI=true) needs it.
 test: lint tools compat-build
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(XDIST)
+	@if [ -n "$(PY313)" ] || [ -n "$(CI)" ]; then $(MAKE) --no-print-directory test313; \
+	  else echo "no Python 3.13: the 3.13 run of $(TESTS313) left out"; fi
+
+test313: $(STAMP313) $(NATIVE313) compat-build
+	$(VENV313)/bin/python -m pytest -q $(XDIST) $(TESTS313)
+
+# Re-resolves requirements.lock from pyproject.toml (the newest versions its ranges allow,
+# for Python 3.11-3.13) and localstack/requirements.lock from localstack/requirements.in,
+# with uv at a pinned version; then `make test` installs and tests them.
+UV := uv==0.13.8
+UV_FLAGS := -q --annotation-style line --custom-compile-command 'make lock'
+lock: | $(BIN)/python
+	$(PIN) $(BIN)/python -m pip install -q '$(UV)'
+	printf 'pip\nsetuptools>=77\n' | $(BIN)/uv pip compile $(UV_FLAGS) --universal \
+	  --python-version 3.11 --extra demo --extra dev --extra spark pyproject.toml - -o $(LOCK)
+	cd localstack && ../$(BIN)/uv pip compile $(UV_FLAGS) --python-version 3.13 \
+	  requirements.in -o requirements.lock
 
 # librdkafka's own regression suite against silt agents, one test at a time (about 45
 # minutes); results in docs/compatibility.md.
@@ -78,4 +130,4 @@ chaos: $(TEST_STAMP) $(NATIVE)
 	  --write docs/reliability.md
 
 clean:
-	rm -rf $(VENV) silt-data .pytest_cache .mypy_cache build */*.so
+	rm -rf $(VENV) $(VENV313) silt-data .pytest_cache .mypy_cache build */*.so

@@ -62,35 +62,26 @@ def new_bucket(endpoint: str) -> str:
     return bucket
 
 
-POSTGRES_ADMIN_URL = os.environ.get("SILT_TEST_POSTGRES_URL",
-                                    "postgresql://postgres@127.0.0.1:5432/test")
-
-
 @contextlib.contextmanager
 def postgres_database() -> Iterator[str | None]:
-    """A new, empty database on the PostgreSQL server of POSTGRES_ADMIN_URL (the tests'),
-    dropped afterwards; None (and a note on stderr) if that server cannot be reached."""
+    """A new, empty database on the PostgreSQL server of SILT_TEST_POSTGRES_URL, or of one
+    started for the block when that is unset (harness/postgres.py), dropped afterwards;
+    None (and a note on stderr) if no server can be had."""
     import sqlalchemy as sa
 
-    from metadata.engine import engine_url
+    from harness import postgres
 
-    admin = sa.create_engine(engine_url(POSTGRES_ADMIN_URL), isolation_level="AUTOCOMMIT")
-    name = f"silt_bench_{uuid.uuid4().hex[:12]}"
+    stack = contextlib.ExitStack()
     try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    except sa.exc.OperationalError as exc:
-        print(f"PostgreSQL at {POSTGRES_ADMIN_URL} not reachable, skipped: {exc.orig}",
-              file=sys.stderr)
-        admin.dispose()
+        admin = stack.enter_context(postgres.admin_url())
+        url = stack.enter_context(postgres.fresh_database(admin, "silt_bench"))
+    except (postgres.PostgresError, sa.exc.OperationalError) as exc:
+        stack.close()
+        print(f"no PostgreSQL, skipped: {exc}", file=sys.stderr)
         yield None
         return
-    try:
-        yield f"{POSTGRES_ADMIN_URL.rsplit('/', 1)[0]}/{name}"
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
+    with stack:
+        yield url
 
 
 def machine() -> dict[str, Any]:

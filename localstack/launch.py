@@ -29,13 +29,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 VENV = HERE / ".venv"
-PINS = [
-    "localstack-core[runtime]==2026.3.0",
-    "cbor2<6",
-    "pyopenssl<25",
-    "cryptography<45",
-    "service_identity",
-]
+# What localstack/.venv holds: requirements.in's pins resolved by `make lock`.
+LOCK = HERE / "requirements.lock"
 BUCKET_ENV = "SILT_LOCALSTACK_BUCKET"
 
 
@@ -53,18 +48,22 @@ def find_python313() -> str | None:
 
 
 def ensure_venv() -> Path:
-    """The LocalStack venv's python, created and installed on first use."""
+    """The LocalStack venv's python, created on first use and (re)installed to the exact
+    versions of requirements.lock whenever the lock changes."""
     python = VENV / "bin" / "python"
     stamp = VENV / ".installed"
-    if python.exists() and stamp.exists() and stamp.read_text() == "\n".join(PINS):
+    lock = LOCK.read_text()
+    if python.exists() and stamp.exists() and stamp.read_text() == lock:
         return python
     base = find_python313()
     if base is None:
         raise RuntimeError("LocalStack needs Python >= 3.13 (none found on PATH or in pyenv)")
-    subprocess.run([base, "-m", "venv", str(VENV)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", *PINS], check=True)
-    stamp.write_text("\n".join(PINS))
+    if not python.exists():
+        subprocess.run([base, "-m", "venv", str(VENV)], check=True)
+    env = {k: v for k, v in os.environ.items() if k != "PIP_CONSTRAINT"}  # the project's
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(LOCK)], check=True,
+                   env=env)
+    stamp.write_text(lock)
     return python
 
 

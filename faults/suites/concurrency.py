@@ -15,20 +15,14 @@ delete-policy and a compacted topic (4 partitions each, a flush every 4-12 recor
 from __future__ import annotations
 
 import itertools
-import os
 import random
 import shutil
 import tempfile
 import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-import sqlalchemy as sa
 
 from clock import ManualClock
 from compactor import Compactor, CompactorConfig
@@ -44,34 +38,21 @@ from faults.check import (
     read_acks,
     read_logs,
 )
+from harness import postgres
 from metadata import MetadataStore
 from objectstore import open_store
 
-POSTGRES_URL = os.environ.get("SILT_TEST_POSTGRES_URL",
-                              "postgresql://postgres@127.0.0.1:5432/test")
 TOPICS = (("d", 4, 0), ("c", 4, 6))  # (name, partitions, keys): delete policy, compacted
 PARTITIONS = [(t, p) for t, n, _ in TOPICS for p in range(n)]
 KINDS = (*CRASH_KINDS, "overlapping", "compacted_twice")
 
 
-@contextmanager
-def fresh_database(admin_url: str = POSTGRES_URL) -> Iterator[str]:
-    """A new, empty PostgreSQL database on the server of `admin_url`; dropped afterwards."""
-    admin = sa.create_engine(admin_url.replace("postgresql://", "postgresql+psycopg://", 1),
-                             isolation_level="AUTOCOMMIT")
-    name = f"silt_chaos_{uuid.uuid4().hex[:16]}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield f"{admin_url.rsplit('/', 1)[0]}/{name}"
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-
-def run(trials: int, seed: int, admin_url: str = POSTGRES_URL) -> dict[str, Any]:
-    """Run `trials` trials; the figures (see faults/chaos.py)."""
+def run(trials: int, seed: int, admin_url: str | None = None) -> dict[str, Any]:
+    """Run `trials` trials, each on a new database of the server of `admin_url` (None:
+    SILT_TEST_POSTGRES_URL's, or one started for the run); the figures (faults/chaos.py)."""
+    if admin_url is None:
+        with postgres.admin_url() as url:
+            return run(trials, seed, url)
     rng = random.Random(seed)
     tally = Tally(KINDS)
     errors: list[str] = []
@@ -82,7 +63,7 @@ def run(trials: int, seed: int, admin_url: str = POSTGRES_URL) -> dict[str, Any]
         for i in range(trials):
             where = root / f"t{i}"
             where.mkdir()
-            with fresh_database(admin_url) as md_url:
+            with postgres.fresh_database(admin_url, "silt_chaos") as md_url:
                 trial(where, md_url, rng, tally, errors, totals)
             shutil.rmtree(where, ignore_errors=True)
     finally:

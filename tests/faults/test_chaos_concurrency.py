@@ -5,24 +5,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from agent import Agent, AgentConfig
 from faults.check import Tally
 from faults.suites import concurrency
 from metadata import MetadataStore
 from objectstore import open_store
-from tests.conftest import POSTGRES_ADMIN_URL
 
 
-@pytest.mark.postgres
-def test_agents_and_compactors_at_once_keep_every_promise(_pg_ok: bool) -> None:
-    figures = concurrency.run(trials=2, seed=11, admin_url=POSTGRES_ADMIN_URL)
+def test_agents_and_compactors_at_once_keep_every_promise(postgres_admin_url: str) -> None:
+    figures = concurrency.run(trials=2, seed=11, admin_url=postgres_admin_url)
     assert figures["violations"] == 0, figures["examples"]
     assert figures["agent processes"] >= 4 and figures["compactor processes"] >= 4
     assert figures["job rows committed"] > 0
     assert figures["acked"] > 0 and figures["overlapping"] == figures["lost"] == 0
-
 
 def test_offsets_acked_twice_and_overlapping_segments_are_counted(tmp_path: Path) -> None:
     md = MetadataStore.open(f"sqlite:///{tmp_path}/md.db", create=True)
