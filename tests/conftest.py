@@ -30,9 +30,9 @@ _skipped_server_tests: list[str] = []
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Note a skipped server test (on the controller too, where pytest-xdist's workers'
     reports arrive: the markers travel in the report's keywords)."""
-    if report.skipped and any(m in report.keywords for m in SERVER_MARKERS):
-        if report.nodeid not in _skipped_server_tests:
-            _skipped_server_tests.append(report.nodeid)
+    if (report.skipped and any(m in report.keywords for m in SERVER_MARKERS)
+            and report.nodeid not in _skipped_server_tests):
+        _skipped_server_tests.append(report.nodeid)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -234,12 +234,6 @@ class ServerContext:
         thread: agent/protocol/timers.py `quota_refresh`)."""
         self.quotas.set_quotas(self.metadata.client_quotas())
 
-    def quotas_changed(self) -> None:
-        """Reload the quotas soon (after an AlterClientQuotas here; others within a
-        second)."""
-        if self.loop is not None:
-            self.loop.run_in_executor(self.pool, self.refresh_quotas)
-
     def throttle(self, kind: str, client_id: str | None, nbytes: float) -> int:
         """Record `nbytes` of `kind` (agent/quotas.py PRODUCE or FETCH) for the session's
         user and this client id; the throttle time in ms, for which the connection is then

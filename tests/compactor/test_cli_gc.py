@@ -101,6 +101,16 @@ def unfinished(env: dict[str, str]) -> list[str]:
     return sorted(u.key for u in open_store(env["SILT_STORE"]).unfinished_uploads(2**62))
 
 
+def aged(env: dict[str, str], age_ms: int, count: int) -> None:
+    """Return once `count` unfinished uploads are at least `age_ms` old by the store's own
+    clock (polled: the file store's mtimes, the S3 server's Initiated)."""
+    store = open_store(env["SILT_STORE"])
+    deadline = time.monotonic() + 30
+    while len(store.unfinished_uploads(int(time.time() * 1000) - age_ms)) < count:
+        assert time.monotonic() < deadline, "the uploads never aged"
+        time.sleep(0.1)
+
+
 def upload_requests(server: RecordingMotoServer) -> dict[str, int]:
     """The upload requests the S3 server served since the last call."""
     counts = server.counts()
@@ -114,7 +124,7 @@ def test_gc_aborts_unfinished_uploads_older_than_the_lease(
     assert run(["topics", "create", "t", "--partitions", "1"], env)[0] == 0
     start_upload(env, "data/killed-mid-upload")
     start_upload(env, "compacted/renewed-output")
-    time.sleep(3.5)  # older than the lease (2 s) and the store clock's slack (1 s)
+    aged(env, 3_200, 2)  # older than the lease (2 s) and the store clock's slack (1 s)
     start_upload(env, "data/young")
     md = MetadataStore.open(env["SILT_METADATA"])
     try:  # a job's output whose lease was just renewed: its upload may still complete

@@ -126,7 +126,6 @@ def test_producer_and_consumer_are_throttled_to_their_quotas(agent: AgentProcess
                      {"consumer_byte_rate": quota})[0] == 0
     finally:
         client.close()
-    time.sleep(1.5)  # the agent reloads quotas within a second (this one did at once)
     value, n = b"x" * 1000, 500  # 500 kB: five seconds at the quota
 
     def produce(client_id: str) -> tuple[float, list[int]]:

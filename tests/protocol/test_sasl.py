@@ -402,6 +402,13 @@ def test_oauthbearer_with_confluent_kafka(tmp_path: Path) -> None:
         proc.terminate()
 
 
+def _until(moment: float) -> None:
+    """Wait until time.monotonic() reaches `moment`: the session's lifetime is the server's
+    real time, so these waits are the subject of the test, each relative to the event
+    it follows (not a fixed sleep after whatever the previous step cost)."""
+    time.sleep(max(0.0, moment - time.monotonic()))
+
+
 def test_session_lifetime_and_pre_auth_deadline(tmp_path: Path) -> None:
     """connections.max.reauth.ms: SaslAuthenticate v1+ answers the session's lifetime and a
     request past it closes the connection (re-authenticating renews it); a connection that
@@ -430,15 +437,19 @@ def test_session_lifetime_and_pre_auth_deadline(tmp_path: Path) -> None:
 
         idle = RawClient(port)  # never authenticates
         client = RawClient(port)
+        connected = time.monotonic()
         assert login(client) == 1500
+        first = time.monotonic()
         client.call(3, 12, metadata)
-        time.sleep(1.0)
+        assert idle.closed_by_server()  # read until the server closes it: the pre-auth
+        assert time.monotonic() - connected >= 1.0  # deadline, and not before
+        _until(first + 1.0)
         assert login(client) == 1500  # renewed before it ended
-        time.sleep(1.0)
+        renewed = time.monotonic()
+        _until(first + 2.0)
         client.call(3, 12, metadata)  # 2 s after the first login: served
-        assert idle.closed_by_server()  # past the pre-auth deadline
-        time.sleep(1.0)
-        client.send_raw(client.frame(3, 12, metadata))  # past the renewed session
+        _until(renewed + 1.5 + 0.5)  # past the renewed session
+        client.send_raw(client.frame(3, 12, metadata))
         assert client.closed_by_server()
         client.close()
         idle.close()

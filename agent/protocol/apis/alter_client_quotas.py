@@ -90,7 +90,7 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Request,
     else:
         outcomes = await ctx.run(alter_all, ctx, request)
     if any(code is ErrorCode.none for code, _ in outcomes) and not request.validate_only:
-        ctx.quotas_changed()
+        await ctx.run(ctx.refresh_quotas)  # in force here before the answer (others: 1 s)
     return b("AlterClientQuotasResponse", throttle_time=NO_THROTTLE, entries=tuple(
         b("EntryData", error_code=code, error_message=message, entity=tuple(
             b("EntityData", entity_type=e.entity_type, entity_name=e.entity_name)
