@@ -24,31 +24,35 @@ class SchemaFieldError(TypeError):
 
 
 @dataclass(frozen=True, slots=True)
-class PrimitiveField:
+class _Kind:
+    """A field's kind (the subclass) and its inner type: the entity class, or the
+    primitive's Python type (None stripped, the array's item for an array)."""
+
+    type_: Any
+
+
+class PrimitiveField(_Kind):
     """A single value of a Kafka primitive type (int32, string, uuid, records, ...)."""
 
-    type_: Any
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class PrimitiveTupleField:
+class PrimitiveTupleField(_Kind):
     """An array of Kafka primitive values."""
 
-    type_: Any
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class EntityField:
+class EntityField(_Kind):
     """One nested entity (a struct of the schema)."""
 
-    type_: Any
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class EntityTupleField:
+class EntityTupleField(_Kind):
     """An array of nested entities."""
 
-    type_: Any
+    __slots__ = ()
 
 
 FieldClass = PrimitiveField | PrimitiveTupleField | EntityField | EntityTupleField
