@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import glob
 import os
 import shutil
@@ -53,8 +54,16 @@ def ensure_venv() -> Path:
     python = VENV / "bin" / "python"
     stamp = VENV / ".installed"
     lock = LOCK.read_text()
-    if python.exists() and stamp.exists() and stamp.read_text() == lock:
-        return python
+    # One installer at a time: launchers started together wait for the first one's install.
+    with open(HERE / ".venv.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if python.exists() and stamp.exists() and stamp.read_text() == lock:
+            return python
+        return _install(python, stamp, lock)
+
+
+def _install(python: Path, stamp: Path, lock: str) -> Path:
+    """Create the venv if need be and install the lock into it (the caller holds the lock)."""
     base = find_python313()
     if base is None:
         raise RuntimeError("LocalStack needs Python >= 3.13 (none found on PATH or in pyenv)")

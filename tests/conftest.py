@@ -51,6 +51,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 _GROUPS = {"tests/spark/": "spark", "tests/localstack/": "localstack"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests using the moto or PostgreSQL fixtures get the server markers automatically;
     the tests of a shared heavy server one pytest-xdist group."""

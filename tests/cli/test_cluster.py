@@ -195,7 +195,8 @@ def test_postgresql_down_or_missing_database_is_one_line(cwd: Path, postgres_url
     assert metadata_id(postgres_url) == marker_id(f"file://{cwd}/objects")
 
 
-def test_metadata_lost_mid_command_is_one_line(cwd: Path, postgres_url: str) -> None:
+def test_metadata_lost_mid_command_is_one_line(cwd: Path, postgres_url: str,
+                                               postgres_admin_url: str) -> None:
     """The database dropped under a running `silt consume --follow`: its next poll fails
     with one `silt:` line and exit 1, not a SQLAlchemy traceback."""
     import sqlalchemy as sa
@@ -205,23 +206,23 @@ def test_metadata_lost_mid_command_is_one_line(cwd: Path, postgres_url: str) -> 
     assert silt(cwd, *args, "produce", "t", stdin='{"value": "v"}\n')[0] == 0
     env = {k: v for k, v in os.environ.items() if not k.startswith("SILT_")}
     env["PYTHONPATH"] = str(REPO)
-    proc = subprocess.Popen([sys.executable, "-m", "cli", *args, "consume", "t", "--follow"],
-                            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        assert proc.stdout is not None
-        assert '"value":"v"' in proc.stdout.readline()  # it is following now
-        name = postgres_url.rsplit("/", 1)[1]
-        admin = sa.create_engine(postgres_url.rsplit("/", 1)[0].replace(
-            "postgresql://", "postgresql+psycopg://", 1) + "/test", isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-        admin.dispose()
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with subprocess.Popen([sys.executable, "-m", "cli", *args, "consume", "t", "--follow"],
+                          cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as proc:  # its pipes closed however the test ends
+        try:
+            assert proc.stdout is not None
+            assert '"value":"v"' in proc.stdout.readline()  # it is following now
+            name = postgres_url.rsplit("/", 1)[1]
+            admin = sa.create_engine(postgres_admin_url.replace(
+                "postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT")
+            with admin.connect() as conn:
+                conn.execute(sa.text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+            admin.dispose()
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     assert proc.returncode == 1, err
     lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("silt: metadata database failed: "), err

@@ -24,7 +24,7 @@ from faults import frames, saslframes
 from faults.suites import protocol
 from fileformat.validate import check_client_batch
 
-SEEDS = (1, 2)
+SEEDS = (1,)  # `make chaos --suite protocol` runs many more
 ISSUE_KILLER = "000000140003000c0000000b000466757a7a00ffffffff7f"  # Metadata v12, 2^35-2
 
 

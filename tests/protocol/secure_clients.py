@@ -112,8 +112,10 @@ def kcat(bootstrap: str, conf: Mapping[str, str], topic: str) -> list[bytes]:
     return out.splitlines()[-len(VALUES):]
 
 
-def kcat_metadata(bootstrap: str, conf: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
-    """`kcat -L` (the exit code and stderr say whether the client got in)."""
+def kcat_metadata(bootstrap: str, conf: Mapping[str, str],
+                  wait_s: int = 10) -> subprocess.CompletedProcess[str]:
+    """`kcat -L`, waiting up to `wait_s` for the metadata (the exit code and stderr say
+    whether the client got in)."""
     x = [arg for k, v in conf.items() for arg in ("-X", f"{k}={v}")]
-    return subprocess.run([kcat_path(), "-L", "-b", bootstrap, "-m", "10", *x],
+    return subprocess.run([kcat_path(), "-L", "-b", bootstrap, "-m", str(wait_s), *x],
                           capture_output=True, text=True, timeout=60)
