@@ -5,8 +5,11 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 LOCK := requirements.lock
-# Every pip install here (and the build environments it makes) takes the locked versions.
-PIN := PIP_CONSTRAINT=$(CURDIR)/$(LOCK)
+# The installer: uv (pinned in the lock), put into .venv by the venv's own pip, then used for
+# every install (pip's own resolver took minutes more of a fresh clone's CI); the lock
+# constrains both what is installed and what builds it (setuptools).
+UV := $(BIN)/uv
+UV_PIN := -q -c $(LOCK) --build-constraint $(LOCK)
 # One stamp per install set, named after pyproject.toml's and the lock's checksum: `make
 # demo` installs only what the demo and the quick start need, `make test` the test and
 # Spark extras as well.
@@ -43,27 +46,26 @@ tools:
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(PIN) $(BIN)/python -m pip install -q pip setuptools
+$(UV): $(LOCK) | $(BIN)/python
+	$(BIN)/python -m pip install -q -c $(LOCK) uv
+	touch $@
 
-$(DEMO_STAMP): pyproject.toml $(LOCK) | $(BIN)/python
-	$(PIN) $(BIN)/python -m pip install -q pip setuptools
-	$(PIN) $(BIN)/python -m pip install -q -e '.[demo]'
+$(DEMO_STAMP): pyproject.toml $(LOCK) | $(UV)
+	$(UV) pip install $(UV_PIN) --python $(BIN)/python pip setuptools -e '.[demo]'
 	rm -f $(VENV)/.installed-demo-*
 	touch $@
 
 # The test set holds the demo set: both stamps.
-$(TEST_STAMP): pyproject.toml $(LOCK) | $(BIN)/python
-	$(PIN) $(BIN)/python -m pip install -q pip setuptools
-	$(PIN) $(BIN)/python -m pip install -q -e '.[demo,dev,spark]'
+$(TEST_STAMP): pyproject.toml $(LOCK) | $(UV)
+	$(UV) pip install $(UV_PIN) --python $(BIN)/python pip setuptools -e '.[demo,dev,spark]'
 	rm -f $(VENV)/.installed-test-* $(VENV)/.installed-demo-*
 	touch $@ $(DEMO_STAMP)
 
 # The 3.13 venv: the product and the test extra (no Spark: its tests run on 3.11).
-$(STAMP313): pyproject.toml $(LOCK)
+$(STAMP313): pyproject.toml $(LOCK) | $(UV)
 	@[ -n "$(PY313)" ] || { echo "no Python 3.13 (pyenv or python3.13 on PATH)"; exit 1; }
-	[ -x $(VENV313)/bin/python ] || $(PY313) -m venv $(VENV313)
-	$(PIN) $(VENV313)/bin/python -m pip install -q pip setuptools
-	$(PIN) $(VENV313)/bin/python -m pip install -q -e '.[dev]'
+	[ -x $(VENV313)/bin/python ] || $(UV) venv -q --python $(PY313) $(VENV313)
+	$(UV) pip install $(UV_PIN) --python $(VENV313)/bin/python setuptools -e '.[dev]'
 	rm -f $(VENV313)/.installed-*
 	touch $@
 
@@ -102,14 +104,12 @@ test313: $(STAMP313) $(NATIVE313) compat-build
 
 # Re-resolves requirements.lock from pyproject.toml (the newest versions its ranges allow,
 # for Python 3.11-3.13) and localstack/requirements.lock from localstack/requirements.in,
-# with uv at a pinned version; then `make test` installs and tests them.
-UV := uv==0.13.8
-UV_FLAGS := -q --annotation-style line --custom-compile-command 'make lock'
-lock: | $(BIN)/python
-	$(PIN) $(BIN)/python -m pip install -q '$(UV)'
-	printf 'pip\nsetuptools>=77\n' | $(BIN)/uv pip compile $(UV_FLAGS) --universal \
+# with the venv's uv; then `make test` installs and tests them.
+UV_LOCK := -q --annotation-style line --custom-compile-command 'make lock'
+lock: | $(UV)
+	printf 'pip\nsetuptools>=77\nuv\n' | $(UV) pip compile $(UV_LOCK) --universal \
 	  --python-version 3.11 --extra demo --extra dev --extra spark pyproject.toml - -o $(LOCK)
-	cd localstack && ../$(BIN)/uv pip compile $(UV_FLAGS) --python-version 3.13 \
+	cd localstack && ../$(UV) pip compile $(UV_LOCK) --python-version 3.13 \
 	  requirements.in -o requirements.lock
 
 # librdkafka's own regression suite against silt agents, one test at a time (about 45

@@ -47,6 +47,13 @@ class CertificateAuthority:
                      .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
                      .not_valid_before(now - DAY).not_valid_after(now + 30 * DAY)
                      .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+                     .add_extension(x509.KeyUsage(
+                         digital_signature=True, content_commitment=False,
+                         key_encipherment=False, data_encipherment=False, key_agreement=False,
+                         key_cert_sign=True, crl_sign=True, encipher_only=False,
+                         decipher_only=False), True)
+                     .add_extension(x509.SubjectKeyIdentifier.from_public_key(
+                         self.key.public_key()), False)
                      .sign(self.key, hashes.SHA256()))
         self.path = directory / "ca.pem"
         self.path.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
@@ -65,7 +72,12 @@ class CertificateAuthority:
                    .serial_number(x509.random_serial_number())
                    .not_valid_before(not_before or now - DAY)
                    .not_valid_after(not_after or now + 30 * DAY)
-                   .add_extension(x509.ExtendedKeyUsage([usage]), False))
+                   .add_extension(x509.ExtendedKeyUsage([usage]), False)
+                   # What Python 3.13's default X.509 strict checks ask of a chain.
+                   .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
+                       self.key.public_key()), False)
+                   .add_extension(x509.SubjectKeyIdentifier.from_public_key(
+                       key.public_key()), False))
         if server:
             builder = builder.add_extension(x509.SubjectAlternativeName([
                 x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),

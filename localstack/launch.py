@@ -70,8 +70,10 @@ def _install(python: Path, stamp: Path, lock: str) -> Path:
     if not python.exists():
         subprocess.run([base, "-m", "venv", str(VENV)], check=True)
     env = {k: v for k, v in os.environ.items() if k != "PIP_CONSTRAINT"}  # the project's
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(LOCK)], check=True,
-                   env=env)
+    uv = Path(sys.executable).with_name("uv")  # the project venv's installer, when there
+    installer = ([str(uv), "pip", "install", "--python", str(python)] if uv.exists()
+                 else [str(python), "-m", "pip", "install"])
+    subprocess.run([*installer, "-q", "-r", str(LOCK)], check=True, env=env)
     stamp.write_text(lock)
     return python
 
