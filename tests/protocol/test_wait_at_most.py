@@ -86,3 +86,29 @@ def test_an_early_timeout_leaves_the_shared_future_pending() -> None:
 
     assert _run_without_task(handler()) == ["done"]
     assert left == [False]
+
+
+# Code that runs in an asyncio Task of its own may bound its waits with asyncio's timeouts;
+# (file, function) of each: the TLS reloader is the server's own task.
+RUN_IN_TASKS = {("agent/protocol/server.py", "_reload_tls")}
+NEEDS_A_TASK = {"wait_for", "timeout", "timeout_at", "TaskGroup"}
+
+
+def test_no_handler_path_uses_what_needs_a_task() -> None:
+    """Every asyncio call that needs the current task (Python 3.12+) in agent/ is in code
+    run in a task of its own; a request handler's path waits with `wait_at_most`."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    found = set()
+    for path in sorted((root / "agent").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for func in ast.walk(tree):
+            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(func):
+                if (isinstance(node, ast.Attribute) and node.attr in NEEDS_A_TASK
+                        and isinstance(node.value, ast.Name) and node.value.id == "asyncio"):
+                    found.add((str(path.relative_to(root)), func.name))
+    assert found <= RUN_IN_TASKS, sorted(found - RUN_IN_TASKS)
