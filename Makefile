@@ -26,6 +26,9 @@ TESTS313 := tests/agent tests/protocol tests/compactor
 # pytest's workers (pytest-xdist): independent tests run in parallel (tests/conftest.py).
 WORKERS ?= 3
 XDIST := -n $(WORKERS) --dist loadgroup
+# Tests marked chaos (soak-length, crash runs) are `make chaos`'s; `make test` runs the rest.
+NOT_CHAOS := -m 'not chaos'
+
 # In CI (CI=true) a test that needs PostgreSQL or the S3 server must not skip.
 export SILT_REQUIRE_SERVERS ?= $(CI)
 
@@ -62,7 +65,8 @@ $(TEST_STAMP): pyproject.toml $(LOCK) | $(UV)
 	touch $@ $(DEMO_STAMP)
 
 # The 3.13 venv: the product and the test extra (no Spark: its tests run on 3.11).
-$(STAMP313): pyproject.toml $(LOCK) | $(UV)
+# (after the 3.11 install and build: setuptools must not build in this checkout twice at once)
+$(STAMP313): pyproject.toml $(LOCK) | $(UV) $(TEST_STAMP)
 	@[ -n "$(PY313)" ] || { echo "no Python 3.13 (pyenv or python3.13 on PATH)"; exit 1; }
 	[ -x $(VENV313)/bin/python ] || $(UV) venv -q --python $(PY313) $(VENV313)
 	$(UV) pip install $(UV_PIN) --python $(VENV313)/bin/python setuptools -e '.[dev]'
@@ -76,7 +80,7 @@ $(NATIVE): setup.py $(wildcard */*.c) | $(BIN)/python
 	$(BIN)/python setup.py -q build_ext --inplace
 	touch $(NATIVE)
 NATIVE313 := $(VENV313)/.native
-$(NATIVE313): setup.py $(wildcard */*.c) | $(STAMP313)
+$(NATIVE313): setup.py $(wildcard */*.c) | $(STAMP313) $(NATIVE)
 	$(VENV313)/bin/python setup.py -q build_ext --inplace
 	touch $(NATIVE313)
 
@@ -94,13 +98,17 @@ compat-build: $(TEST_STAMP) $(NATIVE) tools
 
 # The whole suite on 3.11, then the agent, protocol and compactor tests on 3.13. Without a
 # Python 3.13 (a laptop) the second part is left out with a note; CI (CI=true) needs it.
-test: lint tools compat-build
-	$(BIN)/python -m pytest -q $(XDIST)
-	@if [ -n "$(PY313)" ] || [ -n "$(CI)" ]; then $(MAKE) --no-print-directory test313; \
+# What they need is made first, three things at once (mypy takes one core, librdkafka's
+# build both, the 3.13 venv little).
+SETUP313 := $(if $(or $(PY313),$(CI)),$(STAMP313) $(NATIVE313))
+test:
+	$(MAKE) --no-print-directory -j3 -O lint compat-build $(SETUP313)
+	$(BIN)/python -m pytest -q $(XDIST) $(NOT_CHAOS)
+	@if [ -n "$(SETUP313)" ]; then $(MAKE) --no-print-directory test313; \
 	  else echo "no Python 3.13: the 3.13 run of $(TESTS313) left out"; fi
 
 test313: $(STAMP313) $(NATIVE313) compat-build
-	$(VENV313)/bin/python -m pytest -q $(XDIST) $(TESTS313)
+	$(VENV313)/bin/python -m pytest -q $(XDIST) $(NOT_CHAOS) $(TESTS313)
 
 # Re-resolves requirements.lock from pyproject.toml (the newest versions its ranges allow,
 # for Python 3.11-3.13) and localstack/requirements.lock from localstack/requirements.in,
@@ -120,11 +128,13 @@ compat: compat-build
 bench: $(TEST_STAMP) $(NATIVE)
 	$(BIN)/python -m bench.run --write docs/benchmarks.md
 
-# The reliability suites (docs/reliability.md): 500 crash trials, 1,000 corruption cases,
-# 50 object-store fault trials (10 % of S3 requests failed),
-# 20 concurrency trials (PostgreSQL: SILT_TEST_POSTGRES_URL), the protocol fuzz suite (every
-# API version's lengths, 20 random mutants each, every truncation); figures written to the doc.
+# The tests marked chaos (a Spark driver killed mid-query, a stream on the cluster), then the reliability suites
+# (docs/reliability.md): 500 crash trials, 1,000 corruption cases, 50 object-store fault
+# trials (10 % of S3 requests failed), 20 concurrency trials (on SILT_TEST_POSTGRES_URL's
+# PostgreSQL or one started for them), the protocol fuzz suite (every API version's lengths,
+# 20 random mutants each, every truncation); figures written to the doc.
 chaos: $(TEST_STAMP) $(NATIVE)
+	$(BIN)/python -m pytest -q -m chaos
 	$(BIN)/python -m faults.chaos --suite crash --suite corruption --suite concurrency \
 	  --suite storefaults --suite protocol \
 	  --write docs/reliability.md

@@ -62,6 +62,10 @@ def free_port() -> int:
         return chosen
 
 
+class PortTaken(RuntimeError):
+    """The agent could not bind a port chosen for it: another process took it first."""
+
+
 @dataclass
 class AgentProcess:
     """One `python -m cli agent` process on a free port of 127.0.0.1, its output in
@@ -111,9 +115,22 @@ class AgentProcess:
     def start(self, same_port: bool = False) -> Self:
         """Start the agent and return once it accepts connections and has registered (its
         "listening on" line: Metadata lists it as a broker from then on): on a free port, or
-        on its last one (`same_port`: a restart keeps its agent id, the advertised address)."""
-        if not (same_port and self.port):
-            self.port = free_port()
+        on its last one (`same_port`: a restart keeps its agent id, the advertised address).
+        A free port another process takes before the agent binds it (tests run in parallel)
+        is given up for new ones, twice at most, unless `same_port` asks for the same."""
+        for attempt in range(3):
+            if not (same_port and self.port):
+                self.port = free_port()
+            try:
+                return self._launch()
+            except PortTaken:
+                if same_port or attempt == 2:
+                    raise
+                self.ports = {}  # new ones for the extra listeners too
+        raise AssertionError("unreachable")
+
+    def _launch(self) -> Self:
+        """One start on the chosen ports (PortTaken: one of them was not free)."""
         listen, protocols = self._listen()
         env = {**os.environ, **self.DEFAULT_ENV, **protocols, **self.extra_env,
                "PYTHONPATH": str(REPO)}
@@ -127,6 +144,8 @@ class AgentProcess:
         listening = False
         while True:
             if self.proc.poll() is not None:
+                if b"address already in use" in self._log_since(logged):
+                    raise PortTaken(self.log())
                 raise RuntimeError(f"silt agent exited {self.proc.returncode}:\n{self.log()}")
             try:
                 if not listening:  # one probe connection; then the log says the rest
@@ -140,11 +159,14 @@ class AgentProcess:
                 raise RuntimeError(f"silt agent did not listen:\n{self.log()}") from None
             time.sleep(0.05)
 
-    def _registered(self, since: int) -> bool:
-        """Whether the log, past byte `since`, says the agent listens (after registering)."""
+    def _log_since(self, since: int) -> bytes:
         with self.log_path.open("rb") as f:
             f.seek(since)
-            return b" listening on " in f.read()
+            return f.read()
+
+    def _registered(self, since: int) -> bool:
+        """Whether the log, past byte `since`, says the agent listens (after registering)."""
+        return b" listening on " in self._log_since(since)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

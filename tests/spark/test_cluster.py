@@ -184,10 +184,14 @@ def test_compaction_and_format_silt_on_the_cluster(
     assert {v for *_, v in want} == {b"r1-%d" % i for i in range(20)}
 
 
+@pytest.mark.chaos
 def test_stream_on_the_cluster(cluster: Cluster, s3_url: str, postgres_url: str,
                                tmp_path: Path) -> None:
     """readStream.format("silt") into writeStream.format("silt") on the worker's executor
-    (Trigger.AvailableNow, limited batches): every source record once in the sink topic."""
+    (Trigger.AvailableNow, limited batches): every source record once in the sink topic.
+    A third driver on the cluster, 1-2.5 minutes of both cores here: `make chaos` runs it;
+    `make test` keeps the cluster's executors with explicit credentials (the test above)
+    and the same source and sink on local Spark (test_stream_spark.py)."""
     md = MetadataStore.open(postgres_url, create=True)
     md.create_topic("in", 2)
     md.create_topic("out", 2)

@@ -141,8 +141,13 @@ def _app(master: str, store_url: str, md_url: str, checkpoint: str, trigger: str
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
 
 
+@pytest.mark.chaos
 def test_driver_killed_mid_query_resumes_exactly_once(
         tmp_path: Path, s3_url: str, postgres_url: str) -> None:
+    """The driver SIGKILLed mid-query while records arrive and compaction runs, then
+    restarted: every source record exactly once in the sink. Two Spark drivers, ~2-3
+    minutes of both cores here: `make chaos` runs it; `make test` keeps the restart from
+    the checkpoint (test_available_now_into_the_sink_then_restart)."""
     from confluent_kafka import Producer
 
     md = MetadataStore.open(postgres_url, create=True)
