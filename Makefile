@@ -98,10 +98,11 @@ compat-build: $(TEST_STAMP) $(NATIVE) tools
 
 # The whole suite on 3.11, then the agent, protocol and compactor tests on 3.13. Without a
 # Python 3.13 (a laptop) the second part is left out with a note; CI (CI=true) needs it.
-# What they need is made first, three things at once (mypy takes one core, librdkafka's
-# build both, the 3.13 venv little).
+# What they need is made first: the 3.11 venv, then three things at once (mypy takes one
+# core, librdkafka's build both, the 3.13 venv little).
 SETUP313 := $(if $(or $(PY313),$(CI)),$(STAMP313) $(NATIVE313))
 test:
+	$(MAKE) --no-print-directory $(TEST_STAMP) $(NATIVE)
 	$(MAKE) --no-print-directory -j3 -O lint compat-build $(SETUP313)
 	$(BIN)/python -m pytest -q $(XDIST) $(NOT_CHAOS)
 	@if [ -n "$(SETUP313)" ]; then $(MAKE) --no-print-directory test313; \
