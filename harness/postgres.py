@@ -100,7 +100,7 @@ class LocalPostgres:
         log = open(root / "server.log", "wb")  # noqa: SIM115 (the child holds it)
         if user is not None:
             os.chown(root / "server.log", user.pw_uid, user.pw_gid)
-        for attempt in range(3):  # another process may take the port before the server
+        for _ in range(3):  # another process may take the port before the server
             self.port = free_port()
             options = [f"-c{k}={v}" for k, v in {**SETTINGS, "port": str(self.port),
                                                   "unix_socket_directories": str(data)}.items()]
@@ -112,8 +112,6 @@ class LocalPostgres:
                 log.close()
                 return self
             self._terminate()
-            if attempt == 2:
-                break
         log.close()
         tail = (root / "server.log").read_bytes()
         raise PostgresError(f"PostgreSQL did not start: {_last_line(tail)}")
